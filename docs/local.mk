@@ -1,0 +1,1 @@
+# docs: filled in by its issue

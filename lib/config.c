@@ -1,0 +1,117 @@
+/* Process-wide settings and the environment, read once at start. */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "parse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define ML_DEFAULT_INTERVAL 80000u
+
+_Atomic uint64_t ml__interval = ML_DEFAULT_INTERVAL;
+_Atomic uint64_t ml__seed = 0x6d656d6c696d6974u; /* "memlimit" */
+_Atomic uint32_t ml__seed_epoch;
+_Atomic uint32_t ml__interval_epoch;
+_Atomic int ml__default_delivery = ML_DELIVER_JUMP;
+
+/* Apply a new seed or interval to the calling thread at once (so a
+ * single-threaded program is reproducible from this call on); other
+ * threads pick it up at their next slow path. */
+static void apply_here(void)
+{
+	struct ml__thread *t = &ml__self;
+	if (t->busy)
+		return;
+	t->busy = 1;
+	if (t->state == ML__T_NEW)
+		ml__thread_init(t);
+	/* Consume the epoch change now rather than at the next slow path. */
+	ml__force_slow(t);
+	t->saved = 0;
+	t->busy = 0;
+	ml__unforce(t);
+}
+
+ML_EXPORT int ml_set_sample_interval(uint64_t bytes)
+{
+	if (bytes == 0)
+		return ML_EINVAL;
+	atomic_store(&ml__interval, bytes);
+	atomic_fetch_add(&ml__interval_epoch, 1);
+	apply_here();
+	return 0;
+}
+
+ML_EXPORT uint64_t ml_sample_interval(void)
+{
+	return atomic_load(&ml__interval);
+}
+
+ML_EXPORT void ml_set_seed(uint64_t seed)
+{
+	atomic_store(&ml__seed, seed);
+	atomic_fetch_add(&ml__seed_epoch, 1);
+	apply_here();
+}
+
+ML_EXPORT int ml_set_default_delivery(ml_delivery d)
+{
+	if ((unsigned)d > ML_DELIVER_FLAG)
+		return ML_EINVAL;
+	atomic_store(&ml__default_delivery, (int)d);
+	return 0;
+}
+
+ML_EXPORT ml_delivery ml_default_delivery(void)
+{
+	return (ml_delivery)atomic_load(&ml__default_delivery);
+}
+
+static void bad_env(const char *name, const char *value, const char *want)
+{
+	ml__diag("ignoring %s=%s: expected %s", name, value, want);
+}
+
+static void read_env(void)
+{
+	const char *v;
+	uint64_t x;
+	if ((v = getenv("MEMLIMITS_SAMPLE_INTERVAL"))) {
+		if (ml__parse_size(v, &x) == 0 && x > 0)
+			ml_set_sample_interval(x);
+		else
+			bad_env("MEMLIMITS_SAMPLE_INTERVAL", v,
+			        "a size in bytes >= 1 (e.g. 80000, 64KiB)");
+	}
+	if ((v = getenv("MEMLIMITS_SEED"))) {
+		if (ml__parse_u64(v, &x) == 0)
+			ml_set_seed(x);
+		else
+			bad_env("MEMLIMITS_SEED", v,
+			        "an unsigned 64-bit integer");
+	}
+	if ((v = getenv("MEMLIMITS_DELIVERY"))) {
+		if (!strcmp(v, "jump"))
+			ml_set_default_delivery(ML_DELIVER_JUMP);
+		else if (!strcmp(v, "fail"))
+			ml_set_default_delivery(ML_DELIVER_FAIL);
+		else if (!strcmp(v, "flag"))
+			ml_set_default_delivery(ML_DELIVER_FLAG);
+		else
+			bad_env("MEMLIMITS_DELIVERY", v, "jump, fail or flag");
+	}
+}
+
+/* The first allocation may come before this (from ld.so or another
+ * constructor); it then runs with the defaults, and the settings below take
+ * effect before main. */
+__attribute__((constructor(101))) static void ml_constructor(void)
+{
+	ml__global_init();
+	read_env();
+}
+
+void ml__config_init(void)
+{
+	read_env();
+}

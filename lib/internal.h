@@ -1,0 +1,165 @@
+/* Internal declarations shared by the library's modules.  Never installed.
+ *
+ * Naming: ml_ is public, ml__ is internal but visible across our objects
+ * (hidden in the shared object), everything else is static. */
+#ifndef ML_INTERNAL_H
+#define ML_INTERNAL_H
+
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memlimits.h"
+#include "sampler.h"
+
+#define ml__likely(x) __builtin_expect(!!(x), 1)
+#define ml__unlikely(x) __builtin_expect(!!(x), 0)
+#define ML__HIDDEN __attribute__((visibility("hidden")))
+#define ML__COLD __attribute__((cold, noinline))
+#define ML__TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* glibc's allocator, called directly (no dlsym bootstrap). */
+void *__libc_malloc(size_t);
+void *__libc_calloc(size_t, size_t);
+void *__libc_realloc(void *, size_t);
+void *__libc_memalign(size_t, size_t);
+void *__libc_valloc(size_t);
+void *__libc_pvalloc(size_t);
+void __libc_free(void *);
+
+/* ---- Tasks ------------------------------------------------------------ */
+
+struct ml__cleanup;
+
+/* One ml_run frame.  Lives on ml_run's stack; linked into the thread's task
+ * stack while fn runs. */
+struct ml__task {
+	struct ml__task *outer;
+	uint64_t k;           /* samples that reach the allocation limit     */
+	uint64_t samples;     /* samples credited so far                     */
+	ml_token *token;      /* borrowed: the caller owns it                */
+	bool global;          /* subject to the global limit                 */
+	ml_delivery delivery; /* how an interruption reaches it              */
+	ml_status status;     /* ML_OK until interrupted; sticky after       */
+	unsigned mask_depth;  /* thread's mask depth when the task started   */
+	struct ml__cleanup *cleanups; /* thread's cleanup stack at start     */
+	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
+	uintptr_t frame;              /* an address in ml_run's frame        */
+	sigjmp_buf jb;
+};
+
+/* ---- Per-thread state ------------------------------------------------- */
+
+/* Everything the allocation path touches lives in one initial-exec TLS
+ * block, zero-initialised: a zero countdown sends the first allocation of
+ * a thread to the slow path, which initialises the rest.  Kept small: when
+ * the library is dlopen'ed its TLS must fit glibc's static TLS surplus. */
+struct ml__thread {
+	/* Fast path: bytes that may still be allocated before the slow path
+	 * must run.  Equals the sampler's countdown unless `forced`. */
+	uint64_t countdown;
+	uint64_t saved; /* the sampler's countdown while forced */
+	/* Meter: live-byte delta not yet folded into the global counter. */
+	int64_t meter_delta;
+	struct ml__sampler sampler;
+	struct ml__task *top;         /* innermost task, NULL if none   */
+	struct ml__cleanup *cleanups; /* innermost cleanup handler      */
+	unsigned mask_depth;
+	uint32_t index;          /* creation order, 0 = first      */
+	uint32_t seed_epoch;     /* ml__seed_epoch last applied    */
+	uint32_t interval_epoch; /* ml__interval_epoch last applied */
+	uint8_t state;           /* ML__T_*                        */
+	uint8_t busy;            /* inside the library: no sampling */
+	uint8_t forced;          /* countdown forced to 0          */
+	uint8_t pending;         /* an interruption waits delivery */
+};
+
+enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
+
+extern ML__TLS struct ml__thread ml__self;
+
+void ml__thread_init(struct ml__thread *t);
+void ml__force_slow(struct ml__thread *t);
+void ml__unforce(struct ml__thread *t);
+
+/* Samples carried by an allocation of n bytes that overran the countdown.
+ * Restores the countdown.  Called with busy set. */
+uint64_t ml__take_samples(struct ml__thread *t, uint64_t n);
+
+/* The slow path of every allocation: 0 = allocate, -1 = fail with ENOMEM.
+ * May not return (JUMP delivery). */
+int ml__alloc_slow(uint64_t n);
+
+/* ---- Global configuration --------------------------------------------- */
+
+extern _Atomic uint64_t ml__interval; /* S */
+extern _Atomic uint64_t ml__seed;
+extern _Atomic uint32_t ml__seed_epoch;
+extern _Atomic uint32_t ml__interval_epoch;
+extern _Atomic int ml__default_delivery;
+void ml__config_init(void);
+void ml__global_init(void);
+
+/* ---- Meter ------------------------------------------------------------ */
+
+/* Nonzero while the meter counts every allocation (a global limit is set).
+ * malloc and free do not read it: they jump through pointers instead. */
+extern volatile uint8_t ml__meter_on;
+extern _Atomic uint64_t ml__global_limit;
+#define ML__METER_BATCH ((int64_t)32768)
+void ml__meter_add(int64_t bytes);
+void ml__meter_flush(struct ml__thread *t);
+uint64_t ml__meter_usage(void);
+size_t ml__chunk_bytes(const void *p);
+/* Route malloc and free through the metered variants, or not. */
+void ml__meter_switch(bool on);
+
+/* ---- Tasks ------------------------------------------------------------ */
+
+/* Credit `s` samples of an allocation of n bytes to the thread's tasks and
+ * decide: 0 = allocate, -1 = fail.  May jump. */
+int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n);
+/* An allocation while an interruption is pending. */
+int ml__tasks_pending(struct ml__thread *t, uint64_t n);
+void ml__tasks_thread_exit(struct ml__thread *t);
+
+/* ---- Own memory ------------------------------------------------------- */
+
+/* Fixed-size slots from mmap'd slabs; never touches the malloc family. */
+struct ml__pool {
+	size_t slot;
+	atomic_flag lock;
+	void *free;
+	size_t live;
+};
+void *ml__pool_get(struct ml__pool *p);
+void ml__pool_put(struct ml__pool *p, void *slot);
+void *ml__raw_alloc(size_t bytes); /* mmap; NULL on failure */
+void ml__raw_free(void *p, size_t bytes);
+void ml__spin_lock(atomic_flag *l);
+void ml__spin_unlock(atomic_flag *l);
+extern struct ml__pool ml__token_pool, ml__cleanup_pool;
+uint64_t ml__pool_pages(void);
+
+/* ---- Unwinding -------------------------------------------------------- */
+
+enum ml__frames {
+	ML__FRAMES_SAFE = 0, /* only user code between here and the task */
+	ML__FRAMES_RUNTIME =
+	    1, /* a libc/loader/libstdc++/libgcc/ourselves frame */
+	ML__FRAMES_LOADER = 2, /* a frame that cannot survive a failure      */
+};
+/* Classify the frames between the caller and `stop` (an address in the
+ * target ml_run's frame; 0 = the whole stack, for the loader check only). */
+enum ml__frames ml__frames_check(uintptr_t stop);
+void ml__unwind_init(void);
+
+/* ---- Diagnostics ------------------------------------------------------ */
+
+void ml__diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

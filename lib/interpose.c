@@ -1,0 +1,265 @@
+/* The malloc family.  Nothing else in the library knows it exists.
+ *
+ * Every allocating entry point runs the same fast path: subtract the size
+ * from the thread's countdown and branch on the borrow.  Everything else —
+ * sampling, tasks, pending interruptions, re-entrancy — lives behind that
+ * branch (ml__alloc_slow), and the global meter behind one flag that is
+ * only set while a global limit is.  The real allocator is glibc's, called
+ * through its exported __libc_* entry points. */
+#include "internal.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define ML__API __attribute__((visibility("default")))
+
+/* The countdown subtraction.  True when it borrowed (n > countdown): an
+ * unsigned borrow is taken whatever n is, so even malloc(SIZE_MAX) cannot
+ * wrap the countdown into a huge value.  On x86-64 one memory-operand
+ * subtraction and one branch; gcc would load, subtract and store. */
+static inline __attribute__((always_inline)) bool borrow(uint64_t n)
+{
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ML_NO_ASM) && \
+    defined(__PIC__)
+	_Static_assert(offsetof(struct ml__thread, countdown) == 0,
+	               "the asm below subtracts at offset 0");
+	__asm__ goto("movq ml__self@gottpoff(%%rip), %%rax\n\t"
+	             "subq %0, %%fs:(%%rax)\n\t"
+	             "jb %l[slow]"
+	             :
+	             : "r"(n)
+	             : "rax", "cc", "memory"
+	             : slow);
+	return false;
+slow:
+	return true;
+#else
+	struct ml__thread *t = &ml__self;
+	return __builtin_sub_overflow(t->countdown, n, &t->countdown);
+#endif
+}
+
+/* The fast path.  Returns true when the allocation must fail. */
+static inline __attribute__((always_inline)) bool sample(size_t n)
+{
+	if (ml__unlikely(borrow(n)))
+		return ml__alloc_slow(n) != 0;
+	return false;
+}
+
+static void *enomem(void)
+{
+	errno = ENOMEM;
+	return NULL;
+}
+
+/* glibc's chunk header: the size word sits just before the block, its low
+ * three bits are flags (bit 1: the chunk was mmapped). */
+static inline size_t chunk_word(const void *p)
+{
+	return ((const size_t *)p)[-1];
+}
+
+size_t ml__chunk_bytes(const void *p)
+{
+	return chunk_word(p) & ~(size_t)7;
+}
+
+static inline void meter(const void *p, int sign)
+{
+	if (p)
+		ml__meter_add(sign * (int64_t)ml__chunk_bytes(p));
+}
+
+/* ---- malloc and free: the hottest pair ---------------------------------
+ *
+ * Their last step goes through a pointer: glibc's own function while no
+ * global limit is set, a metered one while it is.  An indirect jump costs
+ * what the jump through the GOT to glibc would, so the meter costs nothing
+ * until it is switched on (ml__meter_switch). */
+
+static void *malloc_metered(size_t n)
+{
+	void *p = __libc_malloc(n);
+	meter(p, 1);
+	return p;
+}
+
+static void free_metered(void *p)
+{
+	meter(p, -1);
+	__libc_free(p);
+}
+
+static void *(*malloc_tail)(size_t) = __libc_malloc;
+static void (*free_tail)(void *) = __libc_free;
+
+void ml__meter_switch(bool on)
+{
+	__atomic_store_n(&malloc_tail, on ? malloc_metered : __libc_malloc,
+	                 __ATOMIC_RELEASE);
+	__atomic_store_n(&free_tail, on ? free_metered : __libc_free,
+	                 __ATOMIC_RELEASE);
+}
+
+static inline void *malloc_tail_call(size_t n)
+{
+	return __atomic_load_n(&malloc_tail, __ATOMIC_RELAXED)(n);
+}
+
+/* Out of line, so that the fast path saves no register for it. */
+static ML__COLD void *malloc_slow(size_t n)
+{
+	if (ml__alloc_slow(n))
+		return enomem();
+	return malloc_tail_call(n);
+}
+
+ML__API void *malloc(size_t n)
+{
+	if (ml__unlikely(borrow(n)))
+		return malloc_slow(n);
+	return malloc_tail_call(n);
+}
+
+ML__API void free(void *p)
+{
+	__atomic_load_n(&free_tail, __ATOMIC_RELAXED)(p);
+}
+
+ML__API void cfree(void *p);
+ML__API void cfree(void *p)
+{
+	free(p);
+}
+
+ML__API void *calloc(size_t a, size_t b)
+{
+	size_t n;
+	if (__builtin_mul_overflow(a, b, &n))
+		return enomem(); /* as glibc: ENOMEM, nothing sampled */
+	if (sample(n))
+		return enomem();
+	void *p = __libc_calloc(a, b);
+	if (ml__unlikely(ml__meter_on))
+		meter(p, 1);
+	return p;
+}
+
+ML__API void *realloc(void *p, size_t n)
+{
+	/* realloc(p, 0) frees p (glibc's REALLOC_ZERO_BYTES_FREES) and
+	 * allocates nothing, so it carries no sample. */
+	if (sample(n))
+		return enomem(); /* the old block stays valid */
+	if (ml__likely(!ml__meter_on))
+		return __libc_realloc(p, n);
+	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
+	void *q = __libc_realloc(p, n);
+	if (q)
+		ml__meter_add((int64_t)ml__chunk_bytes(q) - old);
+	else if (p && n == 0)
+		ml__meter_add(-old);
+	return q;
+}
+
+ML__API void *reallocarray(void *p, size_t a, size_t b)
+{
+	size_t n;
+	if (__builtin_mul_overflow(a, b, &n))
+		return enomem();
+	return realloc(p, n);
+}
+
+static void *aligned(size_t align, size_t n)
+{
+	if (sample(n))
+		return enomem();
+	void *p = __libc_memalign(align, n);
+	if (ml__unlikely(ml__meter_on))
+		meter(p, 1);
+	return p;
+}
+
+ML__API void *memalign(size_t align, size_t n)
+{
+	return aligned(align, n);
+}
+
+/* glibc 2.36 makes aligned_alloc an alias of memalign (no EINVAL for a
+ * non-power-of-two alignment); we match the glibc we forward to. */
+ML__API void *aligned_alloc(size_t align, size_t n)
+{
+	return aligned(align, n);
+}
+
+ML__API int posix_memalign(void **out, size_t align, size_t n)
+{
+	/* The alignment must be a power-of-two multiple of sizeof(void *);
+	 * the error is returned, errno is left alone (as glibc). */
+	if (align % sizeof(void *) != 0 || align == 0 ||
+	    ((align / sizeof(void *)) & (align / sizeof(void *) - 1)) != 0)
+		return EINVAL;
+	void *p = aligned(align, n);
+	if (!p)
+		return ENOMEM;
+	*out = p;
+	return 0;
+}
+
+ML__API void *valloc(size_t n)
+{
+	if (sample(n))
+		return enomem();
+	void *p = __libc_valloc(n);
+	if (ml__unlikely(ml__meter_on))
+		meter(p, 1);
+	return p;
+}
+
+ML__API void *pvalloc(size_t n)
+{
+	/* pvalloc rounds the size up to whole pages: sample what it takes. */
+	size_t page = (size_t)getpagesize(), rounded = n;
+	if (n <= SIZE_MAX - page)
+		rounded = (n + page - 1) & ~(page - 1);
+	if (sample(rounded))
+		return enomem();
+	void *p = __libc_pvalloc(n);
+	if (ml__unlikely(ml__meter_on))
+		meter(p, 1);
+	return p;
+}
+
+/* Mirrors glibc's musable(): no __libc_ entry point exists for it. */
+ML__API size_t malloc_usable_size(void *p)
+{
+	if (!p)
+		return 0;
+	size_t w = chunk_word(p), size = w & ~(size_t)7;
+	if (w & 2) /* mmapped: two header words */
+		return size - 2 * sizeof(size_t);
+	/* In use iff the next chunk's PREV_INUSE bit is set. */
+	const size_t *next =
+	    (const size_t *)((const char *)p - 2 * sizeof(size_t) + size);
+	return (next[1] & 1) ? size - sizeof(size_t) : 0;
+}
+
+/* ---- Custom allocators ------------------------------------------------ */
+
+ML__API bool ml_note_alloc(size_t bytes)
+{
+	if (sample(bytes))
+		return false;
+	if (ml__unlikely(ml__meter_on))
+		ml__meter_add((int64_t)bytes);
+	return true;
+}
+
+ML__API void ml_note_free(size_t bytes)
+{
+	if (ml__unlikely(ml__meter_on))
+		ml__meter_add(-(int64_t)bytes);
+}

@@ -1,0 +1,82 @@
+/* The global memory meter: live heap bytes, counted as glibc chunk sizes
+ * (the usable bytes plus glibc's header word), so that it agrees with
+ * glibc's own mallinfo2() accounting and with the memory really taken.
+ *
+ * It only runs while a global limit is set: then every allocation and free
+ * adds its chunk size to a per-thread delta, folded into one atomic total
+ * when it leaves [-ML__METER_BATCH, ML__METER_BATCH] and at every sample of
+ * that thread.  The total is therefore exact up to ML__METER_BATCH per
+ * other thread.  A limit set late starts from mallinfo2()'s count of bytes
+ * in use, which also holds the blocks parked in glibc's per-thread caches;
+ * docs/statistics.md ("The global meter") gives the slack. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <malloc.h>
+
+volatile uint8_t ml__meter_on;
+_Atomic uint64_t ml__global_limit = ML_NO_LIMIT;
+static _Atomic int64_t total;
+static atomic_flag switch_lock = ATOMIC_FLAG_INIT;
+
+void ml__meter_flush(struct ml__thread *t)
+{
+	if (t->meter_delta) {
+		atomic_fetch_add_explicit(&total, t->meter_delta,
+		                          memory_order_relaxed);
+		t->meter_delta = 0;
+	}
+}
+
+void ml__meter_add(int64_t bytes)
+{
+	struct ml__thread *t = &ml__self;
+	t->meter_delta += bytes;
+	if (ml__unlikely((uint64_t)(t->meter_delta + ML__METER_BATCH) >
+	                 (uint64_t)(2 * ML__METER_BATCH)))
+		ml__meter_flush(t);
+}
+
+static uint64_t glibc_in_use(void)
+{
+	struct mallinfo2 mi = mallinfo2();
+	return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+}
+
+uint64_t ml__meter_usage(void)
+{
+	if (!ml__meter_on)
+		return glibc_in_use();
+	int64_t v = atomic_load_explicit(&total, memory_order_relaxed) +
+	            ml__self.meter_delta;
+	return v < 0 ? 0 : (uint64_t)v;
+}
+
+ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
+{
+	ml__spin_lock(&switch_lock);
+	atomic_store(&ml__global_limit, bytes);
+	if (bytes == ML_NO_LIMIT) {
+		ml__meter_switch(false);
+		ml__meter_on = 0;
+	} else if (!ml__meter_on) {
+		/* Count from now on, starting from glibc's own figure.  Our
+		 * own delta is stale from an earlier period: drop it. */
+		ml__self.meter_delta = 0;
+		ml__meter_on = 1;
+		ml__meter_switch(true);
+		atomic_store(&total, (int64_t)glibc_in_use());
+	}
+	ml__spin_unlock(&switch_lock);
+	return 0;
+}
+
+ML_EXPORT uint64_t ml_global_memory_limit(void)
+{
+	return atomic_load(&ml__global_limit);
+}
+
+ML_EXPORT uint64_t ml_global_memory_usage(void)
+{
+	return ml__meter_usage();
+}

@@ -1,0 +1,130 @@
+#include "parse.h"
+
+#include <math.h>
+#include <stddef.h>
+
+static int is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+static int lower(char c)
+{
+	return (c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c;
+}
+
+static int streq_ci(const char *a, const char *b)
+{
+	for (; *a && *b; a++, b++)
+		if (lower(*a) != lower(*b))
+			return 0;
+	return *a == *b;
+}
+
+int ml__parse_u64(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+	unsigned base = 10;
+	if (!s || !*s)
+		return -1;
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && s[2]) {
+		base = 16;
+		s += 2;
+	}
+	for (; *s; s++) {
+		int d;
+		if (is_digit(*s))
+			d = *s - '0';
+		else if (base == 16 && lower(*s) >= 'a' && lower(*s) <= 'f')
+			d = lower(*s) - 'a' + 10;
+		else
+			return -1;
+		if (v > (UINT64_MAX - (uint64_t)d) / base)
+			return -1;
+		v = v * base + (uint64_t)d;
+	}
+	*out = v;
+	return 0;
+}
+
+static const struct {
+	const char *name;
+	unsigned shift;
+} units[] = {
+    {"", 0},     {"b", 0},   {"k", 10},   {"kb", 10},  {"kib", 10},
+    {"m", 20},   {"mb", 20}, {"mib", 20}, {"g", 30},   {"gb", 30},
+    {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40},
+};
+
+int ml__parse_size(const char *s, uint64_t *out)
+{
+	if (!s || !is_digit(*s))
+		return -1; /* empty, blank, sign: all refused */
+	/* Integer part exactly, then an optional fraction. */
+	uint64_t whole = 0;
+	const char *p = s;
+	for (; is_digit(*p); p++) {
+		if (whole > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			return -1;
+		whole = whole * 10 + (uint64_t)(*p - '0');
+	}
+	double frac = 0, scale = 1;
+	if (*p == '.') {
+		p++;
+		if (!is_digit(*p))
+			return -1;
+		for (; is_digit(*p); p++) {
+			scale /= 10;
+			frac += (*p - '0') * scale;
+		}
+	}
+	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+		if (!streq_ci(p, units[i].name))
+			continue;
+		unsigned sh = units[i].shift;
+		if (sh && whole > (UINT64_MAX >> sh))
+			return -1;
+		uint64_t v = whole << sh;
+		uint64_t f =
+		    (uint64_t)floor(frac * (double)((uint64_t)1 << sh));
+		if (v > UINT64_MAX - f)
+			return -1;
+		*out = v + f;
+		return 0;
+	}
+	return -1;
+}
+
+int ml__parse_prob(const char *s, double *out)
+{
+	/* strtod would do, but it may consult the locale; this accepts
+	 * d[.d][e[-]d] only. */
+	if (!s || !*s)
+		return -1;
+	const char *p = s;
+	double m = 0, scale = 1;
+	int digits = 0;
+	for (; is_digit(*p); p++, digits++)
+		m = m * 10 + (*p - '0');
+	if (*p == '.')
+		for (p++; is_digit(*p); p++, digits++)
+			m += (*p - '0') * (scale /= 10);
+	if (!digits)
+		return -1;
+	if (*p == 'e' || *p == 'E') {
+		p++;
+		int neg = 0, e = 0;
+		if (*p == '-' || *p == '+')
+			neg = *p++ == '-';
+		if (!is_digit(*p))
+			return -1;
+		for (; is_digit(*p); p++)
+			if (e < 100000)
+				e = e * 10 + (*p - '0');
+		m *= pow(10.0, neg ? -e : e);
+	}
+	if (*p || !(m > 0 && m < 1))
+		return -1;
+	*out = m;
+	return 0;
+}

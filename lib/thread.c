@@ -1,0 +1,169 @@
+/* Per-thread state: creation, the allocation slow path, fork and exit.
+ *
+ * The fast path (interpose.c) only subtracts from `countdown`.  When it
+ * borrows, ml__alloc_slow works out how many samples the allocation
+ * carried and hands them to the tasks.  Work that must see every
+ * allocation for a while (a pending interruption, FAIL delivery, the
+ * library's own allocations) "forces" the countdown to 0 and parks the
+ * sampler's real countdown in `saved`; the fast path needs no flag for it. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+ML__TLS struct ml__thread ml__self;
+
+static pthread_key_t exit_key;
+static _Atomic uint32_t thread_count;
+static _Atomic uint32_t fork_generation;
+static _Atomic int global_state; /* 0 new, 1 initialising, 2 ready */
+
+/* The sampler's real countdown lives in `saved` while forced. */
+void ml__force_slow(struct ml__thread *t)
+{
+	if (!t->forced) {
+		t->saved = t->countdown;
+		t->forced = 1;
+	}
+	t->countdown = 0;
+}
+
+void ml__unforce(struct ml__thread *t)
+{
+	if (t->forced && !t->busy && !t->pending) {
+		t->forced = 0;
+		t->countdown = t->saved;
+	}
+}
+
+static void reseed(struct ml__thread *t)
+{
+	uint64_t stream =
+	    ((uint64_t)atomic_load(&fork_generation) << 32) | t->index;
+	t->seed_epoch = atomic_load(&ml__seed_epoch);
+	t->interval_epoch = atomic_load(&ml__interval_epoch);
+	t->sampler.interval = (double)atomic_load(&ml__interval);
+	ml__sampler_seed(&t->sampler, atomic_load(&ml__seed), stream);
+}
+
+/* A thread's sampler state after a change of seed or interval: by
+ * memorylessness a fresh gap at the new rate is exact from here on. */
+static uint64_t refresh(struct ml__thread *t)
+{
+	if (t->seed_epoch != atomic_load(&ml__seed_epoch))
+		reseed(t);
+	t->interval_epoch = atomic_load(&ml__interval_epoch);
+	t->sampler.interval = (double)atomic_load(&ml__interval);
+	return ml__sampler_gap(&t->sampler);
+}
+
+static void on_thread_exit(void *arg)
+{
+	struct ml__thread *t = &ml__self;
+	(void)arg;
+	t->busy = 1;
+	ml__tasks_thread_exit(t);
+	ml__meter_flush(t);
+	t->state = ML__T_EXITING;
+	t->busy = 0;
+}
+
+static void atfork_prepare(void)
+{
+	ml__spin_lock(&ml__token_pool.lock);
+	ml__spin_lock(&ml__cleanup_pool.lock);
+}
+
+static void atfork_parent(void)
+{
+	ml__spin_unlock(&ml__cleanup_pool.lock);
+	ml__spin_unlock(&ml__token_pool.lock);
+}
+
+static void atfork_child(void)
+{
+	struct ml__thread *t = &ml__self;
+	atfork_parent();
+	/* The child's sampler must not replay the parent's random stream. */
+	atomic_fetch_add(&fork_generation, 1);
+	if (t->state == ML__T_LIVE) {
+		reseed(t);
+		uint64_t c = ml__sampler_gap(&t->sampler);
+		if (t->forced)
+			t->saved = c;
+		else
+			t->countdown = c;
+	}
+	ml__meter_flush(t);
+}
+
+void ml__global_init(void)
+{
+	int expect = 0;
+	if (atomic_load_explicit(&global_state, memory_order_acquire) == 2)
+		return;
+	if (!atomic_compare_exchange_strong(&global_state, &expect, 1)) {
+		while (atomic_load_explicit(&global_state,
+		                            memory_order_acquire) != 2)
+			sched_yield();
+		return;
+	}
+	pthread_key_create(&exit_key, on_thread_exit);
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	atomic_store_explicit(&global_state, 2, memory_order_release);
+}
+
+void ml__thread_init(struct ml__thread *t)
+{
+	ml__global_init();
+	t->index = atomic_fetch_add(&thread_count, 1);
+	reseed(t);
+	t->state = ML__T_LIVE;
+	/* Any non-NULL value makes the destructor run at thread exit. */
+	pthread_setspecific(exit_key, t);
+}
+
+int ml__alloc_slow(uint64_t n)
+{
+	struct ml__thread *t = &ml__self;
+	if (t->busy) {
+		/* Our own allocation: no sample, no decision. */
+		t->countdown = 0;
+		return 0;
+	}
+	t->busy = 1;
+	/* Undo the fast path's subtraction to recover the countdown the
+	 * allocation started from. */
+	uint64_t c = t->forced ? t->saved : t->countdown + n;
+	ml__force_slow(t);
+
+	if (ml__unlikely(t->state != ML__T_LIVE)) {
+		if (t->state == ML__T_NEW)
+			ml__thread_init(t);
+		c = refresh(t);
+	} else if (ml__unlikely(
+	               t->interval_epoch != atomic_load(&ml__interval_epoch) ||
+	               t->seed_epoch != atomic_load(&ml__seed_epoch))) {
+		c = refresh(t);
+	}
+
+	uint64_t s = 0;
+	if (n > c)
+		s = ml__sampler_hit(&t->sampler, &c, n);
+	else
+		c -= n;
+	t->saved = c;
+
+	int verdict = 0;
+	if (s) {
+		if (ml__meter_on)
+			ml__meter_flush(t);
+		verdict = ml__tasks_sample(t, s, n);
+	} else if (t->pending) {
+		verdict = ml__tasks_pending(t, n);
+	}
+	t->busy = 0;
+	ml__unforce(t);
+	return verdict;
+}

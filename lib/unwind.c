@@ -1,0 +1,106 @@
+/* Frame safety: which code lies between an allocation and a task's ml_run.
+ *
+ * Only runs after an interruption (never on the sampling path).  Each frame
+ * is attributed to the object holding its return address with glibc's
+ * lock-free _dl_find_object; an object is "runtime" when abandoning or
+ * failing inside it is unsafe: the C library, the loader, libstdc++,
+ * libgcc, libunwind, and this library (except its own task frames, which a
+ * jump is meant to leave). */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#define MAX_FRAMES 256
+
+enum kind { K_USER, K_SELF, K_RUNTIME, K_LOADER };
+
+/* The one libc function that aborts the process when its allocation fails
+ * (glibc: "failed to register TLS destructor"). */
+extern int __cxa_thread_atexit_impl(void (*)(void *), void *, void *);
+
+static bool starts(const char *base, const char *prefix)
+{
+	return strncmp(base, prefix, strlen(prefix)) == 0;
+}
+
+static enum kind classify_name(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	if (starts(base, "ld-linux") || starts(base, "ld.so") ||
+	    starts(base, "ld64.so"))
+		return K_LOADER;
+	if (starts(base, "libc.so") || starts(base, "libpthread.so") ||
+	    starts(base, "libdl.so") || starts(base, "libstdc++.so") ||
+	    starts(base, "libgcc_s.so") || starts(base, "libunwind"))
+		return K_RUNTIME;
+	return K_USER;
+}
+
+static void *self_base;
+
+static enum kind classify(uintptr_t ip)
+{
+	struct dl_find_object fo;
+	if (_dl_find_object((void *)ip, &fo) != 0)
+		return K_USER; /* JIT code or similar: not ours to judge */
+	if (fo.dlfo_map_start == self_base)
+		return K_SELF;
+	/* The main program's link map has an empty name. */
+	const char *name = fo.dlfo_link_map ? fo.dlfo_link_map->l_name : "";
+	return classify_name(name ? name : "");
+}
+
+void ml__unwind_init(void)
+{
+	struct dl_find_object fo;
+	if (_dl_find_object((void *)(uintptr_t)&ml__unwind_init, &fo) == 0)
+		self_base = fo.dlfo_map_start;
+}
+
+enum ml__frames ml__frames_check(uintptr_t stop)
+{
+	if (!self_base)
+		ml__unwind_init();
+	unw_context_t ctx;
+	unw_cursor_t cur;
+	if (unw_getcontext(&ctx) != 0 || unw_init_local(&cur, &ctx) != 0)
+		return ML__FRAMES_RUNTIME;
+	uintptr_t atexit_fn = (uintptr_t)&__cxa_thread_atexit_impl;
+	enum ml__frames verdict = ML__FRAMES_SAFE;
+	bool leading = true, reached = (stop == 0);
+	for (int depth = 0; depth < MAX_FRAMES && unw_step(&cur) > 0; depth++) {
+		unw_word_t ip = 0, sp = 0;
+		unw_get_reg(&cur, UNW_REG_IP, &ip);
+		unw_get_reg(&cur, UNW_REG_SP, &sp);
+		if (stop && sp >= stop) {
+			reached = true;
+			break;
+		}
+		/* A return address may sit just past the end of its caller. */
+		enum kind k = classify(ip - 1);
+		if (leading && k == K_SELF)
+			continue; /* the allocation path itself */
+		leading = false;
+		if (k == K_LOADER)
+			return ML__FRAMES_LOADER;
+		if (k == K_RUNTIME) {
+			unw_proc_info_t pi;
+			if (unw_get_proc_info(&cur, &pi) == 0 &&
+			    pi.start_ip == atexit_fn)
+				return ML__FRAMES_LOADER;
+			verdict = ML__FRAMES_RUNTIME;
+		}
+	}
+	/* A stack we could not follow up to the task is not known safe. */
+	if (!reached && verdict == ML__FRAMES_SAFE)
+		verdict = ML__FRAMES_RUNTIME;
+	return verdict;
+}

@@ -1,0 +1,14 @@
+check_PROGRAMS += tests/test-sampler tests/test-meter tests/test-tasks
+TESTS += tests/test-sampler tests/test-meter tests/test-tasks
+tests_test_sampler_SOURCES = tests/test-sampler.c
+tests_test_sampler_LDADD = $(ML_TEST_LIBS)
+tests_test_sampler_LDFLAGS = $(ML_TEST_LINK)
+tests_test_sampler_CFLAGS = $(ML_TEST_CFLAGS)
+tests_test_meter_SOURCES = tests/test-meter.c
+tests_test_meter_LDADD = $(ML_TEST_LIBS)
+tests_test_meter_LDFLAGS = $(ML_TEST_LINK)
+tests_test_meter_CFLAGS = $(ML_TEST_CFLAGS)
+tests_test_tasks_SOURCES = tests/test-tasks.c
+tests_test_tasks_LDADD = $(ML_TEST_LIBS)
+tests_test_tasks_LDFLAGS = $(ML_TEST_LINK)
+tests_test_tasks_CFLAGS = $(ML_TEST_CFLAGS)

@@ -1,0 +1,151 @@
+#define _GNU_SOURCE
+#include "tap.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int tests_run, tests_failed, planned = -1;
+
+static void out(const char *s, size_t n)
+{
+	while (n) {
+		ssize_t w = write(1, s, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return;
+		s += w;
+		n -= (size_t)w;
+	}
+}
+
+static void vline(const char *prefix, const char *fmt, va_list ap)
+{
+	char buf[1024];
+	int n = snprintf(buf, sizeof buf, "%s", prefix);
+	if (n < 0)
+		return;
+	int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+	size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+	if (len > sizeof buf - 2)
+		len = sizeof buf - 2;
+	/* A newline inside a test name would end the TAP line early. */
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] == '\n')
+			buf[i] = ' ';
+	buf[len++] = '\n';
+	out(buf, len);
+}
+
+void tap_write(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vline("", fmt, ap);
+	va_end(ap);
+}
+
+void tap_plan(int n)
+{
+	planned = n;
+	char buf[32];
+	int len = snprintf(buf, sizeof buf, "1..%d\n", n);
+	out(buf, (size_t)len);
+}
+
+bool tap_ok(bool cond, const char *fmt, ...)
+{
+	char prefix[48];
+	tests_run++;
+	if (!cond)
+		tests_failed++;
+	snprintf(prefix, sizeof prefix, "%s %d - ", cond ? "ok" : "not ok",
+	         tests_run);
+	va_list ap;
+	va_start(ap, fmt);
+	vline(prefix, fmt, ap);
+	va_end(ap);
+	return cond;
+}
+
+void tap_skip(int n, const char *fmt, ...)
+{
+	for (int i = 0; i < n; i++) {
+		char prefix[48];
+		tests_run++;
+		/* "ok N # SKIP": tap-driver.sh counts "not ok # SKIP" as a
+		 * failure. */
+		snprintf(prefix, sizeof prefix, "ok %d # SKIP ", tests_run);
+		va_list ap;
+		va_start(ap, fmt);
+		vline(prefix, fmt, ap);
+		va_end(ap);
+	}
+}
+
+void tap_diag(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vline("# ", fmt, ap);
+	va_end(ap);
+}
+
+void tap_bail(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vline("Bail out! ", fmt, ap);
+	va_end(ap);
+	_exit(1);
+}
+
+int tap_done(void)
+{
+	if (planned < 0)
+		tap_plan(tests_run);
+	else if (planned != tests_run)
+		tap_diag("planned %d tests but ran %d", planned, tests_run);
+	return tests_failed || (planned >= 0 && planned != tests_run);
+}
+
+int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		alarm(timeout_s + 5); /* belt and braces: never outlive us */
+		fn(arg);
+		_exit(0);
+	}
+	struct timespec nap = {0, 2 * 1000 * 1000};
+	long waited_ms = 0, limit_ms = (long)timeout_s * 1000;
+	for (;;) {
+		int st;
+		pid_t r = waitpid(pid, &st, WNOHANG);
+		if (r == pid) {
+			if (WIFEXITED(st))
+				return WEXITSTATUS(st);
+			if (WIFSIGNALED(st))
+				return 128 + WTERMSIG(st);
+			continue;
+		}
+		if (r < 0 && errno != EINTR)
+			return -1;
+		if (waited_ms >= limit_ms) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			return -1;
+		}
+		nanosleep(&nap, NULL);
+		waited_ms += 2;
+	}
+}

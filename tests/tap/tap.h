@@ -1,0 +1,35 @@
+/* A TAP emitter that never allocates: tests run under tight memory limits
+ * and inside malloc experiments, so everything goes through write(2) from
+ * stack buffers.  Formats are vsnprintf's, into a fixed buffer; keep to
+ * plain conversions (%d %u %s %g %zu ...). */
+#ifndef ML_TAP_H
+#define ML_TAP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+void tap_plan(int n); /* optional: plan up front */
+bool tap_ok(bool cond, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void tap_skip(int n, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void tap_diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tap_bail(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
+/* Print the plan if none was given, return the exit status (0 iff every
+ * test passed). */
+int tap_done(void);
+
+#define tap_is(got, want, name)                                               \
+	tap_ok((int64_t)(got) == (int64_t)(want), "%s (got %lld, want %lld)", \
+	       (name), (long long)(got), (long long)(want))
+
+/* Run fn(arg) in a child process with a time limit in seconds.  Returns the
+ * child's exit status (0..255), 128+signal if it was killed by a signal, or
+ * -1 if it timed out (it is then killed) or could not be started. */
+int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s);
+
+/* Write without stdio (for use inside children). */
+void tap_write(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
