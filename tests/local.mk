@@ -21,3 +21,6 @@ ML_TEST_LINK = -no-install
 ML_TEST_CFLAGS = $(AM_CFLAGS) -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-free -fno-builtin-realloc
 
 include tests/sampler.mk
+include tests/family.mk
+include tests/bounds.mk
+include tests/tasks.mk

@@ -1,0 +1,1 @@
+# Bounds and conformance tests.

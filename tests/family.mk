@@ -1,0 +1,1 @@
+# Malloc-family, symbol, preload, fork and thread tests.

@@ -1,0 +1,1 @@
+# Task, delivery and jump-safety tests.
