@@ -1,6 +1,6 @@
 check_PROGRAMS += tests/test-sampler tests/test-meter tests/test-tasks
 TESTS += tests/test-sampler tests/test-meter tests/test-tasks
-tests_test_sampler_SOURCES = tests/test-sampler.c
+tests_test_sampler_SOURCES = tests/test-sampler.c tests/stats.h lib/sampler.c
 tests_test_sampler_LDADD = $(ML_TEST_LIBS)
 tests_test_sampler_LDFLAGS = $(ML_TEST_LINK)
 tests_test_sampler_CFLAGS = $(ML_TEST_CFLAGS)
