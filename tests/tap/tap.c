@@ -75,6 +75,12 @@ bool tap_ok(bool cond, const char *fmt, ...)
 	return cond;
 }
 
+bool tap_is_int(int64_t got, int64_t want, const char *name)
+{
+	return tap_ok(got == want, "%s (got %lld, want %lld)", name,
+	              (long long)got, (long long)want);
+}
+
 void tap_skip(int n, const char *fmt, ...)
 {
 	for (int i = 0; i < n; i++) {

@@ -20,9 +20,10 @@ void tap_bail(const char *fmt, ...)
  * test passed). */
 int tap_done(void);
 
-#define tap_is(got, want, name)                                               \
-	tap_ok((int64_t)(got) == (int64_t)(want), "%s (got %lld, want %lld)", \
-	       (name), (long long)(got), (long long)(want))
+/* Compare two integers; each argument is evaluated once. */
+bool tap_is_int(int64_t got, int64_t want, const char *name);
+#define tap_is(got, want, name) \
+	tap_is_int((int64_t)(got), (int64_t)(want), (name))
 
 /* Run fn(arg) in a child process with a time limit in seconds.  Returns the
  * child's exit status (0..255), 128+signal if it was killed by a signal, or
