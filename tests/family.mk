@@ -1,7 +1,7 @@
 # Malloc-family, symbol, preload, fork and thread tests.
 check_PROGRAMS += tests/test-family
-TESTS += tests/test-family tests/test-symbols.sh
-EXTRA_DIST += tests/test-symbols.sh
+TESTS += tests/test-family tests/test-symbols.sh tests/test-preload.sh
+EXTRA_DIST += tests/test-symbols.sh tests/test-preload.sh
 
 # -fno-builtin: gcc must not fold or delete the calls under test.
 tests_test_family_SOURCES = tests/test-family.c
