@@ -109,9 +109,5 @@ __attribute__((constructor(101))) static void ml_constructor(void)
 {
 	ml__global_init();
 	read_env();
-}
-
-void ml__config_init(void)
-{
-	read_env();
+	ml__run_configure();
 }

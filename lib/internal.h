@@ -49,6 +49,7 @@ struct ml__task {
 	struct ml__cleanup *cleanups; /* thread's cleanup stack at start     */
 	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
 	uintptr_t frame;              /* an address in ml_run's frame        */
+	bool root;                    /* the implicit task of `memlimits run` */
 	sigjmp_buf jb;
 };
 
@@ -67,6 +68,8 @@ struct ml__thread {
 	int64_t meter_delta;
 	struct ml__sampler sampler;
 	struct ml__task *top;         /* innermost task, NULL if none   */
+	struct ml__task *root;        /* this thread's run-mode task, or NULL */
+	void *stats;                  /* run-mode statistics, or NULL */
 	struct ml__cleanup *cleanups; /* innermost cleanup handler      */
 	unsigned mask_depth;
 	uint32_t index;          /* creation order, 0 = first      */
@@ -101,7 +104,6 @@ extern _Atomic uint64_t ml__seed;
 extern _Atomic uint32_t ml__seed_epoch;
 extern _Atomic uint32_t ml__interval_epoch;
 extern _Atomic int ml__default_delivery;
-void ml__config_init(void);
 void ml__global_init(void);
 
 /* ---- Meter ------------------------------------------------------------ */
@@ -125,7 +127,48 @@ void ml__meter_switch(bool on);
 int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n);
 /* An allocation while an interruption is pending. */
 int ml__tasks_pending(struct ml__thread *t, uint64_t n);
+/* Would an allocation of n bytes take the heap over the global limit? */
+bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
+
+/* ---- Run mode: limits for a whole unmodified process ------------------
+ *
+ * Set from the environment (memlimits run, or a bare LD_PRELOAD): every
+ * thread gets a root task at the bottom of its stack.  The allocation limit
+ * counts the samples of all threads together; the heap limit fails each
+ * sampled allocation that would take the heap over it (not sticky: a
+ * program that catches the failure goes on).  See memlimits(1). */
+enum ml__on_limit { ML__ON_LIMIT_FAIL = 0, ML__ON_LIMIT_ABORT = 1 };
+struct ml__run {
+	bool active;              /* root tasks are created              */
+	bool profiling;           /* capture stacks at samples           */
+	bool stats;               /* count every allocation              */
+	uint8_t on_limit;         /* ML__ON_LIMIT_*                      */
+	uint64_t alloc_limit;     /* ML_NO_LIMIT = none                  */
+	uint64_t heap_limit;      /* ML_NO_LIMIT = none                  */
+	uint64_t k;               /* samples that reach alloc_limit      */
+	_Atomic uint64_t samples; /* all root tasks together        */
+	_Atomic int fired;        /* ml_status of the first limit hit */
+	const char *report_path;  /* NULL: stderr                   */
+	const char *profile_path; /* NULL: none                     */
+	const char *stats_dir;    /* NULL: none                     */
+};
+extern struct ml__run ml__run;
+void ml__run_configure(void); /* reads MEMLIMITS_* run variables */
+void ml__run_thread_start(struct ml__thread *t);
+void ml__run_thread_exit(struct ml__thread *t);
+/* A sample of a root task: 0 = allocate, -1 = fail (heap limit). */
+int ml__run_sample(struct ml__thread *t, struct ml__task *root, uint64_t s,
+                   uint64_t n);
+
+/* Reporting hooks (report.c, stats.c). */
+void ml__profile_sample(struct ml__thread *t, uint64_t s, uint64_t n);
+void ml__profile_trip(ml_status why,
+                      uint64_t n); /* capture the tripping stack */
+void ml__report_write(void);       /* report and profile files */
+void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s);
+void ml__stats_thread_exit(struct ml__thread *t);
+void ml__stats_write(void);
 
 /* ---- Own memory ------------------------------------------------------- */
 

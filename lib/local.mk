@@ -13,6 +13,9 @@ lib_libmemlimits_la_SOURCES = \
 	lib/config.c \
 	lib/parse.c lib/parse.h \
 	lib/unwind.c \
+	lib/runmode.c \
+	lib/report.c \
+	lib/stats.c \
 	lib/diag.c \
 	lib/version.c \
 	lib/bounds.c

@@ -34,7 +34,7 @@ struct ml__pool ml__cleanup_pool = {.slot = sizeof(struct ml__cleanup),
  * cannot be delivered (docs/statistics.md, "Delivery"). */
 #define PENDING_CAP_INTERVALS 4
 
-static bool over_global(uint64_t n)
+bool ml__over_global(uint64_t n)
 {
 	uint64_t limit =
 	    atomic_load_explicit(&ml__global_limit, memory_order_relaxed);
@@ -123,14 +123,19 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 {
 	if (!t->top)
 		return 0;
-	bool tripped = false;
+	bool tripped = false, refuse = false;
 	for (struct ml__task *k = t->top; k; k = k->outer) {
 		k->samples += s;
 		if (k->status != ML_OK)
 			continue;
+		if (k->root) {
+			refuse |= ml__run_sample(t, k, s, n) != 0;
+			tripped |= k->status != ML_OK;
+			continue;
+		}
 		if (k->samples >= k->k)
 			k->status = ML_ALLOC_LIMIT;
-		else if (k->global && over_global(n))
+		else if (k->global && ml__over_global(n))
 			k->status = ML_GLOBAL_LIMIT;
 		else if (k->token && ml_token_is_set(k->token))
 			k->status = ML_CANCELLED;
@@ -140,9 +145,14 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	}
 	if (tripped)
 		update_pending(t);
-	if (!t->pending)
-		return 0;
-	int verdict = deliver(t, n);
+	int verdict = 0;
+	if (t->pending)
+		verdict = deliver(t, n);
+	/* The run-mode heap limit refuses this one allocation, unless masked
+	 * or made by the loader (which cannot survive it). */
+	if (refuse && !verdict && !t->mask_depth &&
+	    ml__frames_check(0) != ML__FRAMES_LOADER)
+		verdict = -1;
 	if (verdict)
 		/* A refused allocation allocated nothing: its samples do not
 		 * count towards the tasks' estimates. */

@@ -31,7 +31,7 @@ void ml__force_slow(struct ml__thread *t)
 
 void ml__unforce(struct ml__thread *t)
 {
-	if (t->forced && !t->busy && !t->pending) {
+	if (t->forced && !t->busy && !t->pending && !ml__run.stats) {
 		t->forced = 0;
 		t->countdown = t->saved;
 	}
@@ -64,6 +64,7 @@ static void on_thread_exit(void *arg)
 	(void)arg;
 	t->busy = 1;
 	ml__tasks_thread_exit(t);
+	ml__run_thread_exit(t);
 	ml__meter_flush(t);
 	t->state = ML__T_EXITING;
 	t->busy = 0;
@@ -120,6 +121,7 @@ void ml__thread_init(struct ml__thread *t)
 	t->index = atomic_fetch_add(&thread_count, 1);
 	reseed(t);
 	t->state = ML__T_LIVE;
+	ml__run_thread_start(t);
 	/* Any non-NULL value makes the destructor run at thread exit. */
 	pthread_setspecific(exit_key, t);
 }
@@ -155,10 +157,14 @@ int ml__alloc_slow(uint64_t n)
 		c -= n;
 	t->saved = c;
 
+	if (ml__unlikely(ml__run.stats))
+		ml__stats_alloc(t, n, s);
 	int verdict = 0;
 	if (s) {
 		if (ml__meter_on)
 			ml__meter_flush(t);
+		if (ml__unlikely(ml__run.profiling))
+			ml__profile_sample(t, s, n);
 		verdict = ml__tasks_sample(t, s, n);
 	} else if (t->pending) {
 		verdict = ml__tasks_pending(t, n);

@@ -1,0 +1,158 @@
+/* Run mode: limits for a whole unmodified process (`memlimits run`, or
+ * LD_PRELOAD with MEMLIMITS_ALLOC_LIMIT / MEMLIMITS_HEAP_LIMIT set).  Every
+ * thread gets a root task from our pool at the bottom of its task stack;
+ * their samples add up in one process-wide count (internal.h, struct
+ * ml__run). */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "parse.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ml__run ml__run = {.alloc_limit = ML_NO_LIMIT,
+                          .heap_limit = ML_NO_LIMIT};
+
+static struct ml__pool root_pool = {.slot = (sizeof(struct ml__task) + 63) &
+                                            ~(size_t)63,
+                                    .lock = ATOMIC_FLAG_INIT};
+
+static bool read_size(const char *name, uint64_t *out)
+{
+	const char *v = getenv(name);
+	if (!v)
+		return false;
+	if (ml__parse_size(v, out) == 0)
+		return true;
+	ml__diag("ignoring %s=%s: expected a size (e.g. 512MiB, 2G)", name, v);
+	return false;
+}
+
+static const char *read_path(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+void ml__run_configure(void)
+{
+	struct ml__run *r = &ml__run;
+	uint64_t x;
+	if (read_size("MEMLIMITS_ALLOC_LIMIT", &x))
+		r->alloc_limit = x;
+	if (read_size("MEMLIMITS_HEAP_LIMIT", &x))
+		r->heap_limit = x;
+	const char *v = getenv("MEMLIMITS_ON_LIMIT");
+	if (v) {
+		if (!strcmp(v, "fail"))
+			r->on_limit = ML__ON_LIMIT_FAIL;
+		else if (!strcmp(v, "abort"))
+			r->on_limit = ML__ON_LIMIT_ABORT;
+		else
+			ml__diag(
+			    "ignoring MEMLIMITS_ON_LIMIT=%s: expected fail "
+			    "or abort",
+			    v);
+	}
+	r->report_path = read_path("MEMLIMITS_REPORT");
+	r->profile_path = read_path("MEMLIMITS_PROFILE");
+	r->stats_dir = read_path("MEMLIMITS_STATS_DIR");
+	r->active =
+	    r->alloc_limit != ML_NO_LIMIT || r->heap_limit != ML_NO_LIMIT;
+	r->profiling = r->active || r->profile_path || r->report_path;
+	r->stats = r->stats_dir != NULL;
+	if (!r->active && !r->profiling && !r->stats)
+		return;
+	uint64_t s = atomic_load(&ml__interval);
+	if (r->alloc_limit != ML_NO_LIMIT) {
+		r->k = r->alloc_limit / s + (r->alloc_limit % s != 0);
+		if (!r->k)
+			r->k = 1;
+	}
+	if (r->heap_limit != ML_NO_LIMIT)
+		ml_set_global_memory_limit(r->heap_limit);
+	struct ml__thread *t = &ml__self;
+	if (t->state == ML__T_LIVE)
+		ml__run_thread_start(t);
+}
+
+void ml__run_thread_start(struct ml__thread *t)
+{
+	if (ml__run.stats)
+		ml__force_slow(t); /* every allocation is counted */
+	if (!ml__run.active || t->root)
+		return;
+	struct ml__task *root = ml__pool_get(&root_pool);
+	if (!root) {
+		ml__diag("no memory for a thread's root task: this thread "
+		         "runs without limits");
+		return;
+	}
+	memset(root, 0, sizeof *root);
+	root->k = UINT64_MAX; /* the process-wide count decides */
+	root->global = ml__run.heap_limit != ML_NO_LIMIT;
+	root->delivery = ML_DELIVER_FAIL;
+	root->status = ML_OK;
+	root->root = true;
+	/* At the bottom of the stack: below any task already running. */
+	struct ml__task **bottom = &t->top;
+	while (*bottom)
+		bottom = &(*bottom)->outer;
+	*bottom = root;
+	t->root = root;
+}
+
+void ml__run_thread_exit(struct ml__thread *t)
+{
+	if (t->root) {
+		ml__pool_put(&root_pool, t->root);
+		t->root = NULL;
+	}
+	if (t->stats)
+		ml__stats_thread_exit(t);
+}
+
+static void fire(ml_status why, uint64_t n)
+{
+	int expect = ML_OK;
+	if (atomic_compare_exchange_strong(&ml__run.fired, &expect, why))
+		ml__profile_trip(why, n);
+	if (ml__run.on_limit == ML__ON_LIMIT_ABORT) {
+		ml__report_write();
+		if (ml__run.stats)
+			ml__stats_write();
+		_exit(3);
+	}
+}
+
+int ml__run_sample(struct ml__thread *t, struct ml__task *root, uint64_t s,
+                   uint64_t n)
+{
+	(void)t;
+	uint64_t total = atomic_fetch_add(&ml__run.samples, s) + s;
+	if (ml__run.alloc_limit != ML_NO_LIMIT && total >= ml__run.k) {
+		fire(ML_ALLOC_LIMIT, n);
+		root->status = ML_ALLOC_LIMIT; /* sticky: the budget is spent */
+		return 0;
+	}
+	if (root->global && ml__over_global(n)) {
+		fire(ML_GLOBAL_LIMIT, n);
+		return -1; /* this allocation only */
+	}
+	return 0;
+}
+
+/* Reports and statistics are written when the process exits normally. */
+__attribute__((destructor)) static void run_exit(void)
+{
+	struct ml__thread *t = &ml__self;
+	t->busy = 1;
+	ml__force_slow(t);
+	if (ml__run.profiling)
+		ml__report_write();
+	if (ml__run.stats)
+		ml__stats_write();
+	t->busy = 0;
+	ml__unforce(t);
+}
