@@ -1,1 +1,13 @@
 # Bounds and conformance tests.
+check_PROGRAMS += tests/test-bounds
+TESTS += tests/test-bounds
+tests_test_bounds_SOURCES = tests/test-bounds.c
+tests_test_bounds_LDADD = $(ML_TEST_LIBS)
+tests_test_bounds_LDFLAGS = $(ML_TEST_LINK)
+tests_test_bounds_CFLAGS = $(ML_TEST_CFLAGS)
+
+# Reference values, read at run time from $top_srcdir/tests/data:
+# bounds-reference.tsv is the project's shared reference (60 digits);
+# bounds-mpmath.tsv adds k up to 10^7 and values near 1e-300.
+EXTRA_DIST += tests/data/bounds-reference.tsv tests/data/bounds-mpmath.tsv \
+	tests/data/make-bounds-mpmath.py
