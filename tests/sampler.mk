@@ -12,3 +12,5 @@ tests_test_tasks_SOURCES = tests/test-tasks.c
 tests_test_tasks_LDADD = $(ML_TEST_LIBS)
 tests_test_tasks_LDFLAGS = $(ML_TEST_LINK)
 tests_test_tasks_CFLAGS = $(ML_TEST_CFLAGS)
+TESTS += tests/test-readme.sh
+EXTRA_DIST += tests/test-readme.sh
