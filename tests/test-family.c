@@ -946,6 +946,65 @@ static void test_sampling(void)
 	ml_set_sample_interval(80000);
 }
 
+/* Refusals look like glibc's own out-of-memory answers: NULL and ENOMEM
+ * (posix_memalign: ENOMEM returned, *memptr untouched), and a refused
+ * realloc leaves the old block as it was, as glibc's failing realloc
+ * does. */
+struct refused {
+	void *old;
+	int bad;
+};
+
+static void *refuse_each(void *arg)
+{
+	struct refused *r = arg;
+	void *p;
+	/* The first call trips the task; all must be refused. */
+#define REFUSED(expr)                     \
+	do {                              \
+		errno = SENT;             \
+		p = (expr);               \
+		if (p || errno != ENOMEM) \
+			r->bad++;         \
+		free(p);                  \
+	} while (0)
+	REFUSED(malloc(100));
+	REFUSED(calloc(10, 10));
+	REFUSED(realloc(NULL, 100));
+	REFUSED(realloc(r->old, 5000));
+	REFUSED(reallocarray(r->old, 50, 100));
+	REFUSED(aligned_alloc(64, 100));
+	REFUSED(memalign(64, 100));
+	REFUSED(valloc(100));
+	REFUSED(pvalloc(100));
+#undef REFUSED
+	p = (void *)0x5eed;
+	if (posix_memalign(&p, 64, 100) != ENOMEM || p != (void *)0x5eed)
+		r->bad++;
+	if (ml_note_alloc(100))
+		r->bad++;
+	return NULL;
+}
+
+static void test_refused(void)
+{
+	struct refused r = {.old = malloc(64)};
+	fill(r.old, 64, 5);
+	ml_set_sample_interval(1);
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 1;
+	l.delivery = ML_DELIVER_FAIL;
+	ml_status s = ml_run(&l, refuse_each, &r, NULL);
+	ml_set_sample_interval(80000);
+	tap_ok(s == ML_ALLOC_LIMIT && r.bad == 0,
+	       "a tripped FAIL task's calls fail as glibc's do on ENOMEM "
+	       "(status %d, %d wrong)",
+	       s, r.bad);
+	tap_ok(check(r.old, 64, 5) && malloc_usable_size(r.old) >= 64,
+	       "a refused realloc leaves the old block intact");
+	free(r.old);
+}
+
 /* ---- main -------------------------------------------------------------- */
 
 #define SYM(field, name)                                               \
@@ -999,5 +1058,6 @@ int main(void)
 	test_errno_slow_path();
 	test_errno_pending();
 	test_sampling();
+	test_refused();
 	return tap_done();
 }
