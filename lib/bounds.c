@@ -4,8 +4,9 @@
  * the regularized lower incomplete gamma function.  Everything is computed
  * in log space, so tails far below DBL_MIN keep their logarithm; the
  * methods and their accuracy are in docs/statistics.md ("Computing the
- * bounds"). */
-#include "internal.h"
+ * bounds").  It depends on nothing else in the library: the memlimits
+ * command compiles it in directly. */
+#include "memlimits.h"
 
 #include <math.h>
 

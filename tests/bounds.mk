@@ -11,3 +11,7 @@ tests_test_bounds_CFLAGS = $(ML_TEST_CFLAGS)
 # bounds-mpmath.tsv adds k up to 10^7 and values near 1e-300.
 EXTRA_DIST += tests/data/bounds-reference.tsv tests/data/bounds-mpmath.tsv \
 	tests/data/make-bounds-mpmath.py
+
+# The memlimits bounds command (tools/memlimits, built with `all`).
+TESTS += tests/test-cli-bounds.sh
+EXTRA_DIST += tests/test-cli-bounds.sh

@@ -1,0 +1,185 @@
+#!/bin/sh
+# memlimits bounds: output against the reference values, the TSV and JSON
+# shapes, and bad input (one line on stderr, exit status 2).
+: "${top_builddir:=.}" "${top_srcdir:=.}"
+ML="$top_builddir/tools/memlimits"
+REF="$top_srcdir/tests/data/bounds-reference.tsv"
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+
+n=0
+fails=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; }
+check() { # check NAME COMMAND...
+	name=$1
+	shift
+	if "$@"; then ok "$name"; else not_ok "$name"; fi
+}
+skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
+
+[ -x "$ML" ] || { echo "Bail out! $ML not built"; exit 1; }
+
+# ---- text ---------------------------------------------------------------
+"$ML" bounds --limit 64MiB >"$tmp/text" 2>"$tmp/err"
+check "--limit 64MiB exits 0" test $? -eq 0
+check "--limit 64MiB: nothing on stderr" test ! -s "$tmp/err"
+check "--limit 64MiB: k = 839" grep -q 'k = 839 samples' "$tmp/text"
+check "--limit 64MiB: six fractions" \
+	test "$(grep -cE '^ +[0-9]+% ' "$tmp/text")" -eq 6
+check "--limit 64MiB: four targets" \
+	test "$(grep -cE '^ +(0.001|1e-09|4e-15|1e-50) ' "$tmp/text")" -eq 4
+
+# Under 0.1 s (best of three runs, so that a loaded machine does not fail
+# it; the table itself takes about a millisecond).
+best=999999999
+for i in 1 2 3; do
+	t0=$(date +%s%N)
+	"$ML" bounds --limit 64MiB >/dev/null
+	t1=$(date +%s%N)
+	dt=$(((t1 - t0) / 1000))
+	[ "$dt" -lt "$best" ] && best=$dt
+done
+echo "# memlimits bounds --limit 64MiB: best of 3 runs ${best} us"
+check "--limit 64MiB prints its table in under 0.1 s (${best} us)" \
+	test "$best" -lt 100000
+
+# ---- TSV: shape, and the numbers of the reference -----------------------
+"$ML" bounds --limit 64MiB --format=tsv >"$tmp/tsv"
+check "tsv: every row has the fields of its kind" awk -F'\t' '
+	/^#/ { next }
+	$1 == "limit" && NF == 4 { nl++; next }
+	$1 == "alloc" && NF == 4 { na++; next }
+	$1 == "safe" && NF == 4 { ns++; next }
+	{ bad = 1 }
+	END { exit !(!bad && nl == 1 && na == 6 && ns == 4) }' "$tmp/tsv"
+check "tsv: limit row" grep -qx "$(printf 'limit\t67108864\t80000\t839')" \
+	"$tmp/tsv"
+check "tsv: probabilities rise with the fraction, from 0 to 1" awk -F'\t' '
+	$1 == "alloc" { if ($4 < prev || $4 < 0 || $4 > 1) bad = 1; prev = $4 }
+	END { exit bad || prev != 1 }' "$tmp/tsv"
+
+# Every safe row of the shared reference, through the command.
+grep '^safe' "$REF" | while IFS='	' read -r kind limit t s want; do
+	got=$("$ML" bounds --interval "$s" --limit "$limit" --target "$t" \
+		--format=tsv | awk -F'\t' '$1 == "safe" { print $3 }')
+	[ "$got" = "$want" ] || echo "$limit $t $s: got $got, want $want"
+done >"$tmp/safe-mismatch"
+check "tsv: safe bytes of all $(grep -c '^safe' "$REF") reference rows" \
+	test ! -s "$tmp/safe-mismatch"
+cat "$tmp/safe-mismatch" | sed 's/^/# /'
+
+grep '^limit_for' "$REF" | while IFS='	' read -r kind safe t s want; do
+	got=$("$ML" bounds --interval "$s" --safe "$safe" --target "$t" \
+		--format=tsv | awk -F'\t' '$1 == "limit_for" { print $5 }')
+	[ "$got" = "$want" ] || echo "$safe $t $s: got $got, want $want"
+done >"$tmp/limit-mismatch"
+check "tsv: limits of all $(grep -c '^limit_for' "$REF") reference rows" \
+	test ! -s "$tmp/limit-mismatch"
+
+"$ML" bounds --safe 16MiB --target 1e-9 --target 4e-15 --format=tsv \
+	>"$tmp/tsv2"
+check "tsv: --safe rows" test "$(awk -F'\t' '$1 == "limit_for" && NF == 6 {
+	print $5 "/" $6 }' "$tmp/tsv2" | tr '\n' ' ')" = \
+	"24240000/303 26640000/333 "
+
+"$ML" bounds --limit 1M --curve 200 --format=tsv >"$tmp/curve"
+check "tsv: --curve 200 gives 201 points on [0, 2]" awk -F'\t' '
+	$1 == "alloc" { n++; last = $2; if (n == 1 && $2 != 0) bad = 1 }
+	END { exit bad || n != 201 || last != 2 }' "$tmp/curve"
+
+# Sizes with suffixes mean the same bytes.
+a=$("$ML" bounds --limit 1048576 --format=tsv)
+for s in 1M 1MiB 1024k 1024KB 1024KiB 1m; do
+	check "--limit $s = 1048576 bytes" \
+		test "$("$ML" bounds --limit "$s" --format=tsv)" = "$a"
+done
+check "--interval 4KiB = 4096" test \
+	"$("$ML" bounds --limit 1G --interval 4KiB --format=tsv)" = \
+	"$("$ML" bounds --limit 1073741824 --interval 4096 --format=tsv)"
+
+# ---- JSON -----------------------------------------------------------------
+"$ML" bounds --limit 64MiB --format=json >"$tmp/json"
+"$ML" bounds --limit 100 --target 1e-300 --format json >"$tmp/json-null"
+"$ML" bounds --safe 1MiB --target 1e-9 --format=json >"$tmp/json2"
+if [ -n "$PYTHON3" ] && [ -x "$PYTHON3" ]; then
+	check "json: --limit shape" "$PYTHON3" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["limit"] == 67108864 and d["interval"] == 80000 and d["k"] == 839
+assert [a["fraction"] for a in d["alloc"]] == [0.1, 0.5, 0.9, 1, 1.1, 2]
+assert all(0 <= a["probability"] <= 1 for a in d["alloc"])
+assert [s["target"] for s in d["safe"]] == [1e-3, 1e-9, 4e-15, 1e-50]
+for s in d["safe"]:
+    assert abs(s["relative_error"] - (67108864 - s["bytes"]) / s["bytes"]) < 1e-6
+' "$tmp/json"
+	check "json: nothing safe gives a null relative error" "$PYTHON3" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["safe"] == [{"target": 1e-300, "bytes": 0, "relative_error": None}]
+' "$tmp/json-null"
+	check "json: --safe shape" "$PYTHON3" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d == {"safe": 1048576, "interval": 80000,
+             "limits": [{"target": 1e-9, "limit": 3280000, "k": 41}]}
+' "$tmp/json2"
+else
+	skip "json: no python3 to parse it"
+	skip "json: no python3 to parse it"
+	skip "json: no python3 to parse it"
+fi
+
+# ---- help, version ------------------------------------------------------
+check "--help exits 0 and names bounds" sh -c \
+	'"$1" --help | grep -q "memlimits bounds"' sh "$ML"
+check "bounds --help exits 0" sh -c '"$1" bounds --help | grep -q -- --target' \
+	sh "$ML"
+check "--version" sh -c '"$1" --version | grep -qx "memlimits [0-9.]*"' sh "$ML"
+
+# ---- bad input: one line on stderr, nothing on stdout, status 2 ---------
+bad() { # bad NAME ARGS...
+	name=$1
+	shift
+	"$ML" "$@" >"$tmp/out" 2>"$tmp/err"
+	st=$?
+	lines=$(wc -l <"$tmp/err")
+	if [ $st -eq 2 ] && [ "$lines" -eq 1 ] && [ ! -s "$tmp/out" ]; then
+		ok "bad input: $name"
+	else
+		not_ok "bad input: $name (status $st, $lines stderr lines)"
+		sed 's/^/# /' "$tmp/err"
+	fi
+}
+bad "no command"
+bad "unknown command" frobnicate
+bad "unknown top-level option" --frobnicate
+bad "neither --limit nor --safe" bounds
+bad "both --limit and --safe" bounds --limit 1M --safe 1M --target 1e-9
+bad "--safe without --target" bounds --safe 1M
+bad "unknown option" bounds --limit 1M --bogus
+bad "unknown short option" bounds -x
+bad "missing argument" bounds --limit
+bad "missing --target argument" bounds --limit 1M --target
+bad "malformed size abc" bounds --limit abc
+bad "overflowing size" bounds --limit 99999999999999999999G
+bad "overflowing plain size" bounds --limit 18446744073709551616
+bad "negative size" bounds --limit -5
+bad "empty size" bounds --limit ''
+bad "empty size with =" bounds --limit=
+bad "size with a blank" bounds --limit ' 1M'
+bad "unknown suffix" bounds --limit 1X
+bad "interval 0" bounds --interval 0 --limit 1M
+bad "malformed interval" bounds --interval 4k4 --limit 1M
+bad "target 0" bounds --limit 1M --target 0
+bad "target 1" bounds --limit 1M --target 1
+bad "target not a number" bounds --limit 1M --target one
+bad "negative target" bounds --limit 1M --target -1e-9
+bad "bad format" bounds --limit 1M --format=xml
+bad "stray argument" bounds --limit 1M extra
+bad "--limit twice" bounds --limit 1M --limit 2M
+bad "--curve with --safe" bounds --safe 1M --target 1e-9 --curve 10
+bad "--curve 0" bounds --limit 1M --curve 0
+
+echo "1..$n"
+[ $fails -eq 0 ]

@@ -1,0 +1,26 @@
+/* The memlimits command: what its subcommands share.
+ *
+ * A subcommand is a function int main-like (argc, argv), argv[0] being the
+ * subcommand's name, that returns the exit status.  To add one, write
+ * tools/cmd-NAME.c defining `const struct ml__tool_cmd ml__tool_cmd_NAME`
+ * and list it in the table in tools/memlimits.c (run and stats are already
+ * listed, as weak references: they appear once their file is linked in). */
+#ifndef ML_TOOL_H
+#define ML_TOOL_H
+
+struct ml__tool_cmd {
+	const char *name;
+	const char *synopsis; /* "[--interval SIZE] ..." for the usage text */
+	const char *summary;  /* one line */
+	int (*main)(int argc, char **argv);
+};
+
+/* Exit statuses. */
+enum { ML__TOOL_OK = 0, ML__TOOL_USAGE = 2 };
+
+/* Bad usage: print "memlimits CMD: MESSAGE" as one line on stderr and
+ * exit with status 2. */
+_Noreturn void ml__tool_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif
