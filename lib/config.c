@@ -72,6 +72,31 @@ static void bad_env(const char *name, const char *value, const char *want)
 	ml__diag("ignoring %s=%s: expected %s", name, value, want);
 }
 
+/* MEMLIMITS_FAULT=libc:N[,pool]: for the tests only (docs/reliability.md). */
+static void read_fault(const char *v)
+{
+	char item[64];
+	while (*v) {
+		size_t len = strcspn(v, ",");
+		if (len >= sizeof item)
+			goto bad;
+		memcpy(item, v, len);
+		item[len] = 0;
+		uint64_t n;
+		if (!strcmp(item, "pool"))
+			ml__fault_pool = true;
+		else if (!strncmp(item, "libc:", 5) &&
+		         ml__parse_u64(item + 5, &n) == 0 && n > 0)
+			ml__fault_libc(n);
+		else
+			goto bad;
+		v += len + (v[len] == ',');
+	}
+	return;
+bad:
+	bad_env("MEMLIMITS_FAULT", v, "libc:N or pool, comma-separated");
+}
+
 static void read_env(void)
 {
 	const char *v;
@@ -90,6 +115,8 @@ static void read_env(void)
 			bad_env("MEMLIMITS_SEED", v,
 			        "an unsigned 64-bit integer");
 	}
+	if ((v = getenv("MEMLIMITS_FAULT")))
+		read_fault(v);
 	if ((v = getenv("MEMLIMITS_DELIVERY"))) {
 		if (!strcmp(v, "jump"))
 			ml_set_default_delivery(ML_DELIVER_JUMP);

@@ -47,6 +47,8 @@ struct ml__task {
 	ml_status status;     /* ML_OK until interrupted; sticky after       */
 	unsigned mask_depth;  /* thread's mask depth when the task started   */
 	struct ml__cleanup *cleanups; /* thread's cleanup stack at start     */
+	uint32_t holes;               /* thread's cleanup_holes at start     */
+	bool lost_cleanup;            /* a cleanup could not be registered   */
 	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
 	uintptr_t frame;              /* an address in ml_run's frame        */
 	bool root;                    /* the implicit task of `memlimits run` */
@@ -72,6 +74,9 @@ struct ml__thread {
 	void *stats;                  /* run-mode statistics, or NULL */
 	struct ml__cleanup *cleanups; /* innermost cleanup handler      */
 	unsigned mask_depth;
+	/* Cleanup pushes that found no memory, above the top record: they
+	 * pop as no-ops, so push/pop stay paired (task.c). */
+	uint32_t cleanup_holes;
 	uint32_t index;          /* creation order, 0 = first      */
 	uint32_t seed_epoch;     /* ml__seed_epoch last applied    */
 	uint32_t interval_epoch; /* ml__interval_epoch last applied */
@@ -119,6 +124,11 @@ uint64_t ml__meter_usage(void);
 size_t ml__chunk_bytes(const void *p);
 /* Route malloc and free through the metered variants, or not. */
 void ml__meter_switch(bool on);
+
+/* Fault injection (MEMLIMITS_FAULT, for the tests): every Nth call into
+ * glibc's allocator fails; our own page allocations fail. */
+void ml__fault_libc(uint64_t every);
+extern bool ml__fault_pool;
 
 /* ---- Tasks ------------------------------------------------------------ */
 

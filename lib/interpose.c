@@ -55,6 +55,76 @@ static void *enomem(void)
 	return NULL;
 }
 
+/* ---- The real allocator, and fault injection for the tests ------------
+ *
+ * Every call into glibc goes through this table.  MEMLIMITS_FAULT=libc:N
+ * (tests only) swaps in wrappers that make every Nth call fail as glibc
+ * does when it is out of memory, so the tests can check that such a
+ * failure passes through untouched and is never taken for an
+ * interruption. */
+static struct real {
+	void *(*malloc)(size_t);
+	void *(*calloc)(size_t, size_t);
+	void *(*realloc)(void *, size_t);
+	void *(*memalign)(size_t, size_t);
+	void *(*valloc)(size_t);
+	void *(*pvalloc)(size_t);
+} real = {__libc_malloc,   __libc_calloc, __libc_realloc,
+          __libc_memalign, __libc_valloc, __libc_pvalloc};
+
+static uint64_t fault_every;
+static _Atomic uint64_t fault_calls;
+
+static bool fault_now(void)
+{
+	return atomic_fetch_add_explicit(&fault_calls, 1,
+	                                 memory_order_relaxed) %
+	           fault_every ==
+	       fault_every - 1;
+}
+
+static void *fault_malloc(size_t n)
+{
+	return fault_now() ? enomem() : __libc_malloc(n);
+}
+static void *fault_calloc(size_t a, size_t b)
+{
+	return fault_now() ? enomem() : real.calloc(a, b);
+}
+static void *fault_realloc(void *p, size_t n)
+{
+	/* realloc(p, 0) frees: that cannot fail. */
+	return n && fault_now() ? enomem() : real.realloc(p, n);
+}
+static void *fault_memalign(size_t a, size_t n)
+{
+	return fault_now() ? enomem() : __libc_memalign(a, n);
+}
+static void *fault_valloc(size_t n)
+{
+	return fault_now() ? enomem() : real.valloc(n);
+}
+static void *fault_pvalloc(size_t n)
+{
+	return fault_now() ? enomem() : real.pvalloc(n);
+}
+
+static void *malloc_plain(size_t n)
+{
+	return real.malloc(n);
+}
+
+static void *(*malloc_tail)(size_t);
+
+void ml__fault_libc(uint64_t every)
+{
+	fault_every = every;
+	real = (struct real){fault_malloc,   fault_calloc, fault_realloc,
+	                     fault_memalign, fault_valloc, fault_pvalloc};
+	if (malloc_tail == __libc_malloc)
+		malloc_tail = malloc_plain;
+}
+
 /* glibc's chunk header: the size word sits just before the block, its low
  * three bits are flags (bit 1: the chunk was mmapped). */
 static inline size_t chunk_word(const void *p)
@@ -82,7 +152,7 @@ static inline void meter(const void *p, int sign)
 
 static void *malloc_metered(size_t n)
 {
-	void *p = __libc_malloc(n);
+	void *p = real.malloc(n);
 	meter(p, 1);
 	return p;
 }
@@ -98,7 +168,9 @@ static void (*free_tail)(void *) = __libc_free;
 
 void ml__meter_switch(bool on)
 {
-	__atomic_store_n(&malloc_tail, on ? malloc_metered : __libc_malloc,
+	void *(*plain)(size_t) =
+	    real.malloc == __libc_malloc ? __libc_malloc : malloc_plain;
+	__atomic_store_n(&malloc_tail, on ? malloc_metered : plain,
 	                 __ATOMIC_RELEASE);
 	__atomic_store_n(&free_tail, on ? free_metered : __libc_free,
 	                 __ATOMIC_RELEASE);
@@ -142,7 +214,7 @@ ML__API void *calloc(size_t a, size_t b)
 		return enomem(); /* as glibc: ENOMEM, nothing sampled */
 	if (sample(n))
 		return enomem();
-	void *p = __libc_calloc(a, b);
+	void *p = real.calloc(a, b);
 	if (ml__unlikely(ml__meter_on))
 		meter(p, 1);
 	return p;
@@ -155,9 +227,9 @@ ML__API void *realloc(void *p, size_t n)
 	if (sample(n))
 		return enomem(); /* the old block stays valid */
 	if (ml__likely(!ml__meter_on))
-		return __libc_realloc(p, n);
+		return real.realloc(p, n);
 	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
-	void *q = __libc_realloc(p, n);
+	void *q = real.realloc(p, n);
 	if (q)
 		ml__meter_add((int64_t)ml__chunk_bytes(q) - old);
 	else if (p && n == 0)
@@ -177,7 +249,7 @@ static void *aligned(size_t align, size_t n)
 {
 	if (sample(n))
 		return enomem();
-	void *p = __libc_memalign(align, n);
+	void *p = real.memalign(align, n);
 	if (ml__unlikely(ml__meter_on))
 		meter(p, 1);
 	return p;
@@ -213,7 +285,7 @@ ML__API void *valloc(size_t n)
 {
 	if (sample(n))
 		return enomem();
-	void *p = __libc_valloc(n);
+	void *p = real.valloc(n);
 	if (ml__unlikely(ml__meter_on))
 		meter(p, 1);
 	return p;
@@ -227,7 +299,7 @@ ML__API void *pvalloc(size_t n)
 		rounded = (n + page - 1) & ~(page - 1);
 	if (sample(rounded))
 		return enomem();
-	void *p = __libc_pvalloc(n);
+	void *p = real.pvalloc(n);
 	if (ml__unlikely(ml__meter_on))
 		meter(p, 1);
 	return p;

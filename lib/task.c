@@ -24,6 +24,7 @@ struct ml__cleanup {
 	struct ml__cleanup *next;
 	void (*fn)(void *);
 	void *arg;
+	uint32_t holes; /* failed pushes just below this record */
 };
 
 struct ml__pool ml__cleanup_pool = {.slot = sizeof(struct ml__cleanup),
@@ -80,6 +81,7 @@ static _Noreturn void jump(struct ml__thread *t, struct ml__task *target)
 	t->mask_depth++;
 	run_cleanups_to(t, target->cleanups);
 	t->cleanups = target->cleanups;
+	t->cleanup_holes = target->holes;
 	t->mask_depth = target->mask_depth;
 	t->top = target;
 	siglongjmp(target->jb, 1);
@@ -178,6 +180,7 @@ void ml__tasks_thread_exit(struct ml__thread *t)
 	t->top = NULL;
 	t->mask_depth = 0;
 	t->pending = 0;
+	t->cleanup_holes = 0;
 }
 
 /* Poll the tokens of the tasks on the stack (a safe point does not wait
@@ -235,6 +238,7 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	    .status = ML_OK,
 	    .mask_depth = t->mask_depth,
 	    .cleanups = t->cleanups,
+	    .holes = t->cleanup_holes,
 	    .frame = (uintptr_t)__builtin_frame_address(0),
 	};
 	void *volatile ret = NULL;
@@ -242,23 +246,25 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	if (sigsetjmp(task.jb, 0) == 0) {
 		ret = call(&task, fn, arg);
 		/* Unbalanced pushes or masks inside fn end with it. */
-		if (t->cleanups != task.cleanups) {
-			struct ml__cleanup *c;
-			while ((c = t->cleanups) && c != task.cleanups) {
-				t->cleanups = c->next;
-				ml__pool_put(&ml__cleanup_pool, c);
-			}
+		struct ml__cleanup *c;
+		while ((c = t->cleanups) && c != task.cleanups) {
+			t->cleanups = c->next;
+			ml__pool_put(&ml__cleanup_pool, c);
 		}
+		t->cleanup_holes = task.holes;
 		t->mask_depth = task.mask_depth;
 	}
 	t->top = task.outer;
 	update_pending(t);
+	/* A cleanup handler that could not be registered may have been
+	 * needed: the caller must know its cleanup discipline failed. */
+	ml_status status = task.lost_cleanup ? ML_ENOMEM : task.status;
 	if (out) {
-		out->status = task.status;
+		out->status = status;
 		out->ret = ret;
 		out->allocated = task.samples * interval;
 	}
-	return task.status;
+	return status;
 }
 
 ML_EXPORT ml_status ml_limit_allocations(uint64_t bytes, void *(*fn)(void *),
@@ -334,23 +340,36 @@ ML_EXPORT void ml_cleanup_push(void (*fn)(void *), void *arg)
 		return;
 	struct ml__cleanup *c = ml__pool_get(&ml__cleanup_pool);
 	if (!c) {
-		/* No memory for the record: say so once per failure; the
-		 * matching pop then finds an older record or none. */
-		ml__diag("cleanup_push: no memory for a cleanup record");
+		/* No memory for the record: remember a hole so that the
+		 * matching pop stays paired, and make ml_run report it. */
+		t->cleanup_holes++;
+		if (t->top)
+			t->top->lost_cleanup = true;
+		ml__diag("ml_cleanup_push: no memory for a cleanup record");
 		return;
 	}
-	*c = (struct ml__cleanup){t->cleanups, fn, arg};
+	*c = (struct ml__cleanup){t->cleanups, fn, arg, t->cleanup_holes};
 	t->cleanups = c;
+	t->cleanup_holes = 0;
 }
 
 ML_EXPORT void ml_cleanup_pop(bool execute)
 {
 	struct ml__thread *t = &ml__self;
+	const struct ml__task *top = t->top;
+	/* Never pop what belongs to an enclosing task. */
+	if (top && t->cleanups == top->cleanups &&
+	    t->cleanup_holes <= top->holes)
+		return;
+	if (t->cleanup_holes) {
+		t->cleanup_holes--;
+		return;
+	}
 	struct ml__cleanup *c = t->cleanups;
-	/* Never pop a record that belongs to an enclosing task. */
-	if (!c || (t->top && c == t->top->cleanups))
+	if (!c)
 		return;
 	t->cleanups = c->next;
+	t->cleanup_holes = c->holes;
 	void (*fn)(void *) = c->fn;
 	void *arg = c->arg;
 	ml__pool_put(&ml__cleanup_pool, c);
