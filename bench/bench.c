@@ -1,0 +1,272 @@
+/* The benchmark workloads behind `make bench` (bench/run-bench.sh drives
+ * them, docs/performance.md explains the numbers).
+ *
+ * Built twice from this one file, so that the measured loops are the same
+ * machine code in both: bench/ml-bench is linked with libmemlimits,
+ * bench/glibc-bench (BENCH_GLIBC) is not and measures plain glibc.
+ *
+ *   pairs CONFIG N REPS   N malloc/free pairs of 16-144 bytes, REPS times;
+ *                         CONFIG = idle | task | global.  Prints the best
+ *                         ns per pair.  Under callgrind run it with two N
+ *                         and difference the totals: start-up cancels.
+ *   slow DEPTH S N REPS   N pairs of malloc(1)/free inside DEPTH nested
+ *                         tasks at sample interval S.  Prints the best ns
+ *                         per pair and the samples credited per pair.
+ *   slowcmp DEPTH N REPS  the same at S = 1 and S = 2^40 (never samples),
+ *                         interleaved in one process; prints both.
+ *   run M REPS            M ml_run calls of a task that does nothing;
+ *                         prints the best ns per call.
+ *
+ * Every run starts from the same seed, so callgrind counts repeat. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef BENCH_GLIBC
+#include "memlimits.h"
+#endif
+
+/* gcc deletes a malloc/free pair whose block is never used: publishing
+ * the pointer keeps the calls. */
+static void *volatile sink;
+
+/* A fixed pseudo-random sequence of sizes, 16..144 bytes: tcache-sized,
+ * like the small objects real programs churn through. */
+#define NSIZES 4096
+static unsigned short sizes[NSIZES];
+
+static void init_sizes(void)
+{
+	uint32_t x = 12345;
+	for (int i = 0; i < NSIZES; i++) {
+		x = x * 1103515245u + 12345u; /* the ANSI C LCG: fixed */
+		sizes[i] = (unsigned short)(16 + (x >> 16) % 129);
+	}
+}
+
+/* noinline: one copy of the loop, the same code in both binaries;
+ * aligned: at the same offset in a cache line too, so that code placement
+ * cannot favour one binary. */
+static __attribute__((noinline, aligned(64))) void pairs(uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		void *p = malloc(sizes[i & (NSIZES - 1)]);
+		sink = p;
+		free(p);
+	}
+}
+
+static double now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* Best of reps: interruptions only ever add time. */
+static double time_best(void (*loop)(uint64_t), uint64_t n, int reps)
+{
+	double best = 0;
+	for (int r = 0; r < reps; r++) {
+		double t0 = now_ns();
+		loop(n);
+		double dt = now_ns() - t0;
+		if (r == 0 || dt < best)
+			best = dt;
+	}
+	return n ? best / (double)n : 0;
+}
+
+static uint64_t arg_u64(const char *s)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (*s == '\0' || *end != '\0') {
+		fprintf(stderr, "bench: not a number: %s\n", s);
+		exit(2);
+	}
+	return (uint64_t)v;
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: bench pairs idle|task|global N REPS\n"
+#ifndef BENCH_GLIBC
+	                "       bench slow DEPTH S N REPS\n"
+	                "       bench slowcmp DEPTH N REPS\n"
+	                "       bench run M REPS\n"
+#endif
+	);
+	exit(2);
+}
+
+#ifndef BENCH_GLIBC
+/* One-byte blocks: with S = 1 a block holds a sample point with
+ * probability 1 - 1/e, so most allocations take the slow path, and each
+ * slow path carries few samples (as at the default S, where nearly every
+ * slow path carries exactly one). */
+static __attribute__((noinline)) void tiny_pairs(uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		void *p = malloc(1);
+		sink = p;
+		free(p);
+	}
+}
+
+/* Limits that never trip during a run: an allocation limit far above what
+ * the loops allocate (it is still checked at every sample) and a token
+ * that is never set (still polled at every sample). */
+#define HUGE_BYTES ((uint64_t)1 << 50)
+
+struct job {
+	void (*loop)(uint64_t);
+	uint64_t n;
+	int reps;
+	int depth; /* tasks still to open */
+	bool global;
+	ml_token *token;
+	double ns;
+};
+
+static void *run_job(void *arg)
+{
+	struct job *j = arg;
+	if (j->depth > 0) {
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = HUGE_BYTES;
+		l.token = j->token;
+		/* The outermost task carries the global limit. */
+		l.global = j->global;
+		j->global = false;
+		j->depth--;
+		ml_outcome out;
+		if (ml_run(&l, run_job, j, &out) != ML_OK) {
+			fprintf(stderr, "bench: a task tripped: %s\n",
+			        ml_status_str(out.status));
+			exit(1);
+		}
+		return NULL;
+	}
+	j->ns = time_best(j->loop, j->n, j->reps);
+	return NULL;
+}
+
+/* Run the loop inside `depth` nested tasks; with `global`, a global limit
+ * is set and the outermost task is subject to it. */
+static double in_tasks(void (*loop)(uint64_t), uint64_t n, int reps, int depth,
+                       bool global)
+{
+	struct job j = {loop, n, reps, depth, global, ml_token_new(), 0};
+	if (!j.token) {
+		fprintf(stderr, "bench: ml_token_new failed\n");
+		exit(1);
+	}
+	if (global)
+		ml_set_global_memory_limit(HUGE_BYTES);
+	run_job(&j);
+	if (global)
+		ml_set_global_memory_limit(ML_NO_LIMIT);
+	ml_token_free(j.token);
+	return j.ns;
+}
+
+/* Samples the loop's allocations carry, from a task of its own. */
+static double samples_per_pair(uint64_t s, uint64_t n)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	ml_outcome out;
+	struct job j = {tiny_pairs, n, 1, 0, false, NULL, 0};
+	ml_set_seed(1);
+	ml_run(&l, run_job, &j, &out);
+	return (double)out.allocated / (double)s / (double)n;
+}
+
+static void *nothing(void *arg)
+{
+	return arg;
+}
+
+static __attribute__((noinline)) void empty_tasks(uint64_t m)
+{
+	static ml_token *tok;
+	if (!tok)
+		tok = ml_token_new();
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = HUGE_BYTES;
+	l.token = tok;
+	for (uint64_t i = 0; i < m; i++)
+		ml_run(&l, nothing, NULL, NULL);
+}
+#endif
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		usage();
+	init_sizes();
+#ifndef BENCH_GLIBC
+	ml_set_seed(1);
+#endif
+	if (strcmp(argv[1], "pairs") == 0 && argc == 5) {
+		uint64_t n = arg_u64(argv[3]);
+		int reps = (int)arg_u64(argv[4]);
+		pairs(10000); /* warm the caches, tcache and PLT */
+		double ns;
+		if (strcmp(argv[2], "idle") == 0)
+			ns = time_best(pairs, n, reps);
+#ifndef BENCH_GLIBC
+		else if (strcmp(argv[2], "task") == 0)
+			ns = in_tasks(pairs, n, reps, 1, false);
+		else if (strcmp(argv[2], "global") == 0)
+			ns = in_tasks(pairs, n, reps, 1, true);
+#endif
+		else
+			usage();
+		printf("%.3f\n", ns);
+		return 0;
+	}
+#ifndef BENCH_GLIBC
+	if (strcmp(argv[1], "slow") == 0 && argc == 6) {
+		int depth = (int)arg_u64(argv[2]);
+		uint64_t s = arg_u64(argv[3]), n = arg_u64(argv[4]);
+		int reps = (int)arg_u64(argv[5]);
+		ml_set_sample_interval(s);
+		ml_set_seed(1);
+		double ns = in_tasks(tiny_pairs, n, reps, depth, depth > 1);
+		printf("%.3f\n", ns);
+		return 0;
+	}
+	if (strcmp(argv[1], "slowcmp") == 0 && argc == 5) {
+		/* Alternate S = 1 and S = 2^40 so that both see the same
+		 * machine load; the best of each is kept. */
+		int depth = (int)arg_u64(argv[2]);
+		uint64_t n = arg_u64(argv[3]);
+		int reps = (int)arg_u64(argv[4]);
+		double fast = 0, slow = 0;
+		for (int r = 0; r < reps; r++) {
+			ml_set_sample_interval((uint64_t)1 << 40);
+			double f = in_tasks(tiny_pairs, n, 1, depth, depth > 1);
+			ml_set_sample_interval(1);
+			double s = in_tasks(tiny_pairs, n, 1, depth, depth > 1);
+			if (r == 0 || f < fast)
+				fast = f;
+			if (r == 0 || s < slow)
+				slow = s;
+		}
+		printf("%.3f %.3f %.4f\n", slow, fast, samples_per_pair(1, n));
+		return 0;
+	}
+	if (strcmp(argv[1], "run") == 0 && argc == 4) {
+		uint64_t m = arg_u64(argv[2]);
+		int reps = (int)arg_u64(argv[3]);
+		empty_tasks(1000);
+		printf("%.3f\n", time_best(empty_tasks, m, reps));
+		return 0;
+	}
+#endif
+	usage();
+}

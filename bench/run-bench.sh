@@ -1,0 +1,235 @@
+#!/bin/sh
+# Drives bench/ml-bench and bench/glibc-bench (bench/bench.c) and prints
+# one table; `make bench` runs it.  docs/performance.md explains it.
+#
+# Environment: ML_BENCH, GLIBC_BENCH, ML_LIB (set by make bench);
+# VALGRIND (empty: the instruction counts are skipped); BENCH_ROUNDS
+# (wall-clock rounds, default 101), BENCH_WALL_N (pairs per timed loop).
+set -eu
+
+: "${ML_BENCH:?}" "${GLIBC_BENCH:?}" "${ML_LIB:?}"
+VALGRIND=${VALGRIND-}
+ROUNDS=${BENCH_ROUNDS:-101}
+
+# Instruction counts: two loop lengths, differenced, so start-up cancels.
+N1=100000
+N2=1100000
+SLOW_N=100000    # pairs of the slow-path loop under callgrind
+RUN_M1=10000     # ml_run calls under callgrind
+RUN_M2=110000
+# Wall clock: pairs per timed loop, timed loops per process (best kept).
+# Short loops (about a millisecond), so that on a loaded machine some of
+# them run without being descheduled.
+WALL_N=${BENCH_WALL_N:-50000}
+WALL_REPS=9
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-bench.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT INT TERM
+
+if [ -n "$VALGRIND" ] && ! "$VALGRIND" --version >/dev/null 2>&1; then
+	VALGRIND=
+fi
+if [ -z "$VALGRIND" ]; then
+	echo "bench: valgrind not found: skipping the instruction counts" >&2
+fi
+
+# run CONFIG ARGS...: the workload of one configuration, with or without
+# the library.  "preload" is the glibc binary with LD_PRELOAD.
+run() {
+	cfg=$1
+	shift
+	case $cfg in
+	glibc) "$GLIBC_BENCH" "$@" ;;
+	preload) LD_PRELOAD=$ML_LIB "$GLIBC_BENCH" "$@" ;;
+	*) "$ML_BENCH" "$@" ;;
+	esac
+}
+
+# cg CONFIG ARGS...: callgrind's total Ir for the run.  The soname
+# synonym keeps valgrind from replacing the malloc the program calls
+# (ours) with its own; callgrind itself replaces none, but a tool that
+# did would otherwise measure nothing of ours.  The call count of
+# ml__alloc_slow goes to $tmp/slowcalls.
+cg() {
+	cfg=$1
+	shift
+	case $cfg in
+	glibc) set -- "$GLIBC_BENCH" "$@" ;;
+	preload) set -- "$GLIBC_BENCH" "$@" ;;
+	*) set -- "$ML_BENCH" "$@" ;;
+	esac
+	pre=
+	[ "$cfg" = preload ] && pre=$ML_LIB
+	if ! LD_PRELOAD=$pre "$VALGRIND" --tool=callgrind \
+	    --soname-synonyms=somalloc=nouserintercepts \
+	    --compress-strings=no --compress-pos=no \
+	    --callgrind-out-file="$tmp/cg.out" "$@" \
+	    >"$tmp/cg.stdout" 2>"$tmp/cg.err"; then
+		cat "$tmp/cg.err" >&2
+		echo "bench: callgrind failed: $*" >&2
+		exit 1
+	fi
+	awk '/^cfn=ml__alloc_slow$/ { getline; split($1, a, "=");
+	     n += a[2] } END { print n + 0 }' "$tmp/cg.out" >"$tmp/slowcalls"
+	awk '/^summary:/ { print $2 }' "$tmp/cg.out"
+}
+
+# Instructions per pair for each configuration.
+for cfg in glibc preload idle task global; do
+	if [ -n "$VALGRIND" ]; then
+		wl=idle
+		case $cfg in task | global) wl=$cfg ;; esac
+		a=$(cg $cfg pairs $wl $N1 1)
+		b=$(cg $cfg pairs $wl $N2 1)
+		echo "$cfg $a $b" | awk -v n=$((N2 - N1)) \
+		    '{ printf "%s %.2f\n", $1, ($3 - $2) / n }'
+	else
+		echo "$cfg n/a"
+	fi
+done >"$tmp/ir"
+
+# Slow path under callgrind: the same loop inside the same tasks at S = 1
+# and S = 2^40 (no sample); the difference over the difference in slow-path
+# calls is the cost of one slow path.
+for depth in 1 3; do
+	if [ -n "$VALGRIND" ]; then
+		a=$(cg idle slow $depth 1 $SLOW_N 1)
+		ca=$(cat "$tmp/slowcalls")
+		b=$(cg idle slow $depth 1099511627776 $SLOW_N 1)
+		cb=$(cat "$tmp/slowcalls")
+		echo "$depth $a $ca $b $cb" | awk -v n=$SLOW_N \
+		    '{ printf "%s %.1f %.4f\n", $1, ($2 - $4) / ($3 - $5),
+		       ($3 - $5) / n }'
+	else
+		echo "$depth n/a n/a"
+	fi
+done >"$tmp/slow-ir"
+
+if [ -n "$VALGRIND" ]; then
+	a=$(cg idle run $RUN_M1 1)
+	b=$(cg idle run $RUN_M2 1)
+	echo "$a $b" | awk -v m=$((RUN_M2 - RUN_M1)) \
+	    '{ printf "%.1f\n", ($2 - $1) / m }' >"$tmp/run-ir"
+else
+	echo n/a >"$tmp/run-ir"
+fi
+
+# Wall clock: every round runs every configuration once, in an order
+# rotated each round, so drifts in machine load hit all of them alike.
+echo "bench: wall clock, $ROUNDS rounds..." >&2
+set -- glibc preload idle task global
+r=0
+while [ $r -lt "$ROUNDS" ]; do
+	i=0
+	while [ $i -lt $r ]; do # rotate by one per round
+		c=$1
+		shift
+		set -- "$@" "$c"
+		i=$((i + 1))
+	done
+	for cfg in "$@"; do
+		wl=idle
+		case $cfg in task | global) wl=$cfg ;; esac
+		echo "$r $cfg $(run "$cfg" pairs "$wl" "$WALL_N" "$WALL_REPS")"
+	done
+	set -- glibc preload idle task global
+	r=$((r + 1))
+done >"$tmp/wall"
+
+# Slow path and ml_run in wall clock: the S = 1 / S = 2^40 pair is
+# interleaved inside each process; a few processes, median.
+i=0
+while [ $i -lt 5 ]; do
+	for depth in 1 3; do
+		echo "$depth $(run idle slowcmp $depth 20000 31)"
+	done
+	echo "run $(run idle run 20000 21)"
+	i=$((i + 1))
+done >"$tmp/slow-wall"
+
+awk -v cores="$(nproc 2>/dev/null || echo '?')" -v rounds="$ROUNDS" '
+function median(arr, n,    i, j, t) {
+	for (i = 2; i <= n; i++)
+		for (j = i; j > 1 && arr[j - 1] > arr[j]; j--) {
+			t = arr[j]; arr[j] = arr[j - 1]; arr[j - 1] = t
+		}
+	return n % 2 ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
+}
+function fmt(x, f) { return x == "n/a" ? "n/a" : sprintf(f, x) }
+FILENAME ~ /\/ir$/ { ir[$1] = $2; next }
+FILENAME ~ /slow-ir$/ { sir[$1] = $2; shits[$1] = $3; next }
+FILENAME ~ /run-ir$/ { runir = $1; next }
+FILENAME ~ /\/wall$/ { ns[$1, $2] = $3; next }
+FILENAME ~ /slow-wall$/ {
+	if ($1 == "run") { rn[++nrun] = $2; next }
+	# (ns/pair at S = 1 - ns/pair without samples) / slow paths per
+	# pair (1 - 1/e for 1-byte blocks at S = 1), and per sample.
+	d = $2 - $3
+	sp[$1, ++nsp[$1]] = d / (1 - exp(-1))
+	ss[$1, nsp[$1]] = d / $4
+	next
+}
+END {
+	split("glibc preload idle task global", cfgs, " ")
+	name["glibc"] = "plain glibc (no library)"
+	name["preload"] = "idle, LD_PRELOAD"
+	name["idle"] = "idle, linked"
+	name["task"] = "task: alloc limit + token"
+	name["global"] = "task + global limit"
+	tir["glibc"] = "-"; tir["preload"] = "<= +8"; tir["idle"] = "<= +8"
+	tir["task"] = "<= +10"; tir["global"] = "<= +16"
+	lim["preload"] = 8; lim["idle"] = 8; lim["task"] = 10
+	lim["global"] = 16
+	for (k = 1; k <= 5; k++) {
+		c = cfgs[k]
+		n = 0
+		for (r = 0; r < rounds; r++) {
+			v[++n] = ns[r, c]
+			q[n] = ns[r, c] / ns[r, "glibc"]
+		}
+		mns[c] = median(v, n)
+		mratio[c] = median(q, n) # sorts q
+		lo[c] = q[int((n + 3) / 4)]
+		hi[c] = q[n + 1 - int((n + 3) / 4)]
+	}
+	printf "\nmemlimits benchmark: malloc/free pairs of 16-144 bytes " \
+	    "(%d cores; wall clock: medians of %d interleaved rounds)\n\n",
+	    cores, rounds
+	printf "%-27s %8s %7s %7s %8s %6s %11s %8s  %s\n", "configuration",
+	    "Ir/pair", "+Ir", "target", "ns/pair", "ratio", "ratio IQR",
+	    "target", "verdict"
+	for (k = 1; k <= 5; k++) {
+		c = cfgs[k]
+		inc = ir[c] == "n/a" ? "n/a" : ir[c] - ir["glibc"]
+		verdict = ""
+		if (c != "glibc") {
+			ok_ir = inc == "n/a" ? "?" : (inc <= lim[c] ? "met" : "MISSED")
+			ok_w = ""
+			if (c == "idle" || c == "preload")
+				ok_w = mratio[c] <= 1.15 ? ", wall met" : ", wall MISSED"
+			verdict = "Ir " ok_ir ok_w
+		}
+		printf "%-27s %8s %7s %7s %8.2f %5.2fx %11s %8s  %s\n",
+		    name[c], fmt(ir[c], "%.2f"),
+		    c == "glibc" ? "-" : fmt(inc, "%+.2f"), tir[c], mns[c],
+		    mratio[c], sprintf("%.2f-%.2f", lo[c], hi[c]),
+		    (c == "idle" || c == "preload") ? "<= 1.15x" : "-", verdict
+	}
+	printf "\n%-42s %10s %10s %10s  %s\n", "slow path and ml_run", "Ir",
+	    "ns", "ns/sample", "target"
+	for (d = 1; d <= 3; d += 2) {
+		n = 0; m = 0
+		for (i = 1; i <= nsp[d]; i++) { a[++n] = sp[d, i]; b[++m] = ss[d, i] }
+		ns1 = median(a, n); ns2 = median(b, m)
+		printf "%-42s %10s %10.1f %10.1f  %s\n",
+		    sprintf("one slow path, %d task%s%s", d, d > 1 ? "s" : "",
+		    d > 1 ? " + global limit" : ""),
+		    fmt(sir[d], "%.1f"), ns1, ns2,
+		    "< 200 ns: " (ns1 < 200 ? "met" : "MISSED")
+	}
+	printf "%-42s %10s %10.1f %10s  %s\n", "ml_run of an empty task",
+	    fmt(runir, "%.1f"), median(rn, nrun), "-", "-"
+	if (shits[1] != "n/a" && shits[1] != "")
+		printf "\n(slow paths per 1-byte block at S = 1: %.4f measured," \
+		    " %.4f expected)\n", shits[1], 1 - exp(-1)
+}' "$tmp/ir" "$tmp/slow-ir" "$tmp/run-ir" "$tmp/wall" "$tmp/slow-wall"
