@@ -1,19 +1,756 @@
-/* Run-mode report and profile: placeholder hooks, filled in by issue 5. */
+/* Run mode: where the memory went.  A heap profile built from the samples
+ * (call stacks weighted by sampled bytes), the stack that tripped a limit,
+ * and at exit (or at the trip, in abort mode) a report and a collapsed-stack
+ * profile (memlimits(1), "REPORT").
+ *
+ * The sample hook runs inside malloc: stacks come from unw_backtrace into a
+ * stack buffer and go into a fixed open-addressing table in our own mmap'd
+ * memory, claimed with compare-and-swap (no lock, so a fork or a signal
+ * cannot leave one held).  Symbols are looked up only when the report is
+ * written, once per distinct address: dladdr for exported names, the
+ * object's own .symtab for the rest, object+offset when stripped. */
+#define _GNU_SOURCE
 #include "internal.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+
+#define MAX_DEPTH 32
+#define CAPTURE 48  /* room for our own frames above the user's */
+#define NSITES 4096 /* distinct stacks kept; the rest: "other" */
+#define MAX_PROBES 64
+#define TOP_SITES 8          /* stacks listed in the report */
+#define SITE_FRAMES 16       /* frames shown per listed stack */
+#define NSYMS 16384          /* symbol cache entries (distinct addresses) */
+#define NOBJS 128            /* objects whose .symtab we read */
+#define OUT_BYTES (1u << 20) /* output buffer, flushed at line boundaries */
+
+struct site {
+	_Atomic uint64_t key; /* 0: free; the stack's hash, odd */
+	_Atomic uint64_t bytes;
+	_Atomic uint64_t samples;
+	_Atomic uint32_t ready; /* ips and depth are written */
+	uint32_t depth;         /* | TRUNCATED when the stack was cut */
+	uintptr_t ip[MAX_DEPTH];
+};
+#define TRUNCATED 0x80000000u
+
+static struct site *_Atomic sites;
+static _Atomic uint64_t total_bytes, total_samples, other_bytes, nstacks;
+
+/* The first stack that tripped a limit. */
+static struct {
+	ml_status why;
+	uint64_t n;
+	uint32_t depth;
+	uintptr_t ip[MAX_DEPTH];
+} trip;
+static _Atomic int written;
+
+static uintptr_t self_start, self_end;
+
+/* ---- Capture (inside malloc) ------------------------------------------ */
+
+static void find_self(void)
+{
+	struct dl_find_object fo;
+	if (_dl_find_object((void *)(uintptr_t)&find_self, &fo) == 0) {
+		self_end = (uintptr_t)fo.dlfo_map_end;
+		self_start = (uintptr_t)fo.dlfo_map_start;
+	}
+}
+
+/* The caller's stack without the library's own frames on top (they are
+ * the allocation path), innermost first, at most MAX_DEPTH frames. */
+static uint32_t capture(uintptr_t *ip)
+{
+	void *buf[CAPTURE];
+	int n = unw_backtrace(buf, CAPTURE);
+	if (!self_end)
+		find_self();
+	int i = 0;
+	while (i < n && (uintptr_t)buf[i] >= self_start &&
+	       (uintptr_t)buf[i] < self_end)
+		i++;
+	uint32_t d = 0;
+	for (; i < n && d < MAX_DEPTH; i++)
+		ip[d++] = (uintptr_t)buf[i];
+	/* A full buffer may have been cut short too. */
+	if (i < n || n == CAPTURE)
+		d |= TRUNCATED;
+	return d;
+}
+
+static uint64_t hash_stack(const uintptr_t *ip, uint32_t depth)
+{
+	uint64_t h = 0x9e3779b97f4a7c15u ^ depth;
+	for (uint32_t i = 0; i < (depth & ~TRUNCATED); i++) {
+		h = (h ^ ip[i]) * 0xff51afd7ed558ccdu;
+		h ^= h >> 32;
+	}
+	return h | 1;
+}
+
+static struct site *table(void)
+{
+	struct site *s = atomic_load_explicit(&sites, memory_order_acquire);
+	if (ml__likely(s != NULL))
+		return s;
+	/* Pages are only touched as stacks arrive. */
+	struct site *fresh = ml__raw_alloc(NSITES * sizeof *fresh);
+	if (!fresh)
+		return NULL;
+	if (!atomic_compare_exchange_strong(&sites, &s, fresh)) {
+		ml__raw_free(fresh, NSITES * sizeof *fresh);
+		return s;
+	}
+	return fresh;
+}
+
+static void add(const uintptr_t *ip, uint32_t depth, uint64_t bytes, uint64_t s)
+{
+	struct site *tab = table();
+	uint64_t h = hash_stack(ip, depth);
+	for (unsigned p = 0; tab && p < MAX_PROBES; p++) {
+		struct site *e = &tab[(h + p) & (NSITES - 1)];
+		uint64_t k =
+		    atomic_load_explicit(&e->key, memory_order_acquire);
+		if (k == 0) {
+			if (atomic_compare_exchange_strong(&e->key, &k, h)) {
+				e->depth = depth;
+				memcpy(e->ip, ip,
+				       (depth & ~TRUNCATED) * sizeof *ip);
+				atomic_store_explicit(&e->ready, 1,
+				                      memory_order_release);
+				atomic_fetch_add(&nstacks, 1);
+				k = h;
+			}
+		}
+		/* 64-bit hashes of at most NSITES stacks: a collision is
+		 * negligible, so the hash alone identifies the stack. */
+		if (k == h) {
+			atomic_fetch_add_explicit(&e->bytes, bytes,
+			                          memory_order_relaxed);
+			atomic_fetch_add_explicit(&e->samples, s,
+			                          memory_order_relaxed);
+			return;
+		}
+	}
+	atomic_fetch_add_explicit(&other_bytes, bytes, memory_order_relaxed);
+}
 
 void ml__profile_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 {
-	(void)t, (void)s, (void)n;
+	(void)n;
+	uintptr_t ip[MAX_DEPTH];
+	uint32_t depth = capture(ip);
+	uint64_t bytes = s * (uint64_t)t->sampler.interval;
+	atomic_fetch_add_explicit(&total_bytes, bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&total_samples, s, memory_order_relaxed);
+	add(ip, depth, bytes, s);
 }
 
 void ml__profile_trip(ml_status why, uint64_t n)
 {
-	(void)why, (void)n;
+	/* Called once per process (runmode.c guards it). */
+	trip.depth = capture(trip.ip);
+	trip.n = n;
+	trip.why = why;
+}
+
+/* A forked child starts an empty profile: the parent's samples are the
+ * parent's.  (Only the pointer is dropped: the copy is never touched.) */
+static void atfork_child(void)
+{
+	atomic_store(&sites, NULL);
+	atomic_store(&total_bytes, 0);
+	atomic_store(&total_samples, 0);
+	atomic_store(&other_bytes, 0);
+	atomic_store(&nstacks, 0);
+	trip.why = ML_OK;
+	trip.depth = 0;
+	atomic_store(&written, 0);
+}
+
+__attribute__((constructor(102))) static void report_init(void)
+{
+	/* After config.c's constructor (101) has read the environment; here
+	 * and not at the first sample, where pthread_atfork could meet its
+	 * own lock held (a fork handler that allocates). */
+	if (ml__run.profiling)
+		pthread_atfork(NULL, NULL, atfork_child);
+}
+
+/* ---- Output without stdio --------------------------------------------- */
+
+struct out {
+	int fd;
+	char *buf;
+	size_t len, cap, line; /* line: end of the last complete line */
+	bool failed;
+};
+
+static void out_flush(struct out *o, size_t upto)
+{
+	size_t done = 0;
+	while (done < upto && !o->failed) {
+		ssize_t w = write(o->fd, o->buf + done, upto - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			o->failed = true;
+		else
+			done += (size_t)w;
+	}
+	memmove(o->buf, o->buf + upto, o->len - upto);
+	o->len -= upto;
+	o->line -= upto;
+}
+
+static void put_mem(struct out *o, const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (o->len == o->cap) {
+			/* Whole lines go out together (O_APPEND keeps the
+			 * lines of concurrent processes apart). */
+			out_flush(o, o->line ? o->line : o->len);
+		}
+		o->buf[o->len++] = s[i];
+		if (s[i] == '\n')
+			o->line = o->len;
+	}
+}
+
+static void put(struct out *o, const char *s)
+{
+	put_mem(o, s, strlen(s));
+}
+
+static void put_u(struct out *o, uint64_t v)
+{
+	char tmp[24];
+	int i = sizeof tmp;
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	put_mem(o, tmp + i, sizeof tmp - (size_t)i);
+}
+
+static void put_x(struct out *o, uint64_t v)
+{
+	char tmp[24];
+	int i = sizeof tmp;
+	do {
+		tmp[--i] = "0123456789abcdef"[v & 15];
+		v >>= 4;
+	} while (v);
+	put(o, "0x");
+	put_mem(o, tmp + i, sizeof tmp - (size_t)i);
+}
+
+/* v/d with one decimal, rounded: "12.5". */
+static void put_ratio(struct out *o, uint64_t v, uint64_t d)
+{
+	if (!d) {
+		put(o, "0.0");
+		return;
+	}
+	unsigned __int128 tenths = ((unsigned __int128)v * 10 + d / 2) / d;
+	put_u(o, (uint64_t)(tenths / 10));
+	char c[2] = {(char)('0' + (int)(tenths % 10)), 0};
+	put(o, ".");
+	put(o, c);
+}
+
+/* "67108864 bytes (64.0 MiB)" */
+static void put_size(struct out *o, uint64_t v)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+	put_u(o, v);
+	put(o, " bytes");
+	if (v < 1024)
+		return;
+	int u = 0;
+	uint64_t d = 1024;
+	while (u < 4 && v / d >= 1024) {
+		d *= 1024;
+		u++;
+	}
+	put(o, " (");
+	put_ratio(o, v, d);
+	put(o, " ");
+	put(o, unit[u]);
+	put(o, ")");
+}
+
+/* Paths may hold "%p": the process id, for one file per process. */
+static int open_out(const char *path, char *buf, size_t cap)
+{
+	size_t n = 0;
+	for (const char *p = path; *p && n + 24 < cap; p++) {
+		if (p[0] == '%' && p[1] == 'p') {
+			char tmp[24];
+			int i = sizeof tmp;
+			uint64_t v = (uint64_t)getpid();
+			do {
+				tmp[--i] = (char)('0' + v % 10);
+				v /= 10;
+			} while (v);
+			memcpy(buf + n, tmp + i, sizeof tmp - (size_t)i);
+			n += sizeof tmp - (size_t)i;
+			p++;
+		} else {
+			buf[n++] = *p;
+		}
+	}
+	buf[n] = 0;
+	/* Appended: processes of one run share the file, memlimits run
+	 * empties it first. */
+	return open(buf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+}
+
+/* ---- Symbols ---------------------------------------------------------- */
+
+/* An object's symbol table, read from its file (the main program's too,
+ * which dladdr only knows through .dynsym). */
+struct obj {
+	uintptr_t bias;
+	const void *map;
+	size_t map_len;
+	const Elf64_Sym *sym;
+	size_t nsym;
+	const char *str;
+	size_t strsz;
+	bool tried;
+};
+
+struct sym {
+	uintptr_t ip; /* 0: free */
+	const char *name;
+	uintptr_t start;    /* the function's address, if named */
+	const char *object; /* path */
+	uintptr_t base;     /* the object's load address */
+};
+
+struct symbols {
+	struct sym *cache;
+	struct obj *objs;
+	unsigned nobjs;
+	char exe[4096];
+};
+
+static void load_symtab(struct obj *ob, const char *path)
+{
+	ob->tried = true;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+	    (size_t)st.st_size < sizeof(Elf64_Ehdr)) {
+		close(fd);
+		return;
+	}
+	size_t len = (size_t)st.st_size;
+	const char *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return;
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m;
+	if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
+	    eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+	    eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > len ||
+	    (size_t)eh->e_shnum > (len - eh->e_shoff) / sizeof(Elf64_Shdr))
+		goto unusable;
+	const Elf64_Shdr *sh = (const Elf64_Shdr *)(m + eh->e_shoff);
+	for (unsigned i = 0; i < eh->e_shnum; i++) {
+		if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum)
+			continue;
+		const Elf64_Shdr *ss = &sh[i], *sstr = &sh[sh[i].sh_link];
+		if (ss->sh_offset > len || ss->sh_size > len - ss->sh_offset ||
+		    sstr->sh_offset > len ||
+		    sstr->sh_size > len - sstr->sh_offset || !sstr->sh_size)
+			goto unusable;
+		ob->map = m;
+		ob->map_len = len;
+		ob->sym = (const Elf64_Sym *)(m + ss->sh_offset);
+		ob->nsym = ss->sh_size / sizeof(Elf64_Sym);
+		ob->str = m + sstr->sh_offset;
+		ob->strsz = sstr->sh_size;
+		return;
+	}
+unusable: /* stripped, or not an ELF file we understand */
+	munmap((void *)m, len);
+}
+
+static const char *symtab_lookup(const struct obj *ob, uintptr_t addr,
+                                 uintptr_t *start)
+{
+	const Elf64_Sym *best = NULL;
+	for (size_t i = 0; i < ob->nsym; i++) {
+		const Elf64_Sym *s = &ob->sym[i];
+		int type = ELF64_ST_TYPE(s->st_info);
+		if ((type != STT_FUNC && type != STT_GNU_IFUNC) ||
+		    s->st_shndx == SHN_UNDEF || s->st_name >= ob->strsz)
+			continue;
+		if (addr >= s->st_value && addr - s->st_value < s->st_size) {
+			best = s;
+			break;
+		}
+	}
+	if (!best ||
+	    !memchr(ob->str + best->st_name, 0, ob->strsz - best->st_name))
+		return NULL;
+	*start = best->st_value + ob->bias;
+	return ob->str + best->st_name;
+}
+
+static struct obj *object_for(struct symbols *sy, struct link_map *lm,
+                              const char *path)
+{
+	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++)
+		if (sy->objs[i].bias == lm->l_addr)
+			return &sy->objs[i];
+	if (!sy->objs || sy->nobjs == NOBJS)
+		return NULL;
+	struct obj *ob = &sy->objs[sy->nobjs++];
+	memset(ob, 0, sizeof *ob);
+	ob->bias = lm->l_addr;
+	load_symtab(ob, path);
+	return ob;
+}
+
+static const struct sym *lookup(struct symbols *sy, uintptr_t ip)
+{
+	static struct sym none;
+	if (!sy->cache)
+		return &none;
+	uint64_t h = ip * 0x9e3779b97f4a7c15u;
+	struct sym *e = NULL;
+	for (unsigned p = 0; p < NSYMS; p++) {
+		e = &sy->cache[(h >> 20 ^ p) & (NSYMS - 1)];
+		if (e->ip == ip)
+			return e;
+		if (!e->ip)
+			break;
+		e = NULL;
+	}
+	if (!e) { /* full: look up without remembering */
+		e = &none;
+		memset(e, 0, sizeof *e);
+	}
+	e->ip = ip;
+	/* A return address may lie just past its function's end. */
+	uintptr_t at = ip - 1;
+	Dl_info info;
+	struct link_map *lm = NULL;
+	if (!dladdr1((void *)at, &info, (void **)&lm, RTLD_DL_LINKMAP) || !lm)
+		return e;
+	bool main_prog = !lm->l_name || !lm->l_name[0];
+	e->object = main_prog ? sy->exe : lm->l_name;
+	e->base = (uintptr_t)info.dli_fbase;
+	if (info.dli_sname && info.dli_saddr) {
+		e->name = info.dli_sname;
+		e->start = (uintptr_t)info.dli_saddr;
+		return e;
+	}
+	/* Not exported: the object's full symbol table, if it has one. */
+	if (!main_prog && lm->l_name[0] != '/')
+		return e; /* the vdso */
+	struct obj *ob = object_for(sy, lm, e->object);
+	uintptr_t start;
+	const char *name;
+	if (ob && ob->nsym && (name = symtab_lookup(ob, at - ob->bias, &start)))
+		e->name = name, e->start = start;
+	return e;
+}
+
+static const char *base_name(const char *path)
+{
+	const char *b = strrchr(path, '/');
+	return b ? b + 1 : path;
+}
+
+/* A name for a profile frame: no ';' (the separator) and no newline. */
+static void put_frame_name(struct out *o, const char *s)
+{
+	for (; *s; s++) {
+		char c = *s == ';' ? ':' : (*s == '\n' ? ' ' : *s);
+		put_mem(o, &c, 1);
+	}
+}
+
+/* Collapsed-stack frame: the function, else object+offset (a stripped
+ * object: resolve offline with addr2line -e OBJECT OFFSET). */
+static void put_short(struct out *o, struct symbols *sy, uintptr_t ip)
+{
+	const struct sym *s = lookup(sy, ip);
+	if (s->name) {
+		put_frame_name(o, s->name);
+	} else if (s->object) {
+		put_frame_name(o, base_name(s->object));
+		put(o, "+");
+		put_x(o, ip - s->base);
+	} else {
+		put_x(o, ip);
+	}
+}
+
+/* Report frame: "name+0xoff (object)" or "object+0xoff" or the address. */
+static void put_long(struct out *o, struct symbols *sy, uintptr_t ip)
+{
+	const struct sym *s = lookup(sy, ip);
+	put(o, "    ");
+	if (s->name) {
+		put(o, s->name);
+		put(o, "+");
+		put_x(o, ip - s->start);
+		put(o, " (");
+		put(o, s->object ? s->object : "?");
+		put(o, ")\n");
+	} else if (s->object) {
+		put(o, s->object);
+		put(o, "+");
+		put_x(o, ip - s->base);
+		put(o, "\n");
+	} else {
+		put_x(o, ip);
+		put(o, "\n");
+	}
+}
+
+static void put_stack(struct out *o, struct symbols *sy, const uintptr_t *ip,
+                      uint32_t depth, uint32_t max)
+{
+	uint32_t d = depth & ~TRUNCATED;
+	for (uint32_t i = 0; i < d && i < max; i++)
+		put_long(o, sy, ip[i]);
+	if (d > max) {
+		put(o, "    ... ");
+		put_u(o, d - max);
+		put(o, " more frames (all of them in the profile)\n");
+	} else if (depth & TRUNCATED) {
+		put(o, "    ... (deeper frames not captured)\n");
+	}
+	if (!(depth & ~TRUNCATED))
+		put(o, "    (no frames)\n");
+}
+
+/* ---- Report ----------------------------------------------------------- */
+
+static void put_limits(struct out *o)
+{
+	ml_status why = (ml_status)atomic_load(&ml__run.fired);
+	put(o, "limit reached: ");
+	if (why == ML_ALLOC_LIMIT)
+		put(o, "the allocation limit (estimated allocated bytes "
+		       "reached it)\n");
+	else if (why == ML_GLOBAL_LIMIT)
+		put(o, "the heap limit (an allocation would have taken the "
+		       "heap over it)\n");
+	else if (why != ML_OK)
+		put(o, ml_status_str(why)), put(o, "\n");
+	else
+		put(o, "none\n");
+	put(o, "allocation limit: ");
+	if (ml__run.alloc_limit == ML_NO_LIMIT) {
+		put(o, "none\n");
+	} else {
+		put_size(o, ml__run.alloc_limit);
+		put(o, ", reached at ");
+		put_u(o, ml__run.k);
+		put(o, " samples of all threads; counted so far: ");
+		put_u(o, atomic_load(&ml__run.samples));
+		put(o, "\n");
+	}
+	put(o, "heap limit: ");
+	if (ml__run.heap_limit == ML_NO_LIMIT) {
+		put(o, "none\n");
+	} else {
+		put_size(o, ml__run.heap_limit);
+		put(o, "; heap in use now: ");
+		put_size(o, ml__meter_usage());
+		put(o, "\n");
+	}
+}
+
+static void put_site(struct out *o, struct symbols *sy, const struct site *e,
+                     unsigned rank, uint64_t total)
+{
+	uint64_t b = atomic_load(&e->bytes);
+	put(o, "#");
+	put_u(o, rank);
+	put(o, ": ");
+	put_size(o, b);
+	put(o, ", ");
+	put_ratio(o, b * 100, total ? total : 1);
+	put(o, "% of sampled bytes, ");
+	put_u(o, atomic_load(&e->samples));
+	put(o, " samples\n");
+	put_stack(o, sy, e->ip, e->depth, SITE_FRAMES);
+}
+
+static void write_report(struct symbols *sy, char *buf)
+{
+	ml_status why = (ml_status)atomic_load(&ml__run.fired);
+	char path[4096];
+	int fd = 2;
+	if (ml__run.report_path) {
+		fd = open_out(ml__run.report_path, path, sizeof path);
+		if (fd < 0) {
+			ml__diag("cannot write the report to %s",
+			         ml__run.report_path);
+			return;
+		}
+	} else if (why == ML_OK) {
+		return; /* on stderr only when a limit was reached */
+	}
+	struct out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
+	uint64_t total = atomic_load(&total_bytes);
+	put(&o, "==== memlimits report: pid ");
+	put_u(&o, (uint64_t)getpid());
+	put(&o, ", ");
+	put(&o, sy->exe);
+	put(&o, "\n");
+	put_limits(&o);
+	put(&o, "estimated bytes allocated: ");
+	put_size(&o, total);
+	put(&o, " (");
+	put_u(&o, atomic_load(&total_samples));
+	put(&o, " samples, interval ");
+	put_u(&o, atomic_load(&ml__interval));
+	put(&o, " bytes)\n");
+	if (why == ML_GLOBAL_LIMIT)
+		put(&o, "  (sampled bytes include the allocations the heap "
+		        "limit refused)\n");
+
+	struct site *tab = atomic_load(&sites);
+	const struct site *top[TOP_SITES] = {0};
+	for (unsigned i = 0; tab && i < NSITES; i++) {
+		const struct site *e = &tab[i];
+		if (!atomic_load_explicit(&e->ready, memory_order_acquire))
+			continue;
+		uint64_t b = atomic_load(&e->bytes);
+		unsigned j = TOP_SITES;
+		while (j > 0 &&
+		       (!top[j - 1] || atomic_load(&top[j - 1]->bytes) < b))
+			j--;
+		if (j == TOP_SITES)
+			continue;
+		memmove(&top[j + 1], &top[j],
+		        (TOP_SITES - 1 - j) * sizeof top[0]);
+		top[j] = e;
+	}
+	put(&o, "top allocation sites by sampled bytes (");
+	put_u(&o, atomic_load(&nstacks));
+	put(&o, " distinct stacks");
+	uint64_t other = atomic_load(&other_bytes);
+	if (other) {
+		put(&o, "; ");
+		put_size(&o, other);
+		put(&o, " in stacks beyond the table");
+	}
+	put(&o, "):\n");
+	for (unsigned j = 0; j < TOP_SITES && top[j]; j++)
+		put_site(&o, sy, top[j], j + 1, total);
+	if (!top[0])
+		put(&o, "    (no samples)\n");
+	if (trip.why != ML_OK) {
+		put(&o, "stack that tripped the ");
+		put(&o, trip.why == ML_ALLOC_LIMIT ? "allocation" : "heap");
+		put(&o, " limit, in an allocation of ");
+		put_size(&o, trip.n);
+		put(&o, ":\n");
+		put_stack(&o, sy, trip.ip, trip.depth, MAX_DEPTH);
+	}
+	put(&o, "==== end of memlimits report\n");
+	out_flush(&o, o.len);
+	if (fd != 2)
+		close(fd);
+}
+
+/* Collapsed stacks: "prog;outer;...;inner bytes", root first. */
+static void write_profile(struct symbols *sy, char *buf)
+{
+	char path[4096];
+	int fd = open_out(ml__run.profile_path, path, sizeof path);
+	if (fd < 0) {
+		ml__diag("cannot write the profile to %s",
+		         ml__run.profile_path);
+		return;
+	}
+	struct out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
+	const char *prog = base_name(sy->exe);
+	struct site *tab = atomic_load(&sites);
+	for (unsigned i = 0; tab && i < NSITES; i++) {
+		const struct site *e = &tab[i];
+		uint64_t b = atomic_load(&e->bytes);
+		if (!atomic_load_explicit(&e->ready, memory_order_acquire) ||
+		    !b)
+			continue;
+		put_frame_name(&o, prog);
+		if (e->depth & TRUNCATED)
+			put(&o, ";[truncated]");
+		for (uint32_t d = e->depth & ~TRUNCATED; d-- > 0;) {
+			put(&o, ";");
+			put_short(&o, sy, e->ip[d]);
+		}
+		put(&o, " ");
+		put_u(&o, b);
+		put(&o, "\n");
+	}
+	uint64_t other = atomic_load(&other_bytes);
+	if (other) {
+		put_frame_name(&o, prog);
+		put(&o, ";[other stacks] ");
+		put_u(&o, other);
+		put(&o, "\n");
+	}
+	out_flush(&o, o.len);
+	close(fd);
 }
 
 void ml__report_write(void)
 {
-	ml_status why = (ml_status)atomic_load(&ml__run.fired);
-	if (why != ML_OK)
-		ml__diag("%s", ml_status_str(why));
+	/* Once: at the trip in abort mode, else at exit. */
+	if (atomic_exchange(&written, 1))
+		return;
+	struct symbols *sy = ml__raw_alloc(sizeof *sy);
+	char *buf = ml__raw_alloc(OUT_BYTES);
+	if (!sy || !buf) {
+		ml__diag("no memory for the report");
+		ml__raw_free(sy, sizeof *sy);
+		ml__raw_free(buf, OUT_BYTES);
+		return;
+	}
+	sy->cache = ml__raw_alloc(NSYMS * sizeof *sy->cache);
+	sy->objs = ml__raw_alloc(NOBJS * sizeof *sy->objs);
+	ssize_t n = readlink("/proc/self/exe", sy->exe, sizeof sy->exe - 1);
+	if (n > 0)
+		sy->exe[n] = 0;
+	else
+		memcpy(sy->exe, "?", 2);
+	write_report(sy, buf);
+	if (ml__run.profile_path)
+		write_profile(sy, buf);
+	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++)
+		if (sy->objs[i].map)
+			munmap((void *)sy->objs[i].map, sy->objs[i].map_len);
+	ml__raw_free(sy->cache, NSYMS * sizeof *sy->cache);
+	ml__raw_free(sy->objs, NOBJS * sizeof *sy->objs);
+	ml__raw_free(sy, sizeof *sy);
+	ml__raw_free(buf, OUT_BYTES);
 }

@@ -1,16 +1,351 @@
-/* Run-mode sampling statistics: placeholder hooks, filled in by issue 5. */
+/* Run mode: sampling statistics (MEMLIMITS_STATS_DIR, memlimits run
+ * --stats).  Every allocation of a thread is counted in the thread's own
+ * record (from our pool, no lock on the allocation path); records are
+ * folded into the process totals when their thread exits and read, as they
+ * stand, when the file is written.  One JSON file per process,
+ * DIR/memlimits.<pid>.json, written to a temporary name and renamed, so
+ * that `memlimits stats` never sees half a file.  Format: memlimits(1). */
+#define _GNU_SOURCE
 #include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h> /* rename() only: no stream is used */
+#include <string.h>
+#include <unistd.h>
+
+#define NBUCKETS 65    /* 0, then [2^(i-1), 2^i) for i = 1..64 */
+#define WINDOW 100000u /* allocations in a window without a sample */
+
+struct counts {
+	uint64_t allocs, bytes, sampled_allocs, samples;
+	uint64_t dry_windows;
+	uint64_t hist[NBUCKETS], hist_sampled[NBUCKETS];
+};
+
+struct tstats {
+	struct tstats *next;
+	uint64_t since_sample; /* allocations since the last sample */
+	struct counts c;
+};
+
+static struct ml__pool stats_pool = {.slot = sizeof(struct tstats),
+                                     .lock = ATOMIC_FLAG_INIT};
+static atomic_flag lock = ATOMIC_FLAG_INIT; /* live list, totals */
+static struct tstats *live;
+static struct counts done; /* of exited threads */
+static uint64_t nthreads;
+
+/* Another thread's counters are read while it runs: relaxed atomics make
+ * that a benign race, and cost plain moves on the owner's side. */
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define BUMP(x, v) __atomic_store_n(&(x), LOAD(x) + (v), __ATOMIC_RELAXED)
+
+static unsigned bucket(uint64_t n)
+{
+	return n ? 64u - (unsigned)__builtin_clzll(n) : 0;
+}
 
 void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s)
 {
-	(void)t, (void)n, (void)s;
+	struct tstats *st = t->stats;
+	if (ml__unlikely(!st)) {
+		st = ml__pool_get(&stats_pool);
+		if (!st)
+			return;
+		memset(st, 0, sizeof *st);
+		ml__spin_lock(&lock);
+		st->next = live;
+		live = st;
+		nthreads++;
+		ml__spin_unlock(&lock);
+		t->stats = st;
+	}
+	unsigned b = bucket(n);
+	BUMP(st->c.allocs, 1);
+	BUMP(st->c.bytes, n);
+	BUMP(st->c.hist[b], 1);
+	if (s) {
+		BUMP(st->c.sampled_allocs, 1);
+		BUMP(st->c.samples, s);
+		BUMP(st->c.hist_sampled[b], 1);
+		st->since_sample = 0;
+	} else if (++st->since_sample == WINDOW) {
+		BUMP(st->c.dry_windows, 1);
+		st->since_sample = 0;
+	}
+}
+
+static void fold(struct counts *into, const struct counts *c)
+{
+	into->allocs += LOAD(c->allocs);
+	into->bytes += LOAD(c->bytes);
+	into->sampled_allocs += LOAD(c->sampled_allocs);
+	into->samples += LOAD(c->samples);
+	into->dry_windows += LOAD(c->dry_windows);
+	for (unsigned i = 0; i < NBUCKETS; i++) {
+		into->hist[i] += LOAD(c->hist[i]);
+		into->hist_sampled[i] += LOAD(c->hist_sampled[i]);
+	}
 }
 
 void ml__stats_thread_exit(struct ml__thread *t)
 {
+	struct tstats *st = t->stats;
 	t->stats = NULL;
+	if (!st)
+		return;
+	ml__spin_lock(&lock);
+	for (struct tstats **p = &live; *p; p = &(*p)->next)
+		if (*p == st) {
+			*p = st->next;
+			break;
+		}
+	fold(&done, &st->c);
+	ml__spin_unlock(&lock);
+	ml__pool_put(&stats_pool, st);
+}
+
+/* fork: the child is a new process with one thread and its own file;
+ * everything counted so far was the parent's. */
+static void atfork_prepare(void)
+{
+	ml__spin_lock(&lock);
+}
+
+static void atfork_parent(void)
+{
+	ml__spin_unlock(&lock);
+}
+
+static void atfork_child(void)
+{
+	struct tstats *mine = ml__self.stats;
+	/* The other threads' records are not theirs any more: leaked, as
+	 * their slots may be anywhere in the pool's free list state. */
+	memset(&done, 0, sizeof done);
+	live = mine;
+	nthreads = mine ? 1 : 0;
+	if (mine) {
+		mine->next = NULL;
+		memset(&mine->c, 0, sizeof mine->c);
+		mine->since_sample = 0;
+	}
+	ml__spin_unlock(&lock);
+}
+
+__attribute__((constructor(102))) static void stats_init(void)
+{
+	/* After the environment is read (config.c, priority 101). */
+	if (ml__run.stats)
+		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* ---- JSON without stdio ----------------------------------------------- */
+
+struct out {
+	char buf[8192];
+	size_t len;
+	bool overflow;
+};
+
+static void put(struct out *o, const char *s)
+{
+	for (; *s; s++) {
+		if (o->len == sizeof o->buf) {
+			o->overflow = true;
+			return;
+		}
+		o->buf[o->len++] = *s;
+	}
+}
+
+static void put_u(struct out *o, uint64_t v)
+{
+	char tmp[24];
+	int i = sizeof tmp - 1;
+	tmp[i] = 0;
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	put(o, tmp + i);
+}
+
+/* A non-negative fraction with 9 decimals: "0.012500000". */
+static void put_frac(struct out *o, double v)
+{
+	if (!(v >= 0) || v > 1e18)
+		v = 0;
+	uint64_t whole = (uint64_t)v;
+	uint64_t nano = (uint64_t)((v - (double)whole) * 1e9 + 0.5);
+	if (nano >= 1000000000u) {
+		whole++;
+		nano -= 1000000000u;
+	}
+	put_u(o, whole);
+	char d[11] = ".000000000";
+	for (int i = 9; i >= 1; i--, nano /= 10)
+		d[i] = (char)('0' + nano % 10);
+	put(o, d);
+}
+
+static void put_str(struct out *o, const char *s)
+{
+	put(o, "\"");
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char esc[7] = {'\\', (char)c, 0};
+		if (c == '"' || c == '\\') {
+			put(o, esc);
+		} else if (c < 0x20) {
+			esc[1] = 'u';
+			memcpy(esc + 2, "00", 2);
+			esc[4] = "0123456789abcdef"[c >> 4];
+			esc[5] = "0123456789abcdef"[c & 15];
+			esc[6] = 0;
+			put(o, esc);
+		} else {
+			esc[0] = (char)c;
+			esc[1] = 0;
+			put(o, esc);
+		}
+	}
+	put(o, "\"");
+}
+
+static void field_u(struct out *o, const char *name, uint64_t v)
+{
+	put(o, ",\n  \"");
+	put(o, name);
+	put(o, "\": ");
+	put_u(o, v);
+}
+
+static void field_frac(struct out *o, const char *name, double v)
+{
+	put(o, ",\n  \"");
+	put(o, name);
+	put(o, "\": ");
+	put_frac(o, v);
+}
+
+static void format(struct out *o, const struct counts *c, uint64_t threads,
+                   const char *exe)
+{
+	uint64_t interval = atomic_load(&ml__interval);
+	put(o, "{\n  \"format\": \"memlimits-stats\",\n  \"version\": 1");
+	field_u(o, "pid", (uint64_t)getpid());
+	field_u(o, "ppid", (uint64_t)getppid());
+	put(o, ",\n  \"program\": ");
+	put_str(o, exe);
+	field_u(o, "interval", interval);
+	field_u(o, "threads", threads);
+	field_u(o, "allocations", c->allocs);
+	field_u(o, "bytes", c->bytes);
+	field_u(o, "sampled_allocations", c->sampled_allocs);
+	field_u(o, "samples", c->samples);
+	field_u(o, "estimated_bytes", c->samples * interval);
+	/* Sampled fraction of the allocations, and samples per expected
+	 * sample (bytes / interval): near 1 when the sampler is unbiased. */
+	field_frac(o, "allocation_sample_rate",
+	           c->allocs ? (double)c->sampled_allocs / (double)c->allocs
+	                     : 0);
+	field_frac(o, "expected_samples", (double)c->bytes / (double)interval);
+	field_u(o, "window", WINDOW);
+	field_u(o, "unsampled_windows", c->dry_windows);
+	put(o, ",\n  \"histogram\": [");
+	bool first = true;
+	for (unsigned i = 0; i < NBUCKETS; i++) {
+		if (!c->hist[i])
+			continue;
+		put(o, first ? "\n    [" : ",\n    [");
+		first = false;
+		put_u(o, i ? (uint64_t)1 << (i - 1) : 0);
+		put(o, ", ");
+		put_u(o, c->hist[i]);
+		put(o, ", ");
+		put_u(o, c->hist_sampled[i]);
+		put(o, "]");
+	}
+	put(o, first ? "]\n}\n" : "\n  ]\n}\n");
+}
+
+static size_t append(char *dst, size_t at, size_t cap, const char *s)
+{
+	for (; *s && at + 1 < cap; s++)
+		dst[at++] = *s;
+	dst[at] = 0;
+	return at;
+}
+
+static size_t append_u(char *dst, size_t at, size_t cap, uint64_t v)
+{
+	char tmp[24];
+	int i = sizeof tmp - 1;
+	tmp[i] = 0;
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	return append(dst, at, cap, tmp + i);
 }
 
 void ml__stats_write(void)
 {
+	static _Atomic int writing;
+	if (!ml__run.stats_dir || atomic_exchange(&writing, 1))
+		return;
+	struct counts c = {0};
+	ml__spin_lock(&lock);
+	fold(&c, &done);
+	for (struct tstats *st = live; st; st = st->next)
+		fold(&c, &st->c);
+	uint64_t threads = nthreads;
+	ml__spin_unlock(&lock);
+
+	char exe[1024];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n > 0)
+		exe[n] = 0;
+	else
+		memcpy(exe, "?", 2);
+	struct out o;
+	o.len = 0;
+	o.overflow = false;
+	format(&o, &c, threads, exe);
+
+	char tmp[4096], path[4096];
+	uint64_t pid = (uint64_t)getpid();
+	size_t a = append(tmp, 0, sizeof tmp, ml__run.stats_dir);
+	a = append(tmp, a, sizeof tmp, "/.memlimits.");
+	a = append_u(tmp, a, sizeof tmp, pid);
+	a = append(tmp, a, sizeof tmp, ".json.tmp");
+	size_t b = append(path, 0, sizeof path, ml__run.stats_dir);
+	b = append(path, b, sizeof path, "/memlimits.");
+	b = append_u(path, b, sizeof path, pid);
+	b = append(path, b, sizeof path, ".json");
+	if (a + 1 >= sizeof tmp || b + 1 >= sizeof path || o.overflow) {
+		ml__diag("cannot write statistics: path too long");
+		return;
+	}
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		ml__diag("cannot write statistics to %s", tmp);
+		return;
+	}
+	size_t off = 0;
+	while (off < o.len) {
+		ssize_t w = write(fd, o.buf + off, o.len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		off += (size_t)w;
+	}
+	if (close(fd) != 0 || off != o.len || rename(tmp, path) != 0) {
+		ml__diag("cannot write statistics to %s", path);
+		unlink(tmp);
+	}
 }
