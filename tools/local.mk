@@ -7,3 +7,10 @@ tools_memlimits_SOURCES = tools/memlimits.c tools/tool.h \
 	tools/cmd-bounds.c \
 	lib/bounds.c lib/parse.c lib/parse.h
 tools_memlimits_LDADD = -lm
+
+# memlimits run / stats (issue 5).  run finds the library to preload from
+# the installed paths (bindir -> libdir) or, uninstalled, from the build
+# tree next to the command (tools/cmd-run.c, find_library).
+tools_memlimits_SOURCES += tools/cmd-run.c tools/cmd-stats.c
+tools_memlimits_CPPFLAGS = $(AM_CPPFLAGS) -DML_LIBDIR='"$(libdir)"' \
+	-DML_BINDIR='"$(bindir)"'

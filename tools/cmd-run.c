@@ -1,0 +1,626 @@
+/* memlimits run: an unmodified program under limits.  Sets MEMLIMITS_*,
+ * prepends the library to LD_PRELOAD and execs the program, which (with
+ * its children) then runs as one task per thread (lib/runmode.c).
+ *
+ * Everything that would make the limits silently not apply is refused
+ * before anything runs: a static program, a program of another ELF class
+ * or machine, a set-user-ID program (the loader ignores LD_PRELOAD paths
+ * there), a program with its own malloc or a sanitizer runtime. */
+#include "config.h"
+
+#define _GNU_SOURCE
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "../lib/parse.h"
+#include "tool.h"
+
+#define CMD "run"
+#define LIBNAME "libmemlimits.so.0"
+#define MAX_SCRIPT_DEPTH 4 /* the kernel's own limit on #! nesting */
+
+static const char synopsis[] =
+    "[--alloc-limit SIZE] [--heap-limit SIZE] [--interval SIZE] [--seed N] "
+    "[--on-limit fail|abort] [--report FILE] [--profile FILE] [--stats DIR] "
+    "-- PROGRAM [ARG...]";
+
+static void help(void)
+{
+	printf("Usage: memlimits run %s\n\n", synopsis);
+	printf(
+	    "Run PROGRAM (and its children) with the memlimits library "
+	    "preloaded: every\nthread of every process runs as a task under "
+	    "these limits (memlimits(1)).\n\n"
+	    "  --alloc-limit SIZE  stop after about SIZE bytes allocated by "
+	    "all threads of\n"
+	    "                      a process together (estimated from the "
+	    "samples)\n"
+	    "  --heap-limit SIZE   refuse allocations that would take the "
+	    "heap of a process\n"
+	    "                      over SIZE bytes (malloc returns NULL, "
+	    "ENOMEM)\n"
+	    "  --interval SIZE     the mean sample interval (default 80000 "
+	    "bytes)\n"
+	    "  --seed N            seed the sampler (reproducible runs)\n"
+	    "  --on-limit fail     allocations fail once a limit is reached "
+	    "(default)\n"
+	    "  --on-limit abort    write the report and exit with status 3\n"
+	    "  --report FILE       write the report to FILE (default: stderr, "
+	    "only when a\n"
+	    "                      limit is reached); %%p in FILE is the "
+	    "process id\n"
+	    "  --profile FILE      write a heap profile of sampled bytes in "
+	    "collapsed-stack\n"
+	    "                      format (flamegraph.pl, speedscope)\n"
+	    "  --stats DIR         write sampling statistics to "
+	    "DIR/memlimits.PID.json\n"
+	    "                      (merge them with 'memlimits stats DIR')\n\n"
+	    "Each process gets its own budget.  Exit status: the program's; "
+	    "3 when a limit\nwas reached with --on-limit abort; 2 on bad "
+	    "usage (nothing is run).\n");
+}
+
+struct opts {
+	const char *alloc, *heap, *interval, *seed, *on_limit;
+	const char *report, *profile, *stats;
+};
+
+static void size_opt(const char *name, const char *v, bool nonzero)
+{
+	uint64_t x;
+	if (ml__parse_size(v, &x) != 0)
+		ml__tool_usage_error(CMD,
+		                     "invalid size for %s: '%s' (bytes, or "
+		                     "with a suffix: 64MiB, 1.5G)",
+		                     name, v);
+	if (nonzero && x == 0)
+		ml__tool_usage_error(CMD, "%s must be at least 1 byte", name);
+}
+
+/* One canonical form for the environment: plain bytes. */
+static char *size_env(const char *v)
+{
+	static char bufs[3][24];
+	static int next;
+	uint64_t x = 0;
+	ml__parse_size(v, &x);
+	char *b = bufs[next++ % 3];
+	snprintf(b, sizeof bufs[0], "%" PRIu64, x);
+	return b;
+}
+
+/* An absolute path, so that a program changing directory still writes
+ * where the user meant. */
+static char *absolute(const char *p)
+{
+	if (p[0] == '/')
+		return strdup(p);
+	char cwd[PATH_MAX];
+	if (!getcwd(cwd, sizeof cwd))
+		ml__tool_usage_error(CMD,
+		                     "cannot find the current directory: %s",
+		                     strerror(errno));
+	size_t n = strlen(cwd) + strlen(p) + 2;
+	char *r = malloc(n);
+	if (!r)
+		ml__tool_usage_error(CMD, "out of memory");
+	snprintf(r, n, "%s/%s", cwd, p);
+	return r;
+}
+
+/* The report and profile files are appended to by every process of the
+ * run: start them empty (unless they are per-process, with %p). */
+static char *out_file(const char *opt, const char *v)
+{
+	if (!*v)
+		ml__tool_usage_error(CMD, "%s needs a file name", opt);
+	char *p = absolute(v);
+	if (strstr(p, "%p")) {
+		char *dir = strdup(p);
+		*strrchr(dir, '/') = 0;
+		struct stat st;
+		if (stat(*dir ? dir : "/", &st) != 0 || !S_ISDIR(st.st_mode))
+			ml__tool_usage_error(CMD, "%s: no directory for '%s'",
+			                     opt, v);
+		free(dir);
+		return p;
+	}
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		ml__tool_usage_error(CMD, "cannot write %s '%s': %s", opt, v,
+		                     strerror(errno));
+	close(fd);
+	return p;
+}
+
+static void parse(int argc, char **argv, struct opts *o)
+{
+	enum {
+		O_ALLOC = 256,
+		O_HEAP,
+		O_INTERVAL,
+		O_SEED,
+		O_ON_LIMIT,
+		O_REPORT,
+		O_PROFILE,
+		O_STATS,
+		O_HELP
+	};
+	static const struct option longopts[] = {
+	    {"alloc-limit", required_argument, NULL, O_ALLOC},
+	    {"heap-limit", required_argument, NULL, O_HEAP},
+	    {"interval", required_argument, NULL, O_INTERVAL},
+	    {"seed", required_argument, NULL, O_SEED},
+	    {"on-limit", required_argument, NULL, O_ON_LIMIT},
+	    {"report", required_argument, NULL, O_REPORT},
+	    {"profile", required_argument, NULL, O_PROFILE},
+	    {"stats", required_argument, NULL, O_STATS},
+	    {"help", no_argument, NULL, O_HELP},
+	    {NULL, 0, NULL, 0},
+	};
+	*o = (struct opts){0};
+	opterr = 0;
+	optind = 1;
+	for (;;) {
+		int prev = optind;
+		int c = getopt_long(argc, argv, "+:h", longopts, NULL);
+		if (c == -1)
+			break;
+		switch (c) {
+		case O_ALLOC:
+			size_opt("--alloc-limit", optarg, false);
+			o->alloc = optarg;
+			break;
+		case O_HEAP:
+			size_opt("--heap-limit", optarg, false);
+			o->heap = optarg;
+			break;
+		case O_INTERVAL:
+			size_opt("--interval", optarg, true);
+			o->interval = optarg;
+			break;
+		case O_SEED: {
+			uint64_t x;
+			if (ml__parse_u64(optarg, &x))
+				ml__tool_usage_error(
+				    CMD,
+				    "invalid --seed '%s' (an unsigned 64-bit "
+				    "integer)",
+				    optarg);
+			o->seed = optarg;
+			break;
+		}
+		case O_ON_LIMIT:
+			if (strcmp(optarg, "fail") && strcmp(optarg, "abort"))
+				ml__tool_usage_error(
+				    CMD,
+				    "invalid --on-limit '%s' (fail or abort)",
+				    optarg);
+			o->on_limit = optarg;
+			break;
+		case O_REPORT:
+			o->report = optarg;
+			break;
+		case O_PROFILE:
+			o->profile = optarg;
+			break;
+		case O_STATS:
+			o->stats = optarg;
+			break;
+		case 'h':
+		case O_HELP:
+			help();
+			exit(ML__TOOL_OK);
+		case ':':
+			ml__tool_usage_error(CMD, "option '%s' needs a value",
+			                     argv[optind - 1]);
+		default:
+			ml__tool_usage_error(
+			    CMD,
+			    "unknown option '%s' (see memlimits run --help)",
+			    argv[prev < argc ? prev : argc - 1]);
+		}
+	}
+	if (optind >= argc)
+		ml__tool_usage_error(CMD, "missing program (memlimits run "
+		                          "[OPTION]... -- PROGRAM [ARG]...)");
+	if (!argv[optind][0])
+		ml__tool_usage_error(CMD, "empty program name");
+}
+
+/* ---- The program ------------------------------------------------------ */
+
+/* execvp's search, done here so that the file can be inspected first. */
+static char *find_program(const char *name)
+{
+	if (strchr(name, '/'))
+		return strdup(name);
+	const char *path = getenv("PATH");
+	char def[256];
+	if (!path) {
+		size_t n = confstr(_CS_PATH, def, sizeof def);
+		path = n && n <= sizeof def ? def : "/bin:/usr/bin";
+	}
+	bool denied = false;
+	for (const char *p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		int dl = (int)(end - p);
+		char *cand;
+		if (asprintf(&cand, "%.*s%s%s", dl, p, dl ? "/" : "", name) < 0)
+			ml__tool_usage_error(CMD, "out of memory");
+		struct stat st;
+		if (stat(cand, &st) == 0 && S_ISREG(st.st_mode)) {
+			if (access(cand, X_OK) == 0)
+				return cand;
+			denied = true;
+		}
+		free(cand);
+		if (!*end)
+			break;
+		p = end;
+	}
+	ml__tool_usage_error(CMD,
+	                     denied ? "'%s': permission denied"
+	                            : "'%s': program not found in PATH",
+	                     name);
+}
+
+struct elf {
+	const unsigned char *m;
+	size_t len;
+};
+
+static bool in(const struct elf *e, uint64_t off, uint64_t size)
+{
+	return off <= e->len && size <= e->len - off;
+}
+
+/* The library is built for this command's own class and machine. */
+static void host_ident(unsigned char *cls, uint16_t *machine)
+{
+	*cls = sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32;
+	*machine = 0;
+	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+	Elf64_Ehdr h;
+	if (fd >= 0 && read(fd, &h, sizeof h) == (ssize_t)sizeof h)
+		*machine = h.e_machine; /* same offset in both classes */
+	if (fd >= 0)
+		close(fd);
+}
+
+/* A defined function "malloc" in a symbol table section. */
+static bool defines_malloc(const struct elf *e, const Elf64_Shdr *sh,
+                           unsigned shnum, unsigned type)
+{
+	for (unsigned i = 0; i < shnum; i++) {
+		if (sh[i].sh_type != type || sh[i].sh_link >= shnum)
+			continue;
+		const Elf64_Shdr *str = &sh[sh[i].sh_link];
+		if (!in(e, sh[i].sh_offset, sh[i].sh_size) ||
+		    !in(e, str->sh_offset, str->sh_size))
+			continue;
+		const Elf64_Sym *sym = (const void *)(e->m + sh[i].sh_offset);
+		size_t n = sh[i].sh_size / sizeof *sym;
+		const char *s = (const char *)e->m + str->sh_offset;
+		for (size_t j = 0; j < n; j++)
+			if (sym[j].st_shndx != SHN_UNDEF &&
+			    ELF64_ST_TYPE(sym[j].st_info) == STT_FUNC &&
+			    sym[j].st_name + sizeof "malloc" <= str->sh_size &&
+			    !memcmp(s + sym[j].st_name, "malloc",
+			            sizeof "malloc"))
+				return true;
+	}
+	return false;
+}
+
+/* A DT_NEEDED sanitizer runtime: it replaces malloc and insists on coming
+ * first, before any preloaded library. */
+static const char *needs_sanitizer(const struct elf *e, const Elf64_Shdr *sh,
+                                   unsigned shnum)
+{
+	static const char *const san[] = {"libasan", "libtsan", "libmsan",
+	                                  "libhwasan", "liblsan"};
+	for (unsigned i = 0; i < shnum; i++) {
+		if (sh[i].sh_type != SHT_DYNAMIC || sh[i].sh_link >= shnum)
+			continue;
+		const Elf64_Shdr *str = &sh[sh[i].sh_link];
+		if (!in(e, sh[i].sh_offset, sh[i].sh_size) ||
+		    !in(e, str->sh_offset, str->sh_size))
+			continue;
+		const Elf64_Dyn *d = (const void *)(e->m + sh[i].sh_offset);
+		size_t n = sh[i].sh_size / sizeof *d;
+		const char *s = (const char *)e->m + str->sh_offset;
+		for (size_t j = 0; j < n && d[j].d_tag != DT_NULL; j++) {
+			if (d[j].d_tag != DT_NEEDED ||
+			    d[j].d_un.d_val >= str->sh_size ||
+			    !memchr(s + d[j].d_un.d_val, 0,
+			            str->sh_size - d[j].d_un.d_val))
+				continue;
+			for (size_t k = 0; k < sizeof san / sizeof san[0]; k++)
+				if (!strncmp(s + d[j].d_un.d_val, san[k],
+				             strlen(san[k])))
+					return s + d[j].d_un.d_val;
+		}
+	}
+	return NULL;
+}
+
+/* The loader runs set-user-ID, set-group-ID and file-capability programs
+ * in secure mode, where LD_PRELOAD paths are ignored. */
+static bool secure_exec(const char *path, const struct stat *st)
+{
+	struct statvfs vfs;
+	if (statvfs(path, &vfs) == 0 && (vfs.f_flag & ST_NOSUID))
+		return false;
+	if ((st->st_mode & S_ISUID) && st->st_uid != getuid())
+		return true;
+	if ((st->st_mode & S_ISGID) && st->st_gid != getgid())
+		return true;
+	return getxattr(path, "security.capability", NULL, 0) > 0;
+}
+
+static void check_program(const char *shown, const char *path, int depth);
+
+static void check_script(const char *shown, const char *path,
+                         const unsigned char *m, size_t len, int depth)
+{
+	if (depth >= MAX_SCRIPT_DEPTH)
+		ml__tool_usage_error(CMD,
+		                     "'%s': too many levels of #! "
+		                     "interpreters",
+		                     shown);
+	char line[256];
+	size_t n = 0;
+	for (size_t i = 2; i < len && m[i] != '\n' && n + 1 < sizeof line; i++)
+		line[n++] = (char)m[i];
+	line[n] = 0;
+	char *interp = line + strspn(line, " \t");
+	interp[strcspn(interp, " \t")] = 0;
+	if (!*interp)
+		ml__tool_usage_error(CMD, "'%s': no interpreter after #!",
+		                     path);
+	check_program(shown, interp, depth + 1);
+}
+
+static void check_program(const char *shown, const char *path, int depth)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		ml__tool_usage_error(CMD, "cannot run '%s': %s", path,
+		                     strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		ml__tool_usage_error(CMD, "cannot run '%s': not a regular file",
+		                     path);
+	if (access(path, X_OK) != 0)
+		ml__tool_usage_error(CMD, "cannot run '%s': %s", path,
+		                     strerror(errno));
+	if (secure_exec(path, &st))
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' runs set-user-ID, set-group-ID or with file "
+		    "capabilities: the loader would ignore the library",
+		    path);
+	/* Headers, program headers and section headers are bounded by the
+	 * file; read it whole, but no more than a sane executable's size. */
+	size_t len = (size_t)st.st_size;
+	if (len > ((size_t)1 << 30))
+		len = (size_t)1 << 30;
+	unsigned char *m = malloc(len ? len : 1);
+	if (!m)
+		ml__tool_usage_error(CMD, "out of memory reading '%s'", path);
+	size_t got = 0;
+	while (got < len) {
+		ssize_t r = read(fd, m + got, len - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	struct elf e = {m, got};
+	if (got >= 2 && m[0] == '#' && m[1] == '!') {
+		check_script(shown, path, m, got, depth);
+		free(m);
+		return;
+	}
+	if (got < EI_NIDENT || memcmp(m, ELFMAG, SELFMAG) != 0)
+		ml__tool_usage_error(CMD,
+		                     "'%s' is neither an ELF executable nor a "
+		                     "#! script",
+		                     path);
+	unsigned char cls;
+	uint16_t machine;
+	host_ident(&cls, &machine);
+	if (m[EI_CLASS] != cls || got < sizeof(Elf64_Ehdr))
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is a %s-bit program: the library (%s-bit) cannot be "
+		    "preloaded into it",
+		    path, m[EI_CLASS] == ELFCLASS32 ? "32" : "64",
+		    cls == ELFCLASS32 ? "32" : "64");
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m;
+	if (machine && eh->e_machine != machine)
+		ml__tool_usage_error(CMD,
+		                     "'%s' is for another machine: the library "
+		                     "cannot be preloaded into it",
+		                     path);
+	if (eh->e_phentsize != sizeof(Elf64_Phdr) ||
+	    !in(&e, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr)))
+		ml__tool_usage_error(CMD, "'%s': malformed ELF program headers",
+		                     path);
+	const Elf64_Phdr *ph = (const Elf64_Phdr *)(m + eh->e_phoff);
+	bool interp = false, dynamic = false;
+	for (unsigned i = 0; i < eh->e_phnum; i++) {
+		interp |= ph[i].p_type == PT_INTERP;
+		dynamic |= ph[i].p_type == PT_DYNAMIC;
+	}
+	/* No PT_INTERP: nothing runs the loader, so nothing preloads (a
+	 * static-pie binary has PT_DYNAMIC but relocates itself). */
+	if (!interp || !dynamic)
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is statically linked: the library cannot be "
+		    "preloaded into it (limits would not apply)",
+		    path);
+	if (eh->e_shentsize == sizeof(Elf64_Shdr) &&
+	    in(&e, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr))) {
+		const Elf64_Shdr *sh = (const Elf64_Shdr *)(m + eh->e_shoff);
+		const char *san = needs_sanitizer(&e, sh, eh->e_shnum);
+		if (san)
+			ml__tool_usage_error(
+			    CMD,
+			    "'%s' is linked with %s, which replaces malloc: "
+			    "the library would be bypassed",
+			    path, san);
+		if (defines_malloc(&e, sh, eh->e_shnum, SHT_DYNSYM) ||
+		    defines_malloc(&e, sh, eh->e_shnum, SHT_SYMTAB))
+			ml__tool_usage_error(
+			    CMD,
+			    "'%s' has its own malloc: its allocations would "
+			    "bypass the library",
+			    path);
+	}
+	free(m);
+}
+
+/* ---- The library ------------------------------------------------------ */
+
+static bool readable(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, R_OK) == 0;
+}
+
+static bool same_dir(const char *a, const char *b)
+{
+	struct stat x, y;
+	return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev &&
+	       x.st_ino == y.st_ino;
+}
+
+/* Installed: $bindir/memlimits uses $libdir/libmemlimits.so.0.  From the
+ * build tree (tools/memlimits): lib/.libs/ next to it.  Moved as a whole
+ * (a relocated prefix): ../lib/. */
+static char *find_library(void)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n <= 0)
+		ml__tool_usage_error(CMD, "cannot find this command's path");
+	self[n] = 0;
+	*strrchr(self, '/') = 0;
+	char *c[6];
+	int nc = 0;
+#if defined(ML_LIBDIR) && defined(ML_BINDIR)
+	if (same_dir(self, ML_BINDIR))
+		c[nc++] = strdup(ML_LIBDIR "/" LIBNAME);
+#endif
+	if (asprintf(&c[nc++], "%s/../lib/.libs/" LIBNAME, self) < 0 ||
+	    asprintf(&c[nc++], "%s/../../lib/.libs/" LIBNAME, self) < 0)
+		ml__tool_usage_error(CMD, "out of memory");
+#ifdef ML_LIBDIR
+	c[nc++] = strdup(ML_LIBDIR "/" LIBNAME);
+#endif
+	if (asprintf(&c[nc++], "%s/../lib/" LIBNAME, self) < 0)
+		ml__tool_usage_error(CMD, "out of memory");
+	for (int i = 0; i < nc; i++) {
+		if (!c[i] || !readable(c[i]))
+			continue;
+		/* The directory made canonical, the name kept: the soname,
+		 * not the file it links to, stays right across upgrades. */
+		*strrchr(c[i], '/') = 0;
+		char *dir = realpath(c[i], NULL), *r;
+		if (!dir || asprintf(&r, "%s/" LIBNAME, dir) < 0)
+			continue;
+		free(dir);
+		/* LD_PRELOAD splits on blanks and colons. */
+		if (strpbrk(r, " \t:"))
+			ml__tool_usage_error(CMD,
+			                     "the library's path '%s' holds a "
+			                     "blank or a colon: it cannot be "
+			                     "preloaded",
+			                     r);
+		return r;
+	}
+	ml__tool_usage_error(CMD,
+	                     "cannot find " LIBNAME " (looked next to "
+	                     "%s and in the library directory)",
+	                     self);
+}
+
+/* ---- Run -------------------------------------------------------------- */
+
+static void set(const char *name, const char *v)
+{
+	if (v ? setenv(name, v, 1) : unsetenv(name))
+		ml__tool_usage_error(CMD, "cannot set %s", name);
+}
+
+static int run_main(int argc, char **argv)
+{
+	struct opts o;
+	parse(argc, argv, &o);
+	char **prog = argv + optind;
+	char *path = find_program(prog[0]);
+	check_program(prog[0], path, 0);
+	char *lib = find_library();
+
+	char *stats = NULL;
+	if (o.stats) {
+		struct stat st;
+		if (!*o.stats || stat(o.stats, &st) != 0 ||
+		    !S_ISDIR(st.st_mode) || access(o.stats, W_OK | X_OK) != 0)
+			ml__tool_usage_error(CMD,
+			                     "--stats '%s' is not a writable "
+			                     "directory",
+			                     o.stats);
+		stats = absolute(o.stats);
+	}
+	char *report = o.report ? out_file("--report", o.report) : NULL;
+	char *profile = o.profile ? out_file("--profile", o.profile) : NULL;
+
+	/* The run's settings are exactly these: nothing inherited from an
+	 * enclosing run. */
+	set("MEMLIMITS_ALLOC_LIMIT", o.alloc ? size_env(o.alloc) : NULL);
+	set("MEMLIMITS_HEAP_LIMIT", o.heap ? size_env(o.heap) : NULL);
+	set("MEMLIMITS_SAMPLE_INTERVAL",
+	    o.interval ? size_env(o.interval) : NULL);
+	set("MEMLIMITS_SEED", o.seed);
+	set("MEMLIMITS_ON_LIMIT", o.on_limit);
+	set("MEMLIMITS_REPORT", report);
+	set("MEMLIMITS_PROFILE", profile);
+	set("MEMLIMITS_STATS_DIR", stats);
+
+	const char *old = getenv("LD_PRELOAD");
+	char *preload;
+	if (asprintf(&preload, "%s%s%s", lib, old && *old ? ":" : "",
+	             old ? old : "") < 0)
+		ml__tool_usage_error(CMD, "out of memory");
+	set("LD_PRELOAD", preload);
+
+	fflush(NULL);
+	execv(path, prog);
+	ml__tool_usage_error(CMD, "cannot run '%s': %s", path, strerror(errno));
+}
+
+const struct ml__tool_cmd ml__tool_cmd_run = {
+    .name = "run",
+    .synopsis = synopsis,
+    .summary = "run an unmodified program under memory limits, with a "
+               "report",
+    .main = run_main,
+};

@@ -1,0 +1,608 @@
+/* memlimits stats DIR: merge the per-process statistics files that
+ * `memlimits run --stats DIR` leaves (lib/stats.c writes them) into one
+ * table.
+ *
+ * The files come from outside, so the reader is strict and bounded: plain
+ * RFC 8259 JSON only (no comments, no trailing commas, no duplicate
+ * members), at most MAX_FILE bytes and MAX_DEPTH levels, counts that are
+ * unsigned integers fitting 64 bits, and the sums checked for overflow.
+ * Anything else is one line on stderr and exit status 2. */
+#include "config.h"
+
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tool.h"
+
+#define CMD "stats"
+#define MAX_FILE (1u << 20)
+#define MAX_DEPTH 32
+#define NBUCKETS 65
+
+static const char synopsis[] = "DIR";
+
+struct proc {
+	uint64_t pid, interval, threads, allocs, bytes, sampled_allocs, samples;
+	uint64_t window, dry;
+	uint64_t hist[NBUCKETS], hist_sampled[NBUCKETS];
+	char program[256];
+};
+
+/* ---- Reader ----------------------------------------------------------- */
+
+struct rd {
+	const char *file;
+	const char *s, *end, *p;
+};
+
+static _Noreturn void bad(struct rd *r, const char *what)
+{
+	unsigned line = 1, col = 1;
+	for (const char *q = r->s; q < r->p && q < r->end; q++) {
+		if (*q == '\n')
+			line++, col = 1;
+		else
+			col++;
+	}
+	ml__tool_usage_error(CMD, "%s: line %u, column %u: %s", r->file, line,
+	                     col, what);
+}
+
+static void ws(struct rd *r)
+{
+	while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' ||
+	                         *r->p == '\n' || *r->p == '\r'))
+		r->p++;
+}
+
+static bool peek(struct rd *r, char c)
+{
+	ws(r);
+	return r->p < r->end && *r->p == c;
+}
+
+static void expect(struct rd *r, char c, const char *what)
+{
+	if (!peek(r, c))
+		bad(r, what);
+	r->p++;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* A string; its bytes (escapes decoded, UTF-8 for \u) go to out[cap] when
+ * out is given, silently cut at cap-1. */
+static void string(struct rd *r, char *out, size_t cap)
+{
+	size_t n = 0;
+	expect(r, '"', "expected a string");
+	for (;;) {
+		if (r->p >= r->end)
+			bad(r, "unterminated string");
+		unsigned char c = (unsigned char)*r->p;
+		if (c == '"') {
+			r->p++;
+			break;
+		}
+		if (c < 0x20)
+			bad(r, "control character in a string");
+		char buf[4];
+		size_t blen = 1;
+		buf[0] = (char)c;
+		r->p++;
+		if (c == '\\') {
+			if (r->p >= r->end)
+				bad(r, "unterminated escape");
+			char e = *r->p++;
+			const char *from = "\"\\/bfnrt",
+			           *to = "\"\\/\b\f\n\r\t";
+			const char *k = e ? strchr(from, e) : NULL;
+			if (k) {
+				buf[0] = to[k - from];
+			} else if (e == 'u') {
+				unsigned v = 0;
+				for (int i = 0; i < 4; i++) {
+					int h =
+					    r->p < r->end ? hexval(*r->p) : -1;
+					if (h < 0)
+						bad(r, "bad \\u escape");
+					v = v * 16 + (unsigned)h;
+					r->p++;
+				}
+				/* Surrogate halves are kept as they come
+				 * (the value is only displayed). */
+				if (v < 0x80) {
+					buf[0] = (char)v;
+				} else if (v < 0x800) {
+					buf[0] = (char)(0xc0 | v >> 6);
+					buf[1] = (char)(0x80 | (v & 63));
+					blen = 2;
+				} else {
+					buf[0] = (char)(0xe0 | v >> 12);
+					buf[1] = (char)(0x80 | ((v >> 6) & 63));
+					buf[2] = (char)(0x80 | (v & 63));
+					blen = 3;
+				}
+			} else {
+				bad(r, "bad escape in a string");
+			}
+		}
+		for (size_t i = 0; out && i < blen && n + 1 < cap; i++)
+			out[n++] = buf[i];
+	}
+	if (out && cap)
+		out[n] = 0;
+}
+
+/* A number per the JSON grammar.  Sets *u when it is an unsigned integer
+ * fitting 64 bits; returns whether it is. */
+static bool number(struct rd *r, uint64_t *u)
+{
+	ws(r);
+	const char *p = r->p;
+	bool integer = true, overflow = false;
+	uint64_t v = 0;
+	if (p < r->end && *p == '-')
+		p++, integer = false;
+	if (p >= r->end || *p < '0' || *p > '9')
+		bad(r, "expected a value");
+	if (*p == '0') {
+		p++;
+	} else {
+		for (; p < r->end && *p >= '0' && *p <= '9'; p++) {
+			unsigned d = (unsigned)(*p - '0');
+			if (v > (UINT64_MAX - d) / 10)
+				overflow = true;
+			v = v * 10 + d;
+		}
+	}
+	if (p < r->end && *p == '.') {
+		integer = false;
+		p++;
+		if (p >= r->end || *p < '0' || *p > '9')
+			r->p = p, bad(r, "digits expected after '.'");
+		while (p < r->end && *p >= '0' && *p <= '9')
+			p++;
+	}
+	if (p < r->end && (*p == 'e' || *p == 'E')) {
+		integer = false;
+		p++;
+		if (p < r->end && (*p == '+' || *p == '-'))
+			p++;
+		if (p >= r->end || *p < '0' || *p > '9')
+			r->p = p, bad(r, "digits expected in the exponent");
+		while (p < r->end && *p >= '0' && *p <= '9')
+			p++;
+	}
+	r->p = p;
+	if (integer && !overflow && u)
+		*u = v;
+	return integer && !overflow;
+}
+
+static void literal(struct rd *r, const char *word)
+{
+	size_t n = strlen(word);
+	if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n))
+		bad(r, "expected a value");
+	r->p += n;
+}
+
+/* Any value, checked and thrown away. */
+static void skip(struct rd *r, int depth)
+{
+	if (depth > MAX_DEPTH)
+		bad(r, "nested too deeply");
+	ws(r);
+	if (r->p >= r->end)
+		bad(r, "expected a value");
+	switch (*r->p) {
+	case '{':
+		r->p++;
+		if (peek(r, '}')) {
+			r->p++;
+			return;
+		}
+		do {
+			string(r, NULL, 0);
+			expect(r, ':', "expected ':'");
+			skip(r, depth + 1);
+		} while (peek(r, ',') && (r->p++, true));
+		expect(r, '}', "expected ',' or '}'");
+		return;
+	case '[':
+		r->p++;
+		if (peek(r, ']')) {
+			r->p++;
+			return;
+		}
+		do
+			skip(r, depth + 1);
+		while (peek(r, ',') && (r->p++, true));
+		expect(r, ']', "expected ',' or ']'");
+		return;
+	case '"':
+		string(r, NULL, 0);
+		return;
+	case 't':
+		literal(r, "true");
+		return;
+	case 'f':
+		literal(r, "false");
+		return;
+	case 'n':
+		literal(r, "null");
+		return;
+	default:
+		number(r, NULL);
+	}
+}
+
+static uint64_t count(struct rd *r)
+{
+	uint64_t v = 0;
+	const char *at = (ws(r), r->p);
+	if (!number(r, &v)) {
+		r->p = at;
+		bad(r, "expected an unsigned integer below 2^64");
+	}
+	return v;
+}
+
+static void histogram(struct rd *r, struct proc *pr)
+{
+	expect(r, '[', "expected '[' (the histogram)");
+	if (peek(r, ']')) {
+		r->p++;
+		return;
+	}
+	do {
+		expect(r, '[', "expected '[' (a histogram bucket)");
+		const char *at = (ws(r), r->p);
+		uint64_t lo = count(r);
+		unsigned b = lo ? 64u - (unsigned)__builtin_clzll(lo) : 0;
+		if (lo & (lo - 1)) {
+			r->p = at;
+			bad(r, "a bucket's lower bound must be 0 or a power "
+			       "of two");
+		}
+		expect(r, ',', "expected ','");
+		uint64_t c = count(r);
+		expect(r, ',', "expected ','");
+		uint64_t s = count(r);
+		expect(r, ']', "expected ']' after 3 numbers");
+		if (s > c || pr->hist[b] || pr->hist_sampled[b]) {
+			r->p = at;
+			bad(r, s > c ? "more sampled than allocated"
+			             : "bucket given twice");
+		}
+		pr->hist[b] = c;
+		pr->hist_sampled[b] = s;
+	} while (peek(r, ',') && (r->p++, true));
+	expect(r, ']', "expected ',' or ']'");
+}
+
+enum {
+	F_FORMAT,
+	F_VERSION,
+	F_PID,
+	F_PROGRAM,
+	F_INTERVAL,
+	F_THREADS,
+	F_ALLOCS,
+	F_BYTES,
+	F_SAMPLED,
+	F_SAMPLES,
+	F_WINDOW,
+	F_DRY,
+	F_HIST,
+	NFIELDS
+};
+static const char *const field_names[NFIELDS] = {
+    "format",      "version",  "pid",
+    "program",     "interval", "threads",
+    "allocations", "bytes",    "sampled_allocations",
+    "samples",     "window",   "unsampled_windows",
+    "histogram"};
+
+static void parse_file(const char *file, const char *s, size_t len,
+                       struct proc *pr)
+{
+	struct rd r = {file, s, s + len, s};
+	bool seen[NFIELDS] = {0};
+	memset(pr, 0, sizeof *pr);
+	if (memchr(s, 0, len))
+		r.p = memchr(s, 0, len), bad(&r, "NUL byte");
+	expect(&r, '{', "expected '{'");
+	if (!peek(&r, '}')) {
+		do {
+			char key[64];
+			const char *at = (ws(&r), r.p);
+			string(&r, key, sizeof key);
+			expect(&r, ':', "expected ':'");
+			int f = 0;
+			while (f < NFIELDS && strcmp(key, field_names[f]))
+				f++;
+			if (f == NFIELDS) {
+				skip(&r, 1); /* a later version's field */
+				continue;
+			}
+			if (seen[f])
+				r.p = at, bad(&r, "member given twice");
+			seen[f] = true;
+			char fmt[32];
+			ws(&r);
+			at = r.p;
+			switch (f) {
+			case F_FORMAT:
+				string(&r, fmt, sizeof fmt);
+				if (strcmp(fmt, "memlimits-stats"))
+					r.p = at, bad(&r, "not a memlimits "
+					                  "statistics file");
+				break;
+			case F_VERSION:
+				if (count(&r) != 1)
+					r.p = at, bad(&r, "unknown version");
+				break;
+			case F_PROGRAM:
+				string(&r, pr->program, sizeof pr->program);
+				break;
+			case F_HIST:
+				histogram(&r, pr);
+				break;
+			default: {
+				uint64_t v = count(&r);
+				uint64_t *dst[NFIELDS] = {
+				    [F_PID] = &pr->pid,
+				    [F_INTERVAL] = &pr->interval,
+				    [F_THREADS] = &pr->threads,
+				    [F_ALLOCS] = &pr->allocs,
+				    [F_BYTES] = &pr->bytes,
+				    [F_SAMPLED] = &pr->sampled_allocs,
+				    [F_SAMPLES] = &pr->samples,
+				    [F_WINDOW] = &pr->window,
+				    [F_DRY] = &pr->dry,
+				};
+				*dst[f] = v;
+			}
+			}
+		} while (peek(&r, ',') && (r.p++, true));
+	}
+	expect(&r, '}', "expected ',' or '}'");
+	ws(&r);
+	if (r.p != r.end)
+		bad(&r, "text after the object");
+	for (int f = 0; f < NFIELDS; f++)
+		if (!seen[f] && f != F_PROGRAM && f != F_THREADS &&
+		    f != F_WINDOW) {
+			char msg[80];
+			snprintf(msg, sizeof msg, "missing member \"%s\"",
+			         field_names[f]);
+			bad(&r, msg);
+		}
+	if (pr->interval == 0)
+		bad(&r, "the interval is 0");
+	if (pr->sampled_allocs > pr->allocs)
+		bad(&r, "more sampled allocations than allocations");
+	if (pr->samples && pr->samples > UINT64_MAX / pr->interval)
+		bad(&r, "samples times interval overflows");
+	/* The histogram must account for the allocations. */
+	uint64_t hc = 0, hs = 0;
+	for (int i = 0; i < NBUCKETS; i++)
+		if (__builtin_add_overflow(hc, pr->hist[i], &hc) ||
+		    __builtin_add_overflow(hs, pr->hist_sampled[i], &hs))
+			bad(&r, "histogram counts overflow");
+	if (hc != pr->allocs || hs != pr->sampled_allocs)
+		bad(&r, "the histogram does not add up to the allocation "
+		        "counts");
+}
+
+static void read_file(const char *path, struct proc *pr)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		ml__tool_usage_error(CMD, "cannot read %s: %s", path,
+		                     strerror(errno));
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		ml__tool_usage_error(CMD, "%s: not a regular file", path);
+	char *buf = malloc(MAX_FILE + 1);
+	if (!buf)
+		ml__tool_usage_error(CMD, "out of memory");
+	size_t len = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + len, MAX_FILE + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			ml__tool_usage_error(CMD, "cannot read %s: %s", path,
+			                     strerror(errno));
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > MAX_FILE)
+			ml__tool_usage_error(CMD, "%s: larger than %u bytes",
+			                     path, MAX_FILE);
+	}
+	close(fd);
+	parse_file(path, buf, len, pr);
+	free(buf);
+}
+
+/* ---- Table ------------------------------------------------------------ */
+
+static void human(char *out, size_t cap, double d)
+{
+	static const char *const unit[] = {"B",   "KiB", "MiB", "GiB", "TiB",
+	                                   "PiB", "EiB", "ZiB", "YiB"};
+	int u = 0;
+	while (d >= 1024 && u < 8)
+		d /= 1024, u++;
+	if (u == 0)
+		snprintf(out, cap, "%.0f B", d);
+	else
+		snprintf(out, cap, "%.1f %s", d, unit[u]);
+}
+
+static void row(const char *pid, const char *prog, uint64_t threads,
+                uint64_t allocs, uint64_t bytes, uint64_t sampled,
+                uint64_t samples, double est, double expected, uint64_t dry)
+{
+	char b[32], e[32];
+	human(b, sizeof b, (double)bytes);
+	human(e, sizeof e, est);
+	char rate[32], ratio[32];
+	if (allocs)
+		snprintf(rate, sizeof rate, "%.4f%%",
+		         100.0 * (double)sampled / (double)allocs);
+	else
+		snprintf(rate, sizeof rate, "-");
+	if (expected > 0)
+		snprintf(ratio, sizeof ratio, "%.3f",
+		         (double)samples / expected);
+	else
+		snprintf(ratio, sizeof ratio, "-");
+	printf("%-8s %-16.16s %7" PRIu64 " %12" PRIu64 " %11s %9" PRIu64
+	       " %11s %9s %10s %8" PRIu64 "\n",
+	       pid, prog, threads, allocs, b, samples, e, rate, ratio, dry);
+}
+
+static int by_pid(const void *a, const void *b)
+{
+	const struct proc *x = a, *y = b;
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+static bool stats_name(const char *n)
+{
+	if (strncmp(n, "memlimits.", 10))
+		return false;
+	const char *p = n + 10;
+	if (*p < '0' || *p > '9')
+		return false;
+	while (*p >= '0' && *p <= '9')
+		p++;
+	return !strcmp(p, ".json");
+}
+
+static int stats_main(int argc, char **argv)
+{
+	if (argc == 2 &&
+	    (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+		printf("Usage: memlimits stats DIR\n\n"
+		       "Merge the files memlimits.PID.json that 'memlimits "
+		       "run --stats DIR' wrote\n(one per process) into one "
+		       "table: a row per process and the total.\n"
+		       "Columns: allocations and bytes counted, samples "
+		       "taken, the estimate\nsamples x interval, the "
+		       "fraction of allocations sampled, samples over\n"
+		       "expected samples (bytes / interval: near 1), and "
+		       "windows of 100000\nconsecutive allocations of a "
+		       "thread without a sample.\n");
+		return ML__TOOL_OK;
+	}
+	int i = 1;
+	if (i < argc && !strcmp(argv[i], "--"))
+		i++;
+	if (i >= argc)
+		ml__tool_usage_error(CMD, "missing directory (memlimits stats "
+		                          "DIR)");
+	if (argv[i][0] == '-' && argv[i][1] && i == 1)
+		ml__tool_usage_error(CMD, "unknown option '%s'", argv[i]);
+	if (i + 1 < argc)
+		ml__tool_usage_error(CMD, "unexpected argument '%s'",
+		                     argv[i + 1]);
+	const char *dir = argv[i];
+	DIR *d = opendir(dir);
+	if (!d)
+		ml__tool_usage_error(CMD, "cannot read directory '%s': %s", dir,
+		                     strerror(errno));
+	struct proc *procs = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!stats_name(de->d_name))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 16;
+			procs = realloc(procs, cap * sizeof *procs);
+			if (!procs)
+				ml__tool_usage_error(CMD, "out of memory");
+		}
+		char *path;
+		if (asprintf(&path, "%s/%s", dir, de->d_name) < 0)
+			ml__tool_usage_error(CMD, "out of memory");
+		read_file(path, &procs[n++]);
+		free(path);
+	}
+	closedir(d);
+	if (!n)
+		ml__tool_usage_error(CMD, "no memlimits.*.json files in '%s'",
+		                     dir);
+	qsort(procs, n, sizeof *procs, by_pid);
+
+	printf("%-8s %-16s %7s %12s %11s %9s %11s %9s %10s %8s\n", "PID",
+	       "PROGRAM", "THREADS", "ALLOCATIONS", "BYTES", "SAMPLES",
+	       "ESTIMATE", "SAMPLED", "SAMP/EXP", "DRY-WIN");
+	struct proc tot = {0};
+	double est = 0, expected = 0;
+	for (size_t k = 0; k < n; k++) {
+		struct proc *p = &procs[k];
+		char pid[24];
+		snprintf(pid, sizeof pid, "%" PRIu64, p->pid);
+		const char *base = strrchr(p->program, '/');
+		base = base ? base + 1 : (*p->program ? p->program : "?");
+		double e = (double)p->samples * (double)p->interval;
+		double x = (double)p->bytes / (double)p->interval;
+		row(pid, base, p->threads, p->allocs, p->bytes,
+		    p->sampled_allocs, p->samples, e, x, p->dry);
+		/* Sums of 64-bit counts can overflow only with forged files. */
+		if (__builtin_add_overflow(tot.threads, p->threads,
+		                           &tot.threads) ||
+		    __builtin_add_overflow(tot.allocs, p->allocs,
+		                           &tot.allocs) ||
+		    __builtin_add_overflow(tot.bytes, p->bytes, &tot.bytes) ||
+		    __builtin_add_overflow(tot.sampled_allocs,
+		                           p->sampled_allocs,
+		                           &tot.sampled_allocs) ||
+		    __builtin_add_overflow(tot.samples, p->samples,
+		                           &tot.samples) ||
+		    __builtin_add_overflow(tot.dry, p->dry, &tot.dry))
+			ml__tool_usage_error(CMD, "the totals overflow");
+		est += e;
+		expected += x;
+	}
+	char label[32];
+	snprintf(label, sizeof label, "(%zu processes)", n);
+	row("TOTAL", label, tot.threads, tot.allocs, tot.bytes,
+	    tot.sampled_allocs, tot.samples, est, expected, tot.dry);
+	free(procs);
+	return fflush(stdout) == 0 ? ML__TOOL_OK : 1;
+}
+
+const struct ml__tool_cmd ml__tool_cmd_stats = {
+    .name = "stats",
+    .synopsis = synopsis,
+    .summary = "merge the statistics files of a run into one table",
+    .main = stats_main,
+};
