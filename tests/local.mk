@@ -24,3 +24,4 @@ include tests/sampler.mk
 include tests/family.mk
 include tests/bounds.mk
 include tests/tasks.mk
+include tests/run.mk

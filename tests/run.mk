@@ -1,0 +1,12 @@
+# memlimits run and memlimits stats (issue 5): real programs under limits,
+# reports, profiles, statistics, and every kind of bad input.
+check_PROGRAMS += tests/test-run-hog tests/test-run-rss
+TESTS += tests/test-run.sh
+EXTRA_DIST += tests/test-run.sh
+
+# -rdynamic: the report test looks for hog_function by name (dladdr).
+tests_test_run_hog_SOURCES = tests/test-run-hog.c
+tests_test_run_hog_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_test_run_hog_LDFLAGS = -no-install -rdynamic
+tests_test_run_rss_SOURCES = tests/test-run-rss.c
+tests_test_run_rss_LDFLAGS = -no-install
