@@ -3,3 +3,15 @@ check_PROGRAMS += examples/untrusted-task
 examples_untrusted_task_SOURCES = examples/untrusted-task.c
 examples_untrusted_task_LDADD = lib/libmemlimits.la
 examples_untrusted_task_LDFLAGS = -no-install
+
+# The guarded server and its demo (examples/guarded-server/README.md); run
+# by tests/test-guarded-server.sh.  noinst: `make` builds it for the demo.
+noinst_PROGRAMS += examples/guarded-server/guarded-server
+examples_guarded_server_guarded_server_SOURCES = \
+	examples/guarded-server/main.c examples/guarded-server/gs.h \
+	examples/guarded-server/server.c examples/guarded-server/demo.c \
+	examples/guarded-server/json.c examples/guarded-server/json.h \
+	examples/guarded-server/expand.c examples/guarded-server/expand.h
+examples_guarded_server_guarded_server_LDADD = lib/libmemlimits.la -lm
+examples_guarded_server_guarded_server_LDFLAGS = -no-install
+EXTRA_DIST += examples/guarded-server/README.md

@@ -25,3 +25,4 @@ include tests/family.mk
 include tests/bounds.mk
 include tests/tasks.mk
 include tests/run.mk
+include tests/server.mk

@@ -1,0 +1,87 @@
+/* The guarded server: shared declarations of the server (server.c), the
+ * demo's load generator (demo.c) and main.c. */
+#ifndef GS_H
+#define GS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define MiB (1024ull * 1024)
+
+struct gs_config {
+	int port;         /* 0 = ephemeral */
+	unsigned workers; /* fixed pool */
+	bool limits;      /* false: --no-limits, handlers run bare */
+	uint64_t global_limit;
+	uint64_t json_limit;      /* per-request allocation limit, /json */
+	uint64_t expand_limit;    /* per-request allocation limit, /expand */
+	unsigned deadline_ms;     /* per request, from the end of its reading */
+	unsigned read_timeout_ms; /* a request's head and body, from its first
+	                             byte */
+	unsigned idle_timeout_ms; /* keep-alive, between requests */
+	uint64_t watchdog_rss;    /* kill ourselves above this RSS; 0 = none */
+	uint64_t rlimit_as;       /* RLIMIT_AS backstop; 0 = none */
+	bool verbose;
+};
+
+void gs_default_config(struct gs_config *c);
+
+/* Server-side counters, reported at shutdown as "name value" lines. */
+#define GS_STATS(X)                                                           \
+	X(requests)          /* requests answered or cancelled */             \
+	X(ok)                /* 200 */                                        \
+	X(stopped_alloc)     /* 413: per-request allocation limit */          \
+	X(stopped_global)    /* 503: global memory limit */                   \
+	X(stopped_deadline)  /* 503: deadline token */                        \
+	X(stopped_gone)      /* token set: the client disconnected */         \
+	X(stopped_shutdown)  /* token set: the server is stopping */          \
+	X(bystander_retries) /* small request hit by the global limit, rerun  \
+	                      */                                              \
+	X(server_error)      /* 500: out of memory without an interruption */ \
+	X(bad_malformed)     /* 400/411: HTTP syntax */                       \
+	X(bad_headers)       /* 431: head larger than the buffer */           \
+	X(bad_body_size)     /* 413: Content-Length above the maximum */      \
+	X(bad_timeout)       /* 408: request not complete in time */          \
+	X(bad_aborted)       /* client closed or reset mid-request */         \
+	X(bad_unsupported)   /* 501: Transfer-Encoding */                     \
+	X(bad_content)       /* 400: bad JSON, template, query */             \
+	X(bad_route)         /* 404/405 */                                    \
+	X(overloaded)        /* 503: accept queue full */                     \
+	X(threads)           /* server threads */                             \
+	X(base_rss)  /* bytes resident once started, before any request */    \
+	X(base_heap) /* metered heap then */                                  \
+	X(peak_heap) /* highest metered heap seen by the timer */             \
+	X(peak_rss_sampled) /* highest RSS seen by the timer */               \
+	X(vm_hwm)           /* VmHWM at exit */                               \
+	X(killed)           /* 1: the RSS watchdog fired */
+
+enum gs_stat {
+#define GS_ENUM(name) GS_##name,
+	GS_STATS(GS_ENUM)
+#undef GS_ENUM
+	    GS_NSTATS
+};
+extern const char *const gs_stat_names[GS_NSTATS];
+
+/* Serve until SIGTERM or SIGINT.  ready_fd (or -1) receives the port as
+ * "port N\n" once listening; stats_fd (or -1) the counters at the end (and
+ * from the watchdog, before it kills the process).  Returns 0, or 1 if the
+ * server could not start. */
+int gs_serve(const struct gs_config *cfg, int ready_fd, int stats_fd);
+
+struct gs_demo_opts {
+	bool quick;
+	bool compare;              /* both halves */
+	bool no_limits;            /* only the no-limits half */
+	unsigned well, runaway;    /* clients */
+	double baseline_s, load_s; /* phase lengths */
+};
+
+int gs_demo(const struct gs_config *cfg, const struct gs_demo_opts *o);
+
+/* Nanoseconds on CLOCK_MONOTONIC. */
+uint64_t gs_now_ns(void);
+/* Resident bytes of this process (/proc/self/statm), 0 if unknown. */
+uint64_t gs_rss(void);
+
+#endif
