@@ -66,8 +66,11 @@ struct ml__thread {
 	 * must run.  Equals the sampler's countdown unless `forced`. */
 	uint64_t countdown;
 	uint64_t saved; /* the sampler's countdown while forced */
-	/* Meter: live-byte delta not yet folded into the global counter. */
-	int64_t meter_delta;
+	/* Meter: bytes this thread may still allocate / free before its
+	 * delta (= meter_down - meter_up) must be folded into the global
+	 * total.  Two countdowns, so that malloc and free each need one
+	 * subtraction and one branch, like the sampler. */
+	uint64_t meter_up, meter_down;
 	struct ml__sampler sampler;
 	struct ml__task *top;         /* innermost task, NULL if none   */
 	struct ml__task *root;        /* this thread's run-mode task, or NULL */

@@ -150,16 +150,56 @@ static inline void meter(const void *p, int sign)
  * what the jump through the GOT to glibc would, so the meter costs nothing
  * until it is switched on (ml__meter_switch). */
 
+/* Subtract v from one of the thread's meter countdowns; true on borrow.
+ * Inline asm for the same reason as borrow(): one memory-operand
+ * subtraction and a branch.  volatile: gcc may drop an asm goto with an
+ * output otherwise. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(ML_NO_ASM) && \
+    defined(__PIC__)
+#define METER_SUB(field, v)                                                    \
+	({                                                                     \
+		bool borrowed_ = false;                                        \
+		uint64_t tls_;                                                 \
+		__asm__ volatile goto(                                         \
+		    "movq ml__self@gottpoff(%%rip), %[t]\n\t"                  \
+		    "subq %[val], %%fs:%c[off](%[t])\n\t"                      \
+		    "jb %l[borrow]"                                            \
+		    : [t] "=&r"(tls_)                                          \
+		    : [val] "r"((uint64_t)(v)), [off] "i"(offsetof(            \
+		                                    struct ml__thread, field)) \
+		    : "cc", "memory"                                           \
+		    : borrow);                                                 \
+		(void)tls_;                                                    \
+		if (0) {                                                       \
+		borrow:                                                        \
+			borrowed_ = true;                                      \
+		}                                                              \
+		borrowed_;                                                     \
+	})
+#else
+#define METER_SUB(field, v) \
+	__builtin_sub_overflow(ml__self.field, (uint64_t)(v), &ml__self.field)
+#endif
+
+static ML__COLD void meter_fold(void)
+{
+	ml__meter_flush(&ml__self);
+}
+
 static void *malloc_metered(size_t n)
 {
 	void *p = real.malloc(n);
-	meter(p, 1);
+	if (ml__likely(p != NULL) &&
+	    ml__unlikely(METER_SUB(meter_up, ml__chunk_bytes(p))))
+		meter_fold();
 	return p;
 }
 
 static void free_metered(void *p)
 {
-	meter(p, -1);
+	if (ml__likely(p != NULL) &&
+	    ml__unlikely(METER_SUB(meter_down, ml__chunk_bytes(p))))
+		meter_fold();
 	__libc_free(p);
 }
 

@@ -4,11 +4,12 @@
  *
  * It only runs while a global limit is set: then every allocation and free
  * adds its chunk size to a per-thread delta, folded into one atomic total
- * when it leaves [-ML__METER_BATCH, ML__METER_BATCH] and at every sample of
- * that thread.  The total is therefore exact up to ML__METER_BATCH per
- * other thread.  A limit set late starts from mallinfo2()'s count of bytes
- * in use, which also holds the blocks parked in glibc's per-thread caches;
- * docs/statistics.md ("The global meter") gives the slack. */
+ * when the thread has allocated or freed ML__METER_BATCH bytes since the last
+ * fold, and at every sample of that thread.  The total is therefore exact up to
+ * ML__METER_BATCH per other thread.  A limit set late starts from mallinfo2()'s
+ * count of bytes in use, which also holds the blocks parked in glibc's
+ * per-thread caches; docs/statistics.md ("The global meter") gives the slack.
+ */
 #define _GNU_SOURCE
 #include "internal.h"
 
@@ -21,19 +22,18 @@ static atomic_flag switch_lock = ATOMIC_FLAG_INIT;
 
 void ml__meter_flush(struct ml__thread *t)
 {
-	if (t->meter_delta) {
-		atomic_fetch_add_explicit(&total, t->meter_delta,
-		                          memory_order_relaxed);
-		t->meter_delta = 0;
-	}
+	int64_t d = (int64_t)(t->meter_down - t->meter_up);
+	if (d)
+		atomic_fetch_add_explicit(&total, d, memory_order_relaxed);
+	t->meter_up = t->meter_down = ML__METER_BATCH;
 }
 
 void ml__meter_add(int64_t bytes)
 {
 	struct ml__thread *t = &ml__self;
-	t->meter_delta += bytes;
-	if (ml__unlikely((uint64_t)(t->meter_delta + ML__METER_BATCH) >
-	                 (uint64_t)(2 * ML__METER_BATCH)))
+	uint64_t *c = bytes >= 0 ? &t->meter_up : &t->meter_down;
+	uint64_t b = bytes >= 0 ? (uint64_t)bytes : -(uint64_t)bytes;
+	if (__builtin_sub_overflow(*c, b, c))
 		ml__meter_flush(t);
 }
 
@@ -48,7 +48,7 @@ uint64_t ml__meter_usage(void)
 	if (!ml__meter_on)
 		return glibc_in_use();
 	int64_t v = atomic_load_explicit(&total, memory_order_relaxed) +
-	            ml__self.meter_delta;
+	            (int64_t)(ml__self.meter_down - ml__self.meter_up);
 	return v < 0 ? 0 : (uint64_t)v;
 }
 
@@ -62,7 +62,7 @@ ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
 	} else if (!ml__meter_on) {
 		/* Count from now on, starting from glibc's own figure.  Our
 		 * own delta is stale from an earlier period: drop it. */
-		ml__self.meter_delta = 0;
+		ml__self.meter_up = ml__self.meter_down = ML__METER_BATCH;
 		ml__meter_on = 1;
 		ml__meter_switch(true);
 		atomic_store(&total, (int64_t)glibc_in_use());
