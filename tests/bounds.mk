@@ -15,3 +15,11 @@ EXTRA_DIST += tests/data/bounds-reference.tsv tests/data/bounds-mpmath.tsv \
 # The memlimits bounds command (tools/memlimits, built with `all`).
 TESTS += tests/test-cli-bounds.sh
 EXTRA_DIST += tests/test-cli-bounds.sh
+
+# The real library against the bounds (statistical, fixed seeds).
+check_PROGRAMS += tests/test-conformance
+TESTS += tests/test-conformance
+tests_test_conformance_SOURCES = tests/test-conformance.c
+tests_test_conformance_LDADD = $(ML_TEST_LIBS)
+tests_test_conformance_LDFLAGS = $(ML_TEST_LINK)
+tests_test_conformance_CFLAGS = $(ML_TEST_CFLAGS)
