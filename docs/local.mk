@@ -1,1 +1,8 @@
 # docs: filled in by its issue
+# docs/statistics.md: the sampling model and the bounds (issue 4), its plots
+# and the script that regenerates them from `memlimits bounds --format=tsv`.
+EXTRA_DIST += docs/statistics.md docs/plots/make-plots.sh \
+	docs/plots/interruption.png docs/plots/accuracy.png
+# ml_bound_*(3): one page for the family, the other names link to it.
+dist_man_MANS += docs/ml_bound_alloc.3 docs/ml_bound_global.3 \
+	docs/ml_bound_safe_bytes.3 docs/ml_bound_limit_for.3
