@@ -48,6 +48,8 @@ void gs_default_config(struct gs_config *c);
 	X(bad_route)         /* 404/405 */                                    \
 	X(overloaded)        /* 503: accept queue full */                     \
 	X(threads)           /* server threads */                             \
+	X(workers)           /* of which workers (they run the tasks) */      \
+	X(outside_bytes)     /* per worker: heap used outside any task */     \
 	X(base_rss)  /* bytes resident once started, before any request */    \
 	X(base_heap) /* metered heap then */                                  \
 	X(peak_heap) /* highest metered heap seen by the timer */             \

@@ -104,7 +104,7 @@ int main(int argc, char **argv)
 			o.load_s = 4;
 		o.well = o.well > 3 ? 3 : o.well;
 		o.runaway = o.runaway > 3 ? 3 : o.runaway;
-		cfg.deadline_ms = 500;
+		cfg.deadline_ms = 1000;
 		cfg.read_timeout_ms = 500;
 	}
 	if (seconds_set)

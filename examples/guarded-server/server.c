@@ -59,8 +59,8 @@ void gs_default_config(struct gs_config *c)
 	    .limits = true,
 	    .global_limit = 256 * MiB,
 	    .json_limit = 32 * MiB,
-	    .expand_limit = 128 * MiB,
-	    .deadline_ms = 1000,
+	    .expand_limit = 160 * MiB,
+	    .deadline_ms = 2000,
 	    .read_timeout_ms = 1000,
 	    .idle_timeout_ms = 5000,
 	    .watchdog_rss = 1024 * MiB,
@@ -984,6 +984,9 @@ int gs_serve(const struct gs_config *c, int ready_fd, int stats_fd)
 		}
 	}
 	atomic_store(&stats[GS_threads], c->workers + 2);
+	atomic_store(&stats[GS_workers], c->workers);
+	/* Never interrupted: the head buffer and the body, per worker. */
+	atomic_store(&stats[GS_outside_bytes], HEAD_MAX + BODY_MAX + 1);
 	pthread_create(&timer, NULL, timer_main, NULL);
 	struct timespec settle = {0, 20000000};
 	nanosleep(&settle, NULL); /* let the threads reach their loops */
