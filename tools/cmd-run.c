@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
@@ -413,28 +414,19 @@ static void check_program(const char *shown, const char *path, int depth)
 		    "'%s' runs set-user-ID, set-group-ID or with file "
 		    "capabilities: the loader would ignore the library",
 		    path);
-	/* Headers, program headers and section headers are bounded by the
-	 * file; read it whole, but no more than a sane executable's size. */
-	size_t len = (size_t)st.st_size;
-	if (len > ((size_t)1 << 30))
-		len = (size_t)1 << 30;
-	unsigned char *m = malloc(len ? len : 1);
-	if (!m)
-		ml__tool_usage_error(CMD, "out of memory reading '%s'", path);
-	size_t got = 0;
-	while (got < len) {
-		ssize_t r = read(fd, m + got, len - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
+	/* Mapped, not read: only the pages of the headers and symbol
+	 * tables are touched, whatever the size of the program. */
+	size_t got = (size_t)st.st_size;
+	unsigned char *m =
+	    got ? mmap(NULL, got, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
 	close(fd);
+	if (m == MAP_FAILED)
+		ml__tool_usage_error(CMD, "cannot read '%s': %s", path,
+		                     got ? strerror(errno) : "empty file");
 	struct elf e = {m, got};
 	if (got >= 2 && m[0] == '#' && m[1] == '!') {
 		check_script(shown, path, m, got, depth);
-		free(m);
+		munmap(m, got);
 		return;
 	}
 	if (got < EI_NIDENT || memcmp(m, ELFMAG, SELFMAG) != 0)
@@ -494,7 +486,7 @@ static void check_program(const char *shown, const char *path, int depth)
 			    "bypass the library",
 			    path);
 	}
-	free(m);
+	munmap(m, got);
 }
 
 /* ---- The library ------------------------------------------------------ */
