@@ -1,0 +1,32 @@
+# Section 3 pages of the library functions, one per function or group;
+# the other names of a group are .so link pages.  Include from docs/local.mk:
+#   include docs/man3.mk
+# (ml_bound_*.3, memlimits.3 and memlimits.1 are listed elsewhere.)
+dist_man_MANS += \
+	docs/ml_check.3 \
+	docs/ml_cleanup_pop.3 \
+	docs/ml_cleanup_push.3 \
+	docs/ml_default_delivery.3 \
+	docs/ml_global_memory_limit.3 \
+	docs/ml_global_memory_usage.3 \
+	docs/ml_is_interrupted.3 \
+	docs/ml_is_masked.3 \
+	docs/ml_limit_allocations.3 \
+	docs/ml_limit_global_memory.3 \
+	docs/ml_limit_with_token.3 \
+	docs/ml_mask.3 \
+	docs/ml_note_alloc.3 \
+	docs/ml_note_free.3 \
+	docs/ml_run.3 \
+	docs/ml_sample_interval.3 \
+	docs/ml_set_default_delivery.3 \
+	docs/ml_set_global_memory_limit.3 \
+	docs/ml_set_sample_interval.3 \
+	docs/ml_set_seed.3 \
+	docs/ml_status_str.3 \
+	docs/ml_token_free.3 \
+	docs/ml_token_is_set.3 \
+	docs/ml_token_new.3 \
+	docs/ml_token_set.3 \
+	docs/ml_unmask.3 \
+	docs/ml_version.3
