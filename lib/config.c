@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "parse.h"
 
+#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,12 +130,27 @@ static void read_env(void)
 	}
 }
 
+/* valgrind's tools preload vgpreload_*.so and replace glibc's allocator
+ * (with --soname-synonyms=somalloc=nouserintercepts, ours stays on top).
+ * Its blocks have no glibc headers: ask its malloc_usable_size. */
+static void detect_foreign_allocator(void)
+{
+	const char *pre = getenv("LD_PRELOAD");
+	if (!pre || !strstr(pre, "/vgpreload_"))
+		return;
+	size_t (*usable)(void *) =
+	    (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+	if (usable)
+		ml__foreign_allocator(usable);
+}
+
 /* The first allocation may come before this (from ld.so or another
  * constructor); it then runs with the defaults, and the settings below take
  * effect before main. */
 __attribute__((constructor(101))) static void ml_constructor(void)
 {
 	ml__global_init();
+	detect_foreign_allocator();
 	read_env();
 	ml__run_configure();
 }

@@ -127,6 +127,9 @@ uint64_t ml__meter_usage(void);
 size_t ml__chunk_bytes(const void *p);
 /* Route malloc and free through the metered variants, or not. */
 void ml__meter_switch(bool on);
+/* The allocator below us is not glibc's (valgrind): take block sizes from
+ * its malloc_usable_size instead of glibc's chunk headers. */
+void ml__foreign_allocator(size_t (*usable)(void *));
 
 /* Fault injection (MEMLIMITS_FAULT, for the tests): every Nth call into
  * glibc's allocator fails; our own page allocations fail. */
@@ -213,6 +216,8 @@ enum ml__frames {
  * target ml_run's frame; 0 = the whole stack, for the loader check only). */
 enum ml__frames ml__frames_check(uintptr_t stop);
 void ml__unwind_init(void);
+void ml__unwind_lock(void);
+void ml__unwind_unlock(void);
 
 /* ---- Diagnostics ------------------------------------------------------ */
 

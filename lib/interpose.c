@@ -132,8 +132,16 @@ static inline size_t chunk_word(const void *p)
 	return ((const size_t *)p)[-1];
 }
 
+/* Under valgrind (memcheck replaces glibc's allocator below us, see
+ * docs/reliability.md) there is no glibc header to read: block sizes come
+ * from the replacement's malloc_usable_size, plus one header word, so the
+ * meter keeps its unit. */
+static size_t (*foreign_usable)(void *);
+
 size_t ml__chunk_bytes(const void *p)
 {
+	if (ml__unlikely(foreign_usable != NULL))
+		return foreign_usable((void *)p) + sizeof(size_t);
 	return chunk_word(p) & ~(size_t)7;
 }
 
@@ -206,14 +214,34 @@ static void free_metered(void *p)
 static void *(*malloc_tail)(size_t) = __libc_malloc;
 static void (*free_tail)(void *) = __libc_free;
 
+static void *malloc_metered_foreign(size_t n)
+{
+	void *p = real.malloc(n);
+	meter(p, 1);
+	return p;
+}
+
+static void free_metered_foreign(void *p)
+{
+	meter(p, -1);
+	__libc_free(p);
+}
+
+void ml__foreign_allocator(size_t (*usable)(void *))
+{
+	foreign_usable = usable;
+}
+
 void ml__meter_switch(bool on)
 {
 	void *(*plain)(size_t) =
 	    real.malloc == __libc_malloc ? __libc_malloc : malloc_plain;
-	__atomic_store_n(&malloc_tail, on ? malloc_metered : plain,
-	                 __ATOMIC_RELEASE);
-	__atomic_store_n(&free_tail, on ? free_metered : __libc_free,
-	                 __ATOMIC_RELEASE);
+	void *(*m)(size_t) =
+	    foreign_usable ? malloc_metered_foreign : malloc_metered;
+	void (*f)(void *) =
+	    foreign_usable ? free_metered_foreign : free_metered;
+	__atomic_store_n(&malloc_tail, on ? m : plain, __ATOMIC_RELEASE);
+	__atomic_store_n(&free_tail, on ? f : __libc_free, __ATOMIC_RELEASE);
 }
 
 static inline void *malloc_tail_call(size_t n)
@@ -350,6 +378,8 @@ ML__API size_t malloc_usable_size(void *p)
 {
 	if (!p)
 		return 0;
+	if (ml__unlikely(foreign_usable != NULL))
+		return foreign_usable(p);
 	size_t w = chunk_word(p), size = w & ~(size_t)7;
 	if (w & 2) /* mmapped: two header words */
 		return size - 2 * sizeof(size_t);

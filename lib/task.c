@@ -19,6 +19,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 
 struct ml__cleanup {
 	struct ml__cleanup *next;
@@ -208,6 +209,15 @@ static uint64_t samples_needed(uint64_t bytes, uint64_t s)
 	return k ? k : 1;
 }
 
+static void task_unwound(void *arg)
+{
+	struct ml__thread *t = &ml__self;
+	struct ml__task *task = arg;
+	t->top = task->outer;
+	t->mask_depth = task->mask_depth;
+	update_pending(t);
+}
+
 /* Kept out of line so that every local ml_run reads after the jump lives
  * in the task record (memory), never in a register setjmp did not save. */
 static __attribute__((noinline)) void *call(struct ml__task *task,
@@ -243,6 +253,10 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	};
 	void *volatile ret = NULL;
 	t->top = &task;
+	/* pthread_exit or cancellation inside fn unwinds this frame without
+	 * returning: unlink the task before its record goes (TLS destructors
+	 * run, and allocate, before our thread-exit hook). */
+	pthread_cleanup_push(task_unwound, &task);
 	if (sigsetjmp(task.jb, 0) == 0) {
 		ret = call(&task, fn, arg);
 		/* Unbalanced pushes or masks inside fn end with it. */
@@ -254,6 +268,7 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 		t->cleanup_holes = task.holes;
 		t->mask_depth = task.mask_depth;
 	}
+	pthread_cleanup_pop(0);
 	t->top = task.outer;
 	update_pending(t);
 	/* A cleanup handler that could not be registered may have been

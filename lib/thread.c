@@ -70,16 +70,23 @@ static void on_thread_exit(void *arg)
 	t->busy = 0;
 }
 
+/* Around fork, hold every lock of ours (a child must not inherit one held
+ * by a thread that does not exist there), including the one that keeps
+ * libunwind's own locks out of fork (unwind.c).  The generation advances
+ * in the parent, so that every child of a process gets its own stream. */
 static void atfork_prepare(void)
 {
+	ml__unwind_lock();
 	ml__spin_lock(&ml__token_pool.lock);
 	ml__spin_lock(&ml__cleanup_pool.lock);
+	atomic_fetch_add(&fork_generation, 1);
 }
 
 static void atfork_parent(void)
 {
 	ml__spin_unlock(&ml__cleanup_pool.lock);
 	ml__spin_unlock(&ml__token_pool.lock);
+	ml__unwind_unlock();
 }
 
 static void atfork_child(void)
@@ -87,7 +94,6 @@ static void atfork_child(void)
 	struct ml__thread *t = &ml__self;
 	atfork_parent();
 	/* The child's sampler must not replay the parent's random stream. */
-	atomic_fetch_add(&fork_generation, 1);
 	if (t->state == ML__T_LIVE) {
 		reseed(t);
 		uint64_t c = ml__sampler_gap(&t->sampler);

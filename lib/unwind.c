@@ -65,7 +65,40 @@ void ml__unwind_init(void)
 		self_base = fo.dlfo_map_start;
 }
 
+/* libunwind keeps caches behind its own mutexes; a fork while another
+ * thread holds one would leave it held in the child.  This lock is taken
+ * around every walk and by fork's prepare handler (thread.c). */
+static atomic_flag walk_lock = ATOMIC_FLAG_INIT;
+
+void ml__unwind_lock(void)
+{
+	ml__spin_lock(&walk_lock);
+}
+
+void ml__unwind_unlock(void)
+{
+	ml__spin_unlock(&walk_lock);
+}
+
+static enum ml__frames walk(uintptr_t stop);
+
 enum ml__frames ml__frames_check(uintptr_t stop)
+{
+	/* libunwind may allocate: those allocations must pass straight
+	 * through, also when we come from ml_check or ml_unmask. */
+	struct ml__thread *t = &ml__self;
+	uint8_t busy = t->busy;
+	t->busy = 1;
+	ml__force_slow(t);
+	ml__unwind_lock();
+	enum ml__frames f = walk(stop);
+	ml__unwind_unlock();
+	t->busy = busy;
+	ml__unforce(t);
+	return f;
+}
+
+static enum ml__frames walk(uintptr_t stop)
 {
 	if (!self_base)
 		ml__unwind_init();
