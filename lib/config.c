@@ -24,11 +24,10 @@ static void apply_here(void)
 	if (t->busy)
 		return;
 	t->busy = 1;
+	ml__force_slow(t);
 	if (t->state == ML__T_NEW)
 		ml__thread_init(t);
-	/* Consume the epoch change now rather than at the next slow path. */
-	ml__force_slow(t);
-	t->saved = 0;
+	ml__thread_refresh(t);
 	t->busy = 0;
 	ml__unforce(t);
 }

@@ -94,6 +94,8 @@ enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
 extern ML__TLS struct ml__thread ml__self;
 
 void ml__thread_init(struct ml__thread *t);
+/* Apply the current seed and interval to t now: a fresh gap. */
+void ml__thread_refresh(struct ml__thread *t);
 void ml__force_slow(struct ml__thread *t);
 void ml__unforce(struct ml__thread *t);
 
@@ -201,7 +203,8 @@ void *ml__raw_alloc(size_t bytes); /* mmap; NULL on failure */
 void ml__raw_free(void *p, size_t bytes);
 void ml__spin_lock(atomic_flag *l);
 void ml__spin_unlock(atomic_flag *l);
-extern struct ml__pool ml__token_pool, ml__cleanup_pool;
+extern struct ml__pool ml__token_pool, ml__cleanup_pool, ml__root_pool;
+extern atomic_flag ml__meter_switch_lock;
 uint64_t ml__pool_pages(void);
 
 /* ---- Unwinding -------------------------------------------------------- */

@@ -18,7 +18,7 @@
 volatile uint8_t ml__meter_on;
 _Atomic uint64_t ml__global_limit = ML_NO_LIMIT;
 static _Atomic int64_t total;
-static atomic_flag switch_lock = ATOMIC_FLAG_INIT;
+atomic_flag ml__meter_switch_lock = ATOMIC_FLAG_INIT;
 
 void ml__meter_flush(struct ml__thread *t)
 {
@@ -54,7 +54,7 @@ uint64_t ml__meter_usage(void)
 
 ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
 {
-	ml__spin_lock(&switch_lock);
+	ml__spin_lock(&ml__meter_switch_lock);
 	atomic_store(&ml__global_limit, bytes);
 	if (bytes == ML_NO_LIMIT) {
 		ml__meter_switch(false);
@@ -67,7 +67,7 @@ ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
 		ml__meter_switch(true);
 		atomic_store(&total, (int64_t)glibc_in_use());
 	}
-	ml__spin_unlock(&switch_lock);
+	ml__spin_unlock(&ml__meter_switch_lock);
 	return 0;
 }
 

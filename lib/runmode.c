@@ -14,9 +14,9 @@
 struct ml__run ml__run = {.alloc_limit = ML_NO_LIMIT,
                           .heap_limit = ML_NO_LIMIT};
 
-static struct ml__pool root_pool = {.slot = (sizeof(struct ml__task) + 63) &
-                                            ~(size_t)63,
-                                    .lock = ATOMIC_FLAG_INIT};
+struct ml__pool ml__root_pool = {.slot = (sizeof(struct ml__task) + 63) &
+                                         ~(size_t)63,
+                                 .lock = ATOMIC_FLAG_INIT};
 
 static bool read_size(const char *name, uint64_t *out)
 {
@@ -83,7 +83,7 @@ void ml__run_thread_start(struct ml__thread *t)
 		ml__force_slow(t); /* every allocation is counted */
 	if (!ml__run.active || t->root)
 		return;
-	struct ml__task *root = ml__pool_get(&root_pool);
+	struct ml__task *root = ml__pool_get(&ml__root_pool);
 	if (!root) {
 		ml__diag("no memory for a thread's root task: this thread "
 		         "runs without limits");
@@ -106,7 +106,7 @@ void ml__run_thread_start(struct ml__thread *t)
 void ml__run_thread_exit(struct ml__thread *t)
 {
 	if (t->root) {
-		ml__pool_put(&root_pool, t->root);
+		ml__pool_put(&ml__root_pool, t->root);
 		t->root = NULL;
 	}
 	if (t->stats)

@@ -351,9 +351,12 @@ ML_EXPORT bool ml_is_masked(void)
 ML_EXPORT void ml_cleanup_push(void (*fn)(void *), void *arg)
 {
 	struct ml__thread *t = &ml__self;
-	if (!fn)
+	/* A NULL handler is a hole too, so that its pop stays paired. */
+	struct ml__cleanup *c = fn ? ml__pool_get(&ml__cleanup_pool) : NULL;
+	if (!fn) {
+		t->cleanup_holes++;
 		return;
-	struct ml__cleanup *c = ml__pool_get(&ml__cleanup_pool);
+	}
 	if (!c) {
 		/* No memory for the record: remember a hole so that the
 		 * matching pop stays paired, and make ml_run report it. */

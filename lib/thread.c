@@ -16,7 +16,11 @@ ML__TLS struct ml__thread ml__self;
 
 static pthread_key_t exit_key;
 static _Atomic uint32_t thread_count;
-static _Atomic uint32_t fork_generation;
+/* Which process of a fork tree this is: 0 in the first, a fresh value in
+ * every child (the parent keeps its own, so its runs stay reproducible). */
+static uint32_t lineage;
+static _Atomic uint32_t forks;   /* forks made by this process */
+static uint32_t next_lineage;    /* computed in prepare, taken by the child */
 static _Atomic int global_state; /* 0 new, 1 initialising, 2 ready */
 
 /* The sampler's real countdown lives in `saved` while forced. */
@@ -39,8 +43,7 @@ void ml__unforce(struct ml__thread *t)
 
 static void reseed(struct ml__thread *t)
 {
-	uint64_t stream =
-	    ((uint64_t)atomic_load(&fork_generation) << 32) | t->index;
+	uint64_t stream = ((uint64_t)lineage << 32) | t->index;
 	t->seed_epoch = atomic_load(&ml__seed_epoch);
 	t->interval_epoch = atomic_load(&ml__interval_epoch);
 	t->sampler.interval = (double)atomic_load(&ml__interval);
@@ -56,6 +59,15 @@ static uint64_t refresh(struct ml__thread *t)
 	t->interval_epoch = atomic_load(&ml__interval_epoch);
 	t->sampler.interval = (double)atomic_load(&ml__interval);
 	return ml__sampler_gap(&t->sampler);
+}
+
+void ml__thread_refresh(struct ml__thread *t)
+{
+	uint64_t c = refresh(t);
+	if (t->forced)
+		t->saved = c;
+	else
+		t->countdown = c;
 }
 
 static void on_thread_exit(void *arg)
@@ -74,18 +86,29 @@ static void on_thread_exit(void *arg)
  * by a thread that does not exist there), including the one that keeps
  * libunwind's own locks out of fork (unwind.c).  The generation advances
  * in the parent, so that every child of a process gets its own stream. */
+static atomic_flag *const fork_locks[] = {
+    &ml__meter_switch_lock,
+    &ml__token_pool.lock,
+    &ml__cleanup_pool.lock,
+    &ml__root_pool.lock,
+};
+#define NLOCKS (sizeof fork_locks / sizeof fork_locks[0])
+
 static void atfork_prepare(void)
 {
+	/* The unwind lock first: a walk may allocate, never the reverse. */
 	ml__unwind_lock();
-	ml__spin_lock(&ml__token_pool.lock);
-	ml__spin_lock(&ml__cleanup_pool.lock);
-	atomic_fetch_add(&fork_generation, 1);
+	for (size_t i = 0; i < NLOCKS; i++)
+		ml__spin_lock(fork_locks[i]);
+	uint64_t x =
+	    ((uint64_t)lineage << 32) | (atomic_fetch_add(&forks, 1) + 1);
+	next_lineage = (uint32_t)ml__splitmix64(&x) | 1;
 }
 
 static void atfork_parent(void)
 {
-	ml__spin_unlock(&ml__cleanup_pool.lock);
-	ml__spin_unlock(&ml__token_pool.lock);
+	for (size_t i = NLOCKS; i-- > 0;)
+		ml__spin_unlock(fork_locks[i]);
 	ml__unwind_unlock();
 }
 
@@ -93,7 +116,10 @@ static void atfork_child(void)
 {
 	struct ml__thread *t = &ml__self;
 	atfork_parent();
-	/* The child's sampler must not replay the parent's random stream. */
+	/* The child's sampler must not replay the parent's random stream,
+	 * nor a sibling's. */
+	lineage = next_lineage;
+	atomic_store(&forks, 0);
 	if (t->state == ML__T_LIVE) {
 		reseed(t);
 		uint64_t c = ml__sampler_gap(&t->sampler);
