@@ -339,7 +339,11 @@ ML_EXPORT void ml_unmask(void)
 	struct ml__thread *t = &ml__self;
 	if (!t->mask_depth)
 		return;
-	if (--t->mask_depth == 0 && t->pending)
+	if (--t->mask_depth)
+		return;
+	/* The outermost unmask is a safe point, like ml_check. */
+	poll_tokens(t);
+	if (t->pending)
 		deliver(t, 0);
 }
 
