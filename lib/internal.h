@@ -145,6 +145,8 @@ extern bool ml__fault_pool;
 int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n);
 /* An allocation while an interruption is pending. */
 int ml__tasks_pending(struct ml__thread *t, uint64_t n);
+/* Statuses changed outside a sample (fork): recompute what is pending. */
+void ml__tasks_recheck(struct ml__thread *t);
 /* Would an allocation of n bytes take the heap over the global limit? */
 bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
@@ -181,6 +183,7 @@ int ml__run_sample(struct ml__thread *t, struct ml__task *root, uint64_t s,
 
 /* Reporting hooks (report.c, stats.c). */
 void ml__profile_sample(struct ml__thread *t, uint64_t s, uint64_t n);
+void ml__profile_refused(struct ml__thread *t, uint64_t s); /* undo a sample */
 void ml__profile_trip(ml_status why,
                       uint64_t n); /* capture the tripping stack */
 void ml__report_write(void);       /* report and profile files */

@@ -385,7 +385,8 @@ ML__API size_t malloc_usable_size(void *p)
 		return size - 2 * sizeof(size_t);
 	/* In use iff the next chunk's PREV_INUSE bit is set. */
 	const size_t *next =
-	    (const size_t *)((const char *)p - 2 * sizeof(size_t) + size);
+	    (const size_t *)(const void *)((const char *)p -
+	                                   2 * sizeof(size_t) + size);
 	return (next[1] & 1) ? size - sizeof(size_t) : 0;
 }
 

@@ -58,7 +58,7 @@ void *ml__pool_get(struct ml__pool *p)
 		/* Thread the new slots onto the free list. */
 		for (size_t off = 0; off + p->slot <= SLAB_BYTES;
 		     off += p->slot) {
-			*(void **)(slab + off) = p->free;
+			*(void **)(void *)(slab + off) = p->free;
 			p->free = slab + off;
 		}
 	}

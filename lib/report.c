@@ -162,6 +162,18 @@ void ml__profile_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	add(ip, depth, bytes, s);
 }
 
+void ml__profile_refused(struct ml__thread *t, uint64_t s)
+{
+	/* The same stack as the sample just taken (our own frames are
+	 * skipped): take its bytes back, modulo 2^64. */
+	uintptr_t ip[MAX_DEPTH];
+	uint32_t depth = capture(ip);
+	uint64_t bytes = s * (uint64_t)t->sampler.interval;
+	atomic_fetch_sub_explicit(&total_bytes, bytes, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&total_samples, s, memory_order_relaxed);
+	add(ip, depth, -bytes, -s);
+}
+
 void ml__profile_trip(ml_status why, uint64_t n)
 {
 	/* Called once per process (runmode.c guards it). */
@@ -369,13 +381,14 @@ static void load_symtab(struct obj *ob, const char *path)
 	close(fd);
 	if (m == MAP_FAILED)
 		return;
-	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m;
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)m;
 	if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
 	    eh->e_ident[EI_CLASS] != ELFCLASS64 ||
 	    eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > len ||
 	    (size_t)eh->e_shnum > (len - eh->e_shoff) / sizeof(Elf64_Shdr))
 		goto unusable;
-	const Elf64_Shdr *sh = (const Elf64_Shdr *)(m + eh->e_shoff);
+	const Elf64_Shdr *sh =
+	    (const Elf64_Shdr *)(const void *)(m + eh->e_shoff);
 	for (unsigned i = 0; i < eh->e_shnum; i++) {
 		if (sh[i].sh_type != SHT_SYMTAB || sh[i].sh_link >= eh->e_shnum)
 			continue;
@@ -386,7 +399,7 @@ static void load_symtab(struct obj *ob, const char *path)
 			goto unusable;
 		ob->map = m;
 		ob->map_len = len;
-		ob->sym = (const Elf64_Sym *)(m + ss->sh_offset);
+		ob->sym = (const Elf64_Sym *)(const void *)(m + ss->sh_offset);
 		ob->nsym = ss->sh_size / sizeof(Elf64_Sym);
 		ob->str = m + sstr->sh_offset;
 		ob->strsz = sstr->sh_size;

@@ -164,6 +164,11 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	return verdict;
 }
 
+void ml__tasks_recheck(struct ml__thread *t)
+{
+	update_pending(t);
+}
+
 int ml__tasks_pending(struct ml__thread *t, uint64_t n)
 {
 	return deliver(t, n);

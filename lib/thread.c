@@ -120,6 +120,15 @@ static void atfork_child(void)
 	 * nor a sibling's. */
 	lineage = next_lineage;
 	atomic_store(&forks, 0);
+	/* Run mode: a process is one budget; a forked child starts its own
+	 * (as an exec'd one does), with its thread's root task fresh. */
+	atomic_store(&ml__run.samples, 0);
+	atomic_store(&ml__run.fired, ML_OK);
+	if (t->root) {
+		t->root->status = ML_OK;
+		t->root->samples = 0;
+		ml__tasks_recheck(t);
+	}
 	if (t->state == ML__T_LIVE) {
 		reseed(t);
 		uint64_t c = ml__sampler_gap(&t->sampler);
@@ -198,6 +207,9 @@ int ml__alloc_slow(uint64_t n)
 		if (ml__unlikely(ml__run.profiling))
 			ml__profile_sample(t, s, n);
 		verdict = ml__tasks_sample(t, s, n);
+		/* A refused allocation allocated nothing. */
+		if (ml__unlikely(ml__run.profiling) && verdict != 0)
+			ml__profile_refused(t, s);
 	} else if (t->pending) {
 		verdict = ml__tasks_pending(t, n);
 	}

@@ -444,7 +444,7 @@ static void check_program(const char *shown, const char *path, int depth)
 		    "preloaded into it",
 		    path, m[EI_CLASS] == ELFCLASS32 ? "32" : "64",
 		    cls == ELFCLASS32 ? "32" : "64");
-	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)m;
+	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)m;
 	if (machine && eh->e_machine != machine)
 		ml__tool_usage_error(CMD,
 		                     "'%s' is for another machine: the library "
@@ -454,7 +454,8 @@ static void check_program(const char *shown, const char *path, int depth)
 	    !in(&e, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr)))
 		ml__tool_usage_error(CMD, "'%s': malformed ELF program headers",
 		                     path);
-	const Elf64_Phdr *ph = (const Elf64_Phdr *)(m + eh->e_phoff);
+	const Elf64_Phdr *ph =
+	    (const Elf64_Phdr *)(const void *)(m + eh->e_phoff);
 	bool interp = false, dynamic = false;
 	for (unsigned i = 0; i < eh->e_phnum; i++) {
 		interp |= ph[i].p_type == PT_INTERP;
@@ -470,7 +471,8 @@ static void check_program(const char *shown, const char *path, int depth)
 		    path);
 	if (eh->e_shentsize == sizeof(Elf64_Shdr) &&
 	    in(&e, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr))) {
-		const Elf64_Shdr *sh = (const Elf64_Shdr *)(m + eh->e_shoff);
+		const Elf64_Shdr *sh =
+		    (const Elf64_Shdr *)(const void *)(m + eh->e_shoff);
 		const char *san = needs_sanitizer(&e, sh, eh->e_shnum);
 		if (san)
 			ml__tool_usage_error(
