@@ -49,7 +49,7 @@ const char *const gs_stat_names[GS_NSTATS] = {
  * be what took the heap over it: it is a bystander and is run again (see
  * run_job). */
 #define BYSTANDER_BYTES (1ull << 20)
-#define BYSTANDER_TRIES 3
+#define BYSTANDER_TRIES 4
 
 void gs_default_config(struct gs_config *c)
 {
@@ -119,7 +119,7 @@ static uint64_t vm_hwm(void)
 
 static const struct gs_config *cfg;
 static _Atomic uint64_t stats[GS_NSTATS];
-static volatile sig_atomic_t stopping;
+static _Atomic int stopping; /* lock-free: async-signal-safe */
 static int stats_out = -1;
 static atomic_bool timer_done;
 
@@ -602,14 +602,21 @@ static ml_status run_job(struct job *j, ml_token *tok, ml_outcome *out)
 		/* The global limit interrupts whichever global task samples
 		 * while the heap is over it: mostly the request that took it
 		 * there, sometimes a small one that happened to allocate in
-		 * the same moment.  A small one is rerun after a pause in
-		 * which the culprit's memory is freed. */
+		 * the same moment.  A small one is rerun once the culprit's
+		 * memory is freed: wait (1 ms steps, at most 200 ms: the
+		 * culprit may be descheduled) for the heap to be back under
+		 * the limit with room for this request. */
 		if (s != ML_GLOBAL_LIMIT || out->allocated > BYSTANDER_BYTES ||
 		    attempt + 1 >= BYSTANDER_TRIES || ml_token_is_set(tok))
 			return s;
 		count(GS_bystander_retries);
-		struct timespec ts = {0, 2000000L << (2 * attempt)};
-		nanosleep(&ts, NULL);
+		for (int ms = 0; ms < 200; ms++) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+			if (ml_global_memory_usage() + 2 * BYSTANDER_BYTES <=
+			    cfg->global_limit)
+				break;
+		}
 	}
 }
 
