@@ -256,10 +256,9 @@ static void consume(struct client *c, const struct resp *r)
 	c->len -= used;
 }
 
-/* Send c->req (on the keep-alive connection if keep, reconnecting when
+/* Send c->req (on the open keep-alive connection, or a new one when
  * needed) and read the response. */
-static void exchange(struct client *c, bool keep, struct resp *r,
-                     unsigned timeout_ms)
+static void exchange(struct client *c, struct resp *r, unsigned timeout_ms)
 {
 	uint64_t deadline = gs_now_ns() + (uint64_t)timeout_ms * 1000000u;
 	if (c->fd < 0 && (c->fd = dial(c->ph->port)) < 0) {
@@ -431,7 +430,7 @@ static void *well_client(void *arg)
 		free(body);
 		uint64_t t = gs_now_ns();
 		struct resp r;
-		exchange(c, true, &r, ph->req_timeout_ms);
+		exchange(c, &r, ph->req_timeout_ms);
 		uint64_t dt = gs_now_ns() - t;
 		/* Counted even when the phase ended meanwhile: the server
 		 * lives on until every client is done, so only a dead or
@@ -504,8 +503,7 @@ static void *runaway_client(void *arg)
 		hang_up(c);
 		/* Waited for even after the phase ends: an answer that does
 		 * not come is a runaway nobody stopped. */
-		exchange(c, false, &r,
-		         ph->cfg->deadline_ms + ph->req_timeout_ms);
+		exchange(c, &r, ph->cfg->deadline_ms + ph->req_timeout_ms);
 		pthread_mutex_lock(&ph->mu);
 		struct result *res = ph->res;
 		res->run_sent++;
