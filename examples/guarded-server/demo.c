@@ -919,6 +919,7 @@ static void row(const char *label, struct result *rs, int n,
 		snprintf(b, n, __VA_ARGS__);                        \
 	}
 CELL(c_secs, "%.1f", r->seconds)
+CELL(c_served, "%llu", (unsigned long long)r->st[GS_requests])
 CELL(c_ok, "%llu", (unsigned long long)r->well_ok)
 CELL(c_failed, "%llu", (unsigned long long)r->well_failed)
 CELL(c_tput, "%.0f", r->seconds > 0 ? (double)r->well_ok / r->seconds : 0)
@@ -974,6 +975,7 @@ static void table(struct result *rs, int n)
 		       rs[i].load ? "+runaway +bad" : "well-behaved only");
 	printf("\n");
 	row("phase length (s)", rs, n, c_secs);
+	row("requests served (server count)", rs, n, c_served);
 	row("well-behaved ok", rs, n, c_ok);
 	row("well-behaved failed", rs, n, c_failed);
 	row("throughput (ok req/s)", rs, n, c_tput);
