@@ -15,3 +15,13 @@ examples_guarded_server_guarded_server_SOURCES = \
 examples_guarded_server_guarded_server_LDADD = lib/libmemlimits.la -lm
 examples_guarded_server_guarded_server_LDFLAGS = -no-install
 EXTRA_DIST += examples/guarded-server/README.md
+
+# One example per delivery: untrusted-task (JUMP), fail-mode (FAIL),
+# poll-flag (FLAG); run and checked by tests/test-examples.sh.
+check_PROGRAMS += examples/fail-mode examples/poll-flag
+examples_fail_mode_SOURCES = examples/fail-mode.c
+examples_fail_mode_LDADD = lib/libmemlimits.la
+examples_fail_mode_LDFLAGS = -no-install
+examples_poll_flag_SOURCES = examples/poll-flag.c
+examples_poll_flag_LDADD = lib/libmemlimits.la
+examples_poll_flag_LDFLAGS = -no-install

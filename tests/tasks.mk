@@ -26,3 +26,7 @@ tests_test_cxx_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow \
 	-Wno-unused-parameter -fno-builtin
 tests_test_cxx_LDADD = $(ML_TEST_LIBS)
 tests_test_cxx_LDFLAGS = $(ML_TEST_LINK)
+
+# The examples (examples/local.mk builds them), run and checked.
+TESTS += tests/test-examples.sh
+EXTRA_DIST += tests/test-examples.sh
