@@ -15,13 +15,17 @@ bench_glibc_bench_CPPFLAGS = $(AM_CPPFLAGS) -DBENCH_GLIBC
 bench_glibc_bench_LDFLAGS = -no-install
 
 CLEANFILES += $(BENCH_PROGS)
-EXTRA_DIST += bench/run-bench.sh docs/performance.md
+EXTRA_DIST += bench/run-bench.sh bench/run-overhead.sh docs/performance.md
 
-bench: $(BENCH_PROGS) lib/libmemlimits.la
+# The allocator loop and the slow path (callgrind and wall clock), then the
+# cost of `memlimits run` on whole programs.
+bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT)
 	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' \
 	GLIBC_BENCH='$(abs_top_builddir)/bench/glibc-bench$(EXEEXT)' \
 	ML_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	VALGRIND='$(VALGRIND)' \
 	$(SHELL) $(srcdir)/bench/run-bench.sh
+	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
+	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh
 
 .PHONY: bench

@@ -129,18 +129,22 @@ static void read_env(void)
 	}
 }
 
-/* valgrind's tools preload vgpreload_*.so and replace glibc's allocator
- * (with --soname-synonyms=somalloc=nouserintercepts, ours stays on top).
- * Its blocks have no glibc headers: ask its malloc_usable_size. */
+/* valgrind's heap tools (memcheck, helgrind, drd, massif, dhat) preload
+ * vgpreload_<tool>-*.so and replace glibc's allocator; with
+ * --soname-synonyms=somalloc=nouserintercepts ours stays on top.  Their
+ * blocks have no glibc headers: ask their malloc_usable_size.  (callgrind
+ * and cachegrind preload only vgpreload_core and keep glibc's allocator.) */
 static void detect_foreign_allocator(void)
 {
 	const char *pre = getenv("LD_PRELOAD");
-	if (!pre || !strstr(pre, "/vgpreload_"))
-		return;
-	size_t (*usable)(void *) =
-	    (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-	if (usable)
-		ml__foreign_allocator(usable);
+	for (const char *p = pre; p && (p = strstr(p, "/vgpreload_")); p++)
+		if (strncmp(p, "/vgpreload_core", 15) != 0) {
+			size_t (*usable)(void *) = (size_t(*)(void *))dlsym(
+			    RTLD_NEXT, "malloc_usable_size");
+			if (usable)
+				ml__foreign_allocator(usable);
+			return;
+		}
 }
 
 /* The first allocation may come before this (from ld.so or another

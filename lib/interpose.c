@@ -198,7 +198,7 @@ static void *malloc_metered(size_t n)
 {
 	void *p = real.malloc(n);
 	if (ml__likely(p != NULL) &&
-	    ml__unlikely(METER_SUB(meter_up, ml__chunk_bytes(p))))
+	    ml__unlikely(METER_SUB(meter_up, chunk_word(p) & ~(size_t)7)))
 		meter_fold();
 	return p;
 }
@@ -206,7 +206,7 @@ static void *malloc_metered(size_t n)
 static void free_metered(void *p)
 {
 	if (ml__likely(p != NULL) &&
-	    ml__unlikely(METER_SUB(meter_down, ml__chunk_bytes(p))))
+	    ml__unlikely(METER_SUB(meter_down, chunk_word(p) & ~(size_t)7)))
 		meter_fold();
 	__libc_free(p);
 }
