@@ -244,18 +244,23 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 			*out = (ml_outcome){ML_CANCELLED, NULL, 0};
 		return ML_CANCELLED;
 	}
-	struct ml__task task = {
-	    .outer = t->top,
-	    .k = samples_needed(limits->alloc_bytes, interval),
-	    .token = limits->token,
-	    .global = limits->global,
-	    .delivery = limits->delivery,
-	    .status = ML_OK,
-	    .mask_depth = t->mask_depth,
-	    .cleanups = t->cleanups,
-	    .holes = t->cleanup_holes,
-	    .frame = (uintptr_t)__builtin_frame_address(0),
-	};
+	/* Field by field: a designated initializer would also zero the
+	 * 200-byte jump buffer that sigsetjmp is about to fill. */
+	struct ml__task task;
+	task.outer = t->top;
+	task.k = samples_needed(limits->alloc_bytes, interval);
+	task.samples = 0;
+	task.token = limits->token;
+	task.global = limits->global;
+	task.delivery = limits->delivery;
+	task.status = ML_OK;
+	task.mask_depth = t->mask_depth;
+	task.cleanups = t->cleanups;
+	task.holes = t->cleanup_holes;
+	task.lost_cleanup = false;
+	task.pending_bytes = 0;
+	task.frame = (uintptr_t)__builtin_frame_address(0);
+	task.root = false;
 	void *volatile ret = NULL;
 	t->top = &task;
 	/* pthread_exit or cancellation inside fn unwinds this frame without
