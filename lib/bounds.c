@@ -48,8 +48,11 @@ static double log1pmx(double x, double k)
 /* log k! - ((k + 1/2) log k - k + log sqrt(2 pi)), the Stirling error. */
 static double stirlerr(double k)
 {
-	if (k < 16)
-		return lgamma(k + 1) - ((k + 0.5) * log(k) - k + LN_SQRT_2PI);
+	if (k < 16) {
+		int sign; /* lgamma_r: lgamma writes the global signgam */
+		return lgamma_r(k + 1, &sign) -
+		       ((k + 0.5) * log(k) - k + LN_SQRT_2PI);
+	}
 	double r = 1 / k, r2 = r * r;
 	return r * (1.0 / 12 -
 	            r2 * (1.0 / 360 -
