@@ -30,3 +30,18 @@ tests_test_cxx_LDFLAGS = $(ML_TEST_LINK)
 # The examples (examples/local.mk builds them), run and checked.
 TESTS += tests/test-examples.sh
 EXTRA_DIST += tests/test-examples.sh
+
+# Stress: 8 threads, nested tasks, tokens, all deliveries, global limit
+# flips.  `make check` runs 3 s of it; `make stress` runs STRESS_SECONDS
+# (default 60).
+check_PROGRAMS += tests/stress
+tests_stress_SOURCES = tests/stress.c
+tests_stress_LDADD = $(ML_TEST_LIBS)
+tests_stress_LDFLAGS = $(ML_TEST_LINK)
+tests_stress_CFLAGS = $(ML_TEST_CFLAGS)
+TESTS += tests/test-stress.sh
+EXTRA_DIST += tests/test-stress.sh
+
+stress: tests/stress$(EXEEXT)
+	STRESS_SECONDS=$${STRESS_SECONDS:-60} $(abs_builddir)/tests/stress$(EXEEXT)
+.PHONY: stress

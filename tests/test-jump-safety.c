@@ -488,13 +488,13 @@ struct verify_state {
 		}                                           \
 	} while (0)
 
-static int verify(struct verify_state *v)
+static int verify(struct verify_state *v, bool big_record)
 {
 	int bad = 0;
 	v->step = "fputs/fflush on the shared FILE";
 	VCHECK(v, fputs("V\n", E.shared) != EOF && fflush(E.shared) == 0, bad);
 	v->step = "fprintf %f%ls on the shared FILE";
-	VCHECK(v, op_fprintf_wide(0) == 0, bad);
+	VCHECK(v, !big_record || op_fprintf_wide(0) == 0, bad);
 	v->step = "fputs on a shared memstream";
 	VCHECK(v, op_fputs_shared(0) == 0, bad);
 	v->step = "fflush(NULL) (the FILE list lock)";
@@ -534,7 +534,7 @@ static int verify(struct verify_state *v)
 static void *verify_thread(void *arg)
 {
 	struct verify_state *v = arg;
-	v->result = verify(v);
+	v->result = verify(v, true);
 	return NULL;
 }
 
@@ -559,7 +559,7 @@ static void verify_both(const char *when)
 		fail("%s: second thread: %d checks failed, first: %s", when,
 		     v.result, v.first_bad);
 	struct verify_state me = {"start", NULL, -1};
-	if ((me.result = verify(&me)) != 0)
+	if ((me.result = verify(&me, true)) != 0)
 		fail("%s: same thread: %d checks failed, first: %s", when,
 		     me.result, me.first_bad);
 }
@@ -616,7 +616,7 @@ static void stop_writer(pthread_t th, const char *when)
 static void child_setup(uint64_t s, unsigned watchdog_s)
 {
 	/* A task that is never interrupted must not fill the disk. */
-	struct rlimit fsize = {64 << 20, 64 << 20};
+	struct rlimit fsize = {256 << 20, 256 << 20};
 	signal(SIGXFSZ, SIG_IGN);
 	setrlimit(RLIMIT_FSIZE, &fsize);
 	arm_watchdog(watchdog_s);
@@ -691,9 +691,10 @@ static void *worker(void *arg)
 
 static void *observer(void *arg)
 {
-	while (!atomic_load(&observer_stop)) {
+	for (long round = 0; !atomic_load(&observer_stop); round++) {
+		/* A 20 kB record now and then: the file stays small. */
 		struct verify_state v = {"start", NULL, -1};
-		if (verify(&v))
+		if (verify(&v, round % 64 == 0))
 			fail("observer: runtime checks failed, first: %s",
 			     v.first_bad);
 		atomic_fetch_add(&observer_progress, 1);
