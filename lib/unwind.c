@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +22,15 @@
 
 enum kind { K_USER, K_SELF, K_RUNTIME, K_LOADER };
 
-/* The one libc function that aborts the process when its allocation fails
- * (glibc: "failed to register TLS destructor"). */
+/* libc functions that must never see an allocation fail: the first aborts
+ * the process ("failed to register TLS destructor"); the locale loaders
+ * remember a locale whose loading met ENOMEM as missing, for good. */
 extern int __cxa_thread_atexit_impl(void (*)(void *), void *, void *);
+static bool must_not_fail(unw_word_t start)
+{
+	return start == (uintptr_t)&__cxa_thread_atexit_impl ||
+	       start == (uintptr_t)&setlocale || start == (uintptr_t)&newlocale;
+}
 
 static bool starts(const char *base, const char *prefix)
 {
@@ -106,7 +113,6 @@ static enum ml__frames walk(uintptr_t stop)
 	unw_cursor_t cur;
 	if (unw_getcontext(&ctx) != 0 || unw_init_local(&cur, &ctx) != 0)
 		return ML__FRAMES_RUNTIME;
-	uintptr_t atexit_fn = (uintptr_t)&__cxa_thread_atexit_impl;
 	enum ml__frames verdict = ML__FRAMES_SAFE;
 	bool leading = true, reached = (stop == 0);
 	for (int depth = 0; depth < MAX_FRAMES && unw_step(&cur) > 0; depth++) {
@@ -127,7 +133,7 @@ static enum ml__frames walk(uintptr_t stop)
 		if (k == K_RUNTIME) {
 			unw_proc_info_t pi;
 			if (unw_get_proc_info(&cur, &pi) == 0 &&
-			    pi.start_ip == atexit_fn)
+			    must_not_fail(pi.start_ip))
 				return ML__FRAMES_LOADER;
 			verdict = ML__FRAMES_RUNTIME;
 		}

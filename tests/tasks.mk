@@ -20,10 +20,7 @@ tests_test_jump_safety_CFLAGS = $(ML_TEST_CFLAGS)
 check_PROGRAMS += tests/test-cxx
 TESTS += tests/test-cxx
 tests_test_cxx_SOURCES = tests/test-cxx.cc
-# configure has no C++ flag set of its own: warnings are on; -Werror comes
-# only from the user's CXXFLAGS (the code is kept warning-free).
-tests_test_cxx_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow \
-	-Wno-unused-parameter -fno-builtin
+tests_test_cxx_CXXFLAGS = -std=c++17 $(ML_CXXFLAGS) -fno-builtin
 tests_test_cxx_LDADD = $(ML_TEST_LIBS)
 tests_test_cxx_LDFLAGS = $(ML_TEST_LINK)
 
