@@ -26,3 +26,4 @@ include tests/bounds.mk
 include tests/tasks.mk
 include tests/run.mk
 include tests/server.mk
+include tests/hardening.mk

@@ -1,0 +1,24 @@
+/* tools/cmd-run.c compiled in whole for fuzz-cli: its parser is static.
+ * exit() (only --help's) jumps back to the fuzz target; nothing below
+ * parse() is called. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "fuzz-cli.h"
+#define exit fuzz_exit
+#include "../tools/cmd-run.c"
+
+void fuzz_run_parse(int argc, char **argv)
+{
+	struct opts o;
+	parse(argc, argv, &o);
+	/* Accepted: the sizes convert for the environment. */
+	if (o.alloc)
+		(void)size_env(o.alloc);
+	if (o.heap)
+		(void)size_env(o.heap);
+	if (o.interval && !strcmp(size_env(o.interval), "0"))
+		abort(); /* --interval 0 must have been refused */
+	if (optind >= argc || !argv[optind][0])
+		abort(); /* a missing program must have been refused */
+}

@@ -1,0 +1,163 @@
+/* libFuzzer target: the environment the library reads at start
+ * (lib/config.c: MEMLIMITS_SAMPLE_INTERVAL, _SEED, _FAULT, _DELIVERY;
+ * lib/runmode.c: MEMLIMITS_ALLOC_LIMIT, _HEAP_LIMIT, _ON_LIMIT, _REPORT,
+ * _PROFILE, _STATS_DIR) and the diagnostics it prints about bad values
+ * (lib/diag.c).  The input is up to ten lines, one value per variable.
+ *
+ * config.c and runmode.c are compiled in whole (their readers are static);
+ * what they call in the rest of the library (threads, the allocator, the
+ * pool, reports) is replaced by the recording stubs below: the readers are
+ * exercised exactly as at start-up, nothing else runs.  The library's own
+ * malloc is not linked: ASan's is in charge. */
+#include "../lib/config.c"
+#include "../lib/runmode.c"
+
+#include <assert.h>
+#include <stdio.h>
+
+/* ---- Stubs ------------------------------------------------------------ */
+
+ML__TLS struct ml__thread ml__self;
+bool ml__fault_pool;
+static uint64_t fault_every, global_limit = ML_NO_LIMIT;
+static int refreshes;
+
+void ml__thread_init(struct ml__thread *t)
+{
+	t->state = ML__T_LIVE;
+}
+void ml__thread_refresh(struct ml__thread *t)
+{
+	(void)t;
+	refreshes++;
+}
+void ml__force_slow(struct ml__thread *t)
+{
+	t->forced = 1;
+}
+void ml__unforce(struct ml__thread *t)
+{
+	t->forced = 0;
+}
+void ml__global_init(void)
+{
+}
+void ml__fault_libc(uint64_t every)
+{
+	fault_every = every;
+}
+void ml__foreign_allocator(size_t (*usable)(void *))
+{
+	(void)usable;
+}
+int ml_set_global_memory_limit(uint64_t bytes)
+{
+	global_limit = bytes;
+	return 0;
+}
+bool ml__over_global(uint64_t n)
+{
+	(void)n;
+	return false;
+}
+void *ml__pool_get(struct ml__pool *p)
+{
+	(void)p;
+	return NULL;
+}
+void ml__pool_put(struct ml__pool *p, void *slot)
+{
+	(void)p;
+	(void)slot;
+}
+void ml__stats_thread_exit(struct ml__thread *t)
+{
+	(void)t;
+}
+void ml__profile_trip(ml_status why, uint64_t n)
+{
+	(void)why;
+	(void)n;
+}
+void ml__report_write(void)
+{
+}
+void ml__stats_write(void)
+{
+}
+
+/* ---- Target ----------------------------------------------------------- */
+
+static const char *const vars[] = {
+    "MEMLIMITS_SAMPLE_INTERVAL", "MEMLIMITS_SEED",
+    "MEMLIMITS_FAULT",           "MEMLIMITS_DELIVERY",
+    "MEMLIMITS_ALLOC_LIMIT",     "MEMLIMITS_HEAP_LIMIT",
+    "MEMLIMITS_ON_LIMIT",        "MEMLIMITS_REPORT",
+    "MEMLIMITS_PROFILE",         "MEMLIMITS_STATS_DIR",
+};
+#define NVARS (sizeof vars / sizeof vars[0])
+
+#define CHECK(c)                 \
+	do {                     \
+		if (!(c))        \
+			abort(); \
+	} while (0)
+
+static void reset(void)
+{
+	for (size_t i = 0; i < NVARS; i++)
+		unsetenv(vars[i]);
+	atomic_store(&ml__interval, ML_DEFAULT_INTERVAL);
+	atomic_store(&ml__default_delivery, ML_DELIVER_JUMP);
+	ml__run = (struct ml__run){.alloc_limit = ML_NO_LIMIT,
+	                           .heap_limit = ML_NO_LIMIT};
+	ml__fault_pool = false;
+	fault_every = 0;
+	global_limit = ML_NO_LIMIT;
+	ml__self = (struct ml__thread){0};
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	reset();
+	char *val[NVARS] = {0};
+	size_t i = 0, start = 0;
+	for (size_t p = 0; p <= size && i < NVARS; p++) {
+		if (p < size && data[p] != '\n')
+			continue;
+		/* A value ends at its first NUL, as in a real environment. */
+		val[i] = strndup((const char *)data + start, p - start);
+		if (!val[i])
+			return 0;
+		/* An empty line leaves the variable unset. */
+		if (*val[i])
+			setenv(vars[i], val[i], 1);
+		i++;
+		start = p + 1;
+	}
+	read_env();
+	ml__run_configure();
+
+	uint64_t x;
+	uint64_t s = atomic_load(&ml__interval);
+	CHECK(s >= 1);
+	if (val[0] && *val[0] && ml__parse_size(val[0], &x) == 0 && x > 0)
+		CHECK(s == x);
+	else
+		CHECK(s == ML_DEFAULT_INTERVAL);
+	int d = atomic_load(&ml__default_delivery);
+	CHECK(d >= ML_DELIVER_JUMP && d <= ML_DELIVER_FLAG);
+	CHECK(ml__run.on_limit == ML__ON_LIMIT_FAIL ||
+	      ml__run.on_limit == ML__ON_LIMIT_ABORT);
+	if (ml__run.alloc_limit != ML_NO_LIMIT)
+		CHECK(ml__run.k >= 1 &&
+		      ml__run.k - 1 < ml__run.alloc_limit / s + 1);
+	CHECK(ml__run.active == (ml__run.alloc_limit != ML_NO_LIMIT ||
+	                         ml__run.heap_limit != ML_NO_LIMIT));
+	if (ml__run.heap_limit != ML_NO_LIMIT)
+		CHECK(global_limit == ml__run.heap_limit);
+	for (size_t k = 0; k < i; k++)
+		free(val[k]);
+	return 0;
+}

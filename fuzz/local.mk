@@ -1,0 +1,78 @@
+# Fuzz targets (libFuzzer, clang): every parser of outside input.  Not
+# built by `make` or `make check`; see docs/reliability.md.
+#   make fuzz [FUZZ_SECONDS=60]   fuzz each target that long, new inputs
+#                                 go to fuzz/work/TARGET in the build tree
+#   make fuzz-replay              run every input of the seed corpus once
+#                                 (fuzz/corpus/TARGET, in the tree; CI)
+FUZZ_CC = clang
+FUZZ_SECONDS = 60
+FUZZ_SANITIZE = -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS = -g -O1 -std=gnu11 -Wall -Werror $(FUZZ_SANITIZE) \
+	-I$(top_srcdir)/include -I$(top_builddir) -I$(top_srcdir)/lib
+FUZZ_TARGETS = fuzz/fuzz-parse fuzz/fuzz-env fuzz/fuzz-cli fuzz/fuzz-stats
+FUZZ_DEPS = $(top_srcdir)/fuzz/local.mk config.h
+CLEANFILES += $(FUZZ_TARGETS)
+
+EXTRA_DIST += fuzz/fuzz-parse.c fuzz/fuzz-env.c fuzz/fuzz-cli.c \
+	fuzz/fuzz-cli.h fuzz/cli-run.c fuzz/cli-bounds.c fuzz/fuzz-stats.c \
+	fuzz/corpus
+
+fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/parse.c \
+		$(top_srcdir)/lib/parse.h $(FUZZ_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ \
+		$(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/parse.c -lm
+fuzz/fuzz-env: $(top_srcdir)/fuzz/fuzz-env.c $(top_srcdir)/lib/config.c \
+		$(top_srcdir)/lib/runmode.c $(top_srcdir)/lib/parse.c \
+		$(top_srcdir)/lib/diag.c $(top_srcdir)/lib/internal.h $(FUZZ_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ \
+		$(top_srcdir)/fuzz/fuzz-env.c $(top_srcdir)/lib/parse.c \
+		$(top_srcdir)/lib/diag.c -ldl -lm
+fuzz/fuzz-cli: $(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/fuzz-cli.h \
+		$(top_srcdir)/fuzz/cli-run.c $(top_srcdir)/fuzz/cli-bounds.c \
+		$(top_srcdir)/tools/cmd-run.c $(top_srcdir)/tools/cmd-bounds.c \
+		$(top_srcdir)/lib/parse.c $(top_srcdir)/lib/bounds.c $(FUZZ_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
+		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
+		$(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/cli-run.c \
+		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/lib/parse.c \
+		$(top_srcdir)/lib/bounds.c -lm
+fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c \
+		$(top_srcdir)/tools/cmd-stats.c $(FUZZ_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
+		$(top_srcdir)/fuzz/fuzz-stats.c
+
+fuzz-build: $(FUZZ_TARGETS)
+
+# -close_fd_mask=3: the targets' own stdout/stderr (usage errors, --help)
+# are closed; libFuzzer keeps its reports.
+fuzz: fuzz-build
+	@for t in $(FUZZ_TARGETS); do \
+		name=$${t#fuzz/fuzz-}; \
+		$(MKDIR_P) fuzz/work/$$name || exit 1; \
+		echo "fuzzing $$name for $(FUZZ_SECONDS) s"; \
+		./$$t -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=3 \
+			-max_len=4096 -print_final_stats=1 \
+			fuzz/work/$$name $(top_srcdir)/fuzz/corpus/$$name \
+			|| exit 1; \
+	done
+
+fuzz-replay: fuzz-build
+	@fail=0; for t in $(FUZZ_TARGETS); do \
+		name=$${t#fuzz/fuzz-}; \
+		n=$$(ls $(top_srcdir)/fuzz/corpus/$$name | wc -l); \
+		if ./$$t -runs=0 -close_fd_mask=3 \
+			$(top_srcdir)/fuzz/corpus/$$name >fuzz/replay-$$name.log 2>&1; \
+		then echo "PASS: fuzz $$name: $$n corpus inputs replayed"; \
+		else echo "FAIL: fuzz $$name"; tail -n 30 fuzz/replay-$$name.log; \
+			fail=1; fi; \
+	done; exit $$fail
+
+clean-local: clean-fuzz
+clean-fuzz:
+	-rm -rf fuzz/work fuzz/replay-*.log
+
+.PHONY: fuzz fuzz-build fuzz-replay clean-fuzz

@@ -1,0 +1,135 @@
+#!/bin/sh
+# memlimits with bad command lines: malformed options, overflowing sizes,
+# negative numbers, empty strings, missing values, in every subcommand.
+# Each must be refused with exactly one line on stderr, nothing on stdout,
+# exit status 2, and nothing run.  (test-cli-bounds.sh and test-run.sh cover
+# the common cases; these are the rest.)
+: "${top_builddir:?}"
+M=$top_builddir/tools/memlimits
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-badcli.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+export LC_ALL=C
+unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT
+n=0
+ok() {
+	n=$((n + 1))
+	echo "ok $n - $*"
+}
+notok() {
+	n=$((n + 1))
+	echo "not ok $n - $*"
+}
+test -x "$M" || {
+	echo "Bail out! $M not built"
+	exit 1
+}
+ran="touch $tmp/ran"
+
+# bad DESCRIPTION ARGS...: memlimits ARGS must refuse.
+bad() {
+	what=$1
+	shift
+	rm -f "$tmp/ran"
+	"$M" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+	st=$?
+	lines=$(wc -l <"$tmp/err")
+	if test "$st" = 2 && test "$lines" = 1 && ! test -s "$tmp/out" &&
+		! test -e "$tmp/ran" && grep -q '^memlimits' "$tmp/err"; then
+		ok "$what: exit 2, one line: $(cat "$tmp/err")"
+	else
+		notok "$what: status $st, $lines lines on stderr"
+		sed 's/^/# /' "$tmp/err" "$tmp/out"
+	fi
+}
+
+# ---- top level ---------------------------------------------------------
+bad "empty command" ''
+bad "a lone --" --
+bad "a lone -" -
+bad "command in capitals" RUN
+bad "--version with a value" --version=1
+
+# ---- memlimits run -------------------------------------------------------
+for opt in --alloc-limit --heap-limit --interval; do
+	bad "run $opt 99999999999999999999G" run "$opt" 99999999999999999999G -- sh -c "$ran"
+	bad "run $opt 17179869184G (2^64 exactly)" run "$opt" 17179869184G -- sh -c "$ran"
+	bad "run $opt 16777216T (2^64)" run "$opt" 16777216T -- sh -c "$ran"
+	bad "run $opt -1" run "$opt" -1 -- sh -c "$ran"
+	bad "run $opt -0" run "$opt" -0 -- sh -c "$ran"
+	bad "run $opt +5" run "$opt" +5 -- sh -c "$ran"
+	bad "run $opt=''" run "$opt=" -- sh -c "$ran"
+	bad "run $opt 1.M" run "$opt" 1.M -- sh -c "$ran"
+	bad "run $opt .5M" run "$opt" .5M -- sh -c "$ran"
+	bad "run $opt 5MM" run "$opt" 5MM -- sh -c "$ran"
+	bad "run $opt '5M ' (trailing blank)" run "$opt" '5M ' -- sh -c "$ran"
+	bad "run $opt 0x10" run "$opt" 0x10 -- sh -c "$ran"
+	bad "run $opt 1e6" run "$opt" 1e6 -- sh -c "$ran"
+	bad "run $opt without a value" run "$opt"
+done
+bad "run --interval 0KiB" run --interval 0KiB -- sh -c "$ran"
+bad "run --interval 0.0001 (0 bytes)" run --interval 0.0001 -- sh -c "$ran"
+bad "run --seed 18446744073709551616 (2^64)" run --seed 18446744073709551616 -- sh -c "$ran"
+bad "run --seed 0x10000000000000000" run --seed 0x10000000000000000 -- sh -c "$ran"
+bad "run --seed ''" run --seed '' -- sh -c "$ran"
+bad "run --seed 0x" run --seed 0x -- sh -c "$ran"
+bad "run --seed 12abc" run --seed 12abc -- sh -c "$ran"
+bad "run --seed without a value" run --seed
+bad "run --on-limit ''" run --on-limit '' -- sh -c "$ran"
+bad "run --on-limit FAIL (case)" run --on-limit FAIL -- sh -c "$ran"
+bad "run --on-limit without a value" run --on-limit
+bad "run --profile ''" run --profile '' -- sh -c "$ran"
+bad "run --stats ''" run --stats '' -- sh -c "$ran"
+bad "run --report without a value" run --report
+bad "run unknown short option" run -x -- sh -c "$ran"
+bad "run ambiguous abbreviation --s (--seed, --stats)" run --s 1 -- sh -c "$ran"
+bad "run empty program name" run -- ''
+bad "run a lone empty argument" run ''
+
+# ---- memlimits bounds ----------------------------------------------------
+for t in 0 1 1.0 -0.5 2 '' nan inf 1e 1e- 0.5x . 1e400 1e-99999999999; do
+	bad "bounds --target '$t'" bounds --limit 1M --target "$t"
+done
+bad "bounds --target=" bounds --limit 1M --target=
+bad "bounds 33 targets" bounds --limit 1M $(i=0; while test $i -lt 33; do printf -- '--target 0.5 '; i=$((i + 1)); done)
+for c in 0 -1 100001 '' 18446744073709551616 1.5 0x; do
+	bad "bounds --curve '$c'" bounds --limit 1M --curve "$c"
+done
+bad "bounds --curve with --safe" bounds --safe 1M --target 1e-9 --curve 10
+bad "bounds --format ''" bounds --limit 1M --format ''
+bad "bounds --format TSV (case)" bounds --limit 1M --format TSV
+bad "bounds --format without a value" bounds --limit 1M --format
+bad "bounds --interval 99999999999999999999G" bounds --interval 99999999999999999999G --limit 1M
+bad "bounds --interval -1" bounds --interval -1 --limit 1M
+bad "bounds --interval ''" bounds --interval '' --limit 1M
+bad "bounds --safe -1" bounds --safe -1 --target 1e-9
+bad "bounds --safe ''" bounds --safe '' --target 1e-9
+bad "bounds --safe 99999999999999999999G" bounds --safe 99999999999999999999G --target 1e-9
+bad "bounds --limit twice" bounds --limit 1M --limit 2M
+bad "bounds --safe twice" bounds --safe 1M --safe 2M --target 1e-9
+bad "bounds stray argument" bounds --limit 1M extra
+
+# ---- memlimits stats -----------------------------------------------------
+mkdir "$tmp/empty"
+bad "stats without a directory" stats
+bad "stats with an unknown option" stats --bogus
+bad "stats with two directories" stats "$tmp/empty" "$tmp/empty"
+bad "stats on a missing directory" stats "$tmp/no/such"
+bad "stats on an empty directory" stats "$tmp/empty"
+bad "stats on ''" stats ''
+bad "stats on a file" stats "$M"
+bad "stats -- without a directory" stats --
+mkdir "$tmp/big" && head -c 1100000 /dev/zero | tr '\0' ' ' >"$tmp/big/memlimits.1.json"
+bad "stats on a file over 1 MiB" stats "$tmp/big"
+mkdir "$tmp/deep" && {
+	i=0
+	while test $i -lt 40; do printf '['; i=$((i + 1)); done
+} | sed 's/^/{"x": /' >"$tmp/deep/memlimits.1.json"
+bad "stats on nesting 40 deep" stats "$tmp/deep"
+mkdir "$tmp/nul" && printf '{"format"\0: 1}' >"$tmp/nul/memlimits.1.json"
+bad "stats on a file with a NUL byte" stats "$tmp/nul"
+mkdir "$tmp/esc" && printf '{"format": "\\uZZZZ"}' >"$tmp/esc/memlimits.1.json"
+bad "stats on a bad \\u escape" stats "$tmp/esc"
+mkdir "$tmp/dir" && mkdir "$tmp/dir/memlimits.7.json"
+bad "stats on a directory named like a stats file" stats "$tmp/dir"
+
+echo "1..$n"
