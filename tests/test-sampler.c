@@ -20,6 +20,12 @@
 #define S 4096u
 #define P_MIN 1e-6
 
+/* ML_TEST_QUICK=1 (valgrind, .ci/run): a tenth of the repetitions.  The
+ * thresholds stay: fewer repetitions lower the power of each test, not its
+ * false-alarm rate (chi-square bins are merged to >= 5 expected). */
+static unsigned quick = 1;
+#define REPS(n) ((n) / quick)
+
 static void *volatile sink;
 
 struct stream {
@@ -92,10 +98,10 @@ static void test_poisson_counts(void)
 	check_poisson(&small, 20000, "64 x 256 B streams");
 	/* Allocations larger than S: 3 x 10000 B, lambda 7.3. */
 	struct stream big = {10000, 3, NULL, 0};
-	check_poisson(&big, 20000, "3 x 10000 B streams");
+	check_poisson(&big, REPS(20000), "3 x 10000 B streams");
 	/* Tiny allocations, many per sample: 512 x 24 B, lambda 3. */
 	struct stream tiny = {24, 512, NULL, 0};
-	check_poisson(&tiny, 20000, "512 x 24 B streams");
+	check_poisson(&tiny, REPS(20000), "512 x 24 B streams");
 }
 
 static void test_split_invariance(void)
@@ -103,8 +109,8 @@ static void test_split_invariance(void)
 	/* One 1 MiB block and 16384 blocks of 64 B: both Poisson(256). */
 	struct stream one = {1u << 20, 1, NULL, 0};
 	struct stream many = {64, 16384, NULL, 0};
-	check_poisson(&one, 4000, "1 x 1 MiB");
-	check_poisson(&many, 2000, "16384 x 64 B");
+	check_poisson(&one, REPS(4000), "1 x 1 MiB");
+	check_poisson(&many, REPS(2000), "16384 x 64 B");
 }
 
 static void test_unbiased(void)
@@ -197,7 +203,7 @@ static void test_poisson_draws(void)
 	for (unsigned j = 0; j < sizeof lambdas / sizeof lambdas[0]; j++) {
 		double lambda = lambdas[j];
 		unsigned n = (unsigned)(lambda + 12 * sqrt(lambda) + 16);
-		unsigned reps = 200000;
+		unsigned reps = REPS(200000);
 		memset(counts, 0, sizeof counts);
 		for (unsigned r = 0; r < reps; r++) {
 			uint64_t k = ml__poisson(s.rng, lambda);
@@ -212,7 +218,7 @@ static void test_poisson_draws(void)
 	}
 	/* Far beyond any histogram: mean and variance at lambda = 1e12. */
 	double lambda = 1e12, sum = 0, sq = 0;
-	unsigned reps = 100000;
+	unsigned reps = REPS(100000);
 	for (unsigned r = 0; r < reps; r++) {
 		double k = (double)ml__poisson(s.rng, lambda) - lambda;
 		sum += k;
@@ -232,7 +238,7 @@ static void test_gap_exponential(void)
 	struct ml__sampler s;
 	ml__sampler_seed(&s, 7, 3);
 	s.interval = S;
-	unsigned reps = 400000, over = 0;
+	unsigned reps = REPS(400000), over = 0;
 	double sum = 0;
 	for (unsigned r = 0; r < reps; r++) {
 		double gap = (double)ml__sampler_gap(&s) + 1 - s.frac;
@@ -247,6 +253,9 @@ static void test_gap_exponential(void)
 
 int main(void)
 {
+	const char *q = getenv("ML_TEST_QUICK");
+	if (q && *q && strcmp(q, "0"))
+		quick = 10;
 	ml_set_sample_interval(S);
 	ml_set_seed(1);
 	test_poisson_counts();
