@@ -61,6 +61,9 @@ static inline double st_chi2_poisson(const uint64_t *counts, unsigned n,
 	}
 	double x = 0;
 	for (unsigned i = 0; i < bins; i++)
+		/* Bins [0, bins) were all written above (bins = 0 when n = 0):
+		 * cppcheck assumes the first loop may not run. */
+		// cppcheck-suppress uninitvar
 		x += (obs[i] - exp_[i]) * (obs[i] - exp_[i]) / exp_[i];
 	*chi2 = x;
 	*df = bins - 1;

@@ -117,6 +117,8 @@ static char *absolute(const char *p)
 	char *r = malloc(n);
 	if (!r)
 		ml__tool_usage_error(CMD, "out of memory");
+	/* ml__tool_usage_error does not return (cppcheck misses it). */
+	// cppcheck-suppress nullPointerRedundantCheck
 	snprintf(r, n, "%s/%s", cwd, p);
 	return r;
 }

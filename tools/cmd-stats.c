@@ -559,6 +559,8 @@ static int stats_main(int argc, char **argv)
 	if (!n)
 		ml__tool_usage_error(CMD, "no memlimits.*.json files in '%s'",
 		                     dir);
+	/* n > 0: procs is set (ml__tool_usage_error does not return). */
+	// cppcheck-suppress nullPointer
 	qsort(procs, n, sizeof *procs, by_pid);
 
 	printf("%-8s %-16s %7s %12s %11s %9s %11s %9s %10s %8s\n", "PID",
