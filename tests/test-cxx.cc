@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <list>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -255,6 +256,43 @@ void test_jump()
 	       "the thread is clean afterwards");
 }
 
+void *thrower(void *)
+{
+	ml_mask(); // left masked on purpose: the unwind must restore it
+	std::vector<char> v(1000);
+	csink = v[10];
+	throw std::runtime_error("boom");
+}
+
+void *nothing(void *arg)
+{
+	return arg;
+}
+
+// An exception that leaves fn unwinds ml_run's frame: the task must be
+// unlinked (the library is built with -fexceptions for that), or the
+// thread's next ml_run would link to a dead record.
+void test_exception_escapes()
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 1 << 20;
+	bool caught = false;
+	try {
+		ml_run(&l, thrower, nullptr, nullptr);
+	} catch (const std::runtime_error &) {
+		caught = true;
+	}
+	tap_ok(caught, "an exception thrown by fn propagates through ml_run");
+	tap_ok(!ml_is_masked() && !ml_is_interrupted(),
+	       "the unwound task is unlinked, its masks undone");
+	ml_limits l2 = ML_LIMITS_INIT;
+	int marker = 0;
+	ml_outcome out;
+	tap_is(ml_run(&l2, nothing, &marker, &out), ML_OK,
+	       "the thread runs tasks again");
+	tap_ok(out.ret == &marker, "and they return their value");
+}
+
 } // namespace
 
 int main()
@@ -264,5 +302,6 @@ int main()
 	ml_set_seed(12345);
 	test_fail();
 	test_jump();
+	test_exception_escapes();
 	return tap_done();
 }
