@@ -283,7 +283,7 @@ ML__API void *calloc(size_t a, size_t b)
 	if (sample(n))
 		return enomem();
 	void *p = real.calloc(a, b);
-	if (ml__unlikely(ml__meter_on))
+	if (ml__unlikely(ML__METER_ON))
 		meter(p, 1);
 	return p;
 }
@@ -294,7 +294,7 @@ ML__API void *realloc(void *p, size_t n)
 	 * allocates nothing, so it carries no sample. */
 	if (sample(n))
 		return enomem(); /* the old block stays valid */
-	if (ml__likely(!ml__meter_on))
+	if (ml__likely(!ML__METER_ON))
 		return real.realloc(p, n);
 	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
 	void *q = real.realloc(p, n);
@@ -318,7 +318,7 @@ static void *aligned(size_t align, size_t n)
 	if (sample(n))
 		return enomem();
 	void *p = real.memalign(align, n);
-	if (ml__unlikely(ml__meter_on))
+	if (ml__unlikely(ML__METER_ON))
 		meter(p, 1);
 	return p;
 }
@@ -354,7 +354,7 @@ ML__API void *valloc(size_t n)
 	if (sample(n))
 		return enomem();
 	void *p = real.valloc(n);
-	if (ml__unlikely(ml__meter_on))
+	if (ml__unlikely(ML__METER_ON))
 		meter(p, 1);
 	return p;
 }
@@ -368,7 +368,7 @@ ML__API void *pvalloc(size_t n)
 	if (sample(rounded))
 		return enomem();
 	void *p = real.pvalloc(n);
-	if (ml__unlikely(ml__meter_on))
+	if (ml__unlikely(ML__METER_ON))
 		meter(p, 1);
 	return p;
 }
@@ -396,13 +396,13 @@ ML__API bool ml_note_alloc(size_t bytes)
 {
 	if (sample(bytes))
 		return false;
-	if (ml__unlikely(ml__meter_on))
+	if (ml__unlikely(ML__METER_ON))
 		ml__meter_add((int64_t)bytes);
 	return true;
 }
 
 ML__API void ml_note_free(size_t bytes)
 {
-	if (ml__unlikely(ml__meter_on))
+	if (ml__unlikely(ML__METER_ON))
 		ml__meter_add(-(int64_t)bytes);
 }

@@ -15,7 +15,7 @@
 
 #include <malloc.h>
 
-volatile uint8_t ml__meter_on;
+_Atomic bool ml__meter_on_;
 _Atomic uint64_t ml__global_limit = ML_NO_LIMIT;
 static _Atomic int64_t total;
 atomic_flag ml__meter_switch_lock = ATOMIC_FLAG_INIT;
@@ -45,7 +45,7 @@ static uint64_t glibc_in_use(void)
 
 uint64_t ml__meter_usage(void)
 {
-	if (!ml__meter_on)
+	if (!ML__METER_ON)
 		return glibc_in_use();
 	int64_t v = atomic_load_explicit(&total, memory_order_relaxed) +
 	            (int64_t)(ml__self.meter_down - ml__self.meter_up);
@@ -58,12 +58,14 @@ ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
 	atomic_store(&ml__global_limit, bytes);
 	if (bytes == ML_NO_LIMIT) {
 		ml__meter_switch(false);
-		ml__meter_on = 0;
-	} else if (!ml__meter_on) {
+		atomic_store_explicit(&ml__meter_on_, false,
+		                      memory_order_relaxed);
+	} else if (!ML__METER_ON) {
 		/* Count from now on, starting from glibc's own figure.  Our
 		 * own delta is stale from an earlier period: drop it. */
 		ml__self.meter_up = ml__self.meter_down = ML__METER_BATCH;
-		ml__meter_on = 1;
+		atomic_store_explicit(&ml__meter_on_, true,
+		                      memory_order_relaxed);
 		ml__meter_switch(true);
 		atomic_store(&total, (int64_t)glibc_in_use());
 	}

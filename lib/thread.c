@@ -202,7 +202,7 @@ int ml__alloc_slow(uint64_t n)
 		ml__stats_alloc(t, n, s);
 	int verdict = 0;
 	if (s) {
-		if (ml__meter_on)
+		if (ML__METER_ON)
 			ml__meter_flush(t);
 		if (ml__unlikely(ml__run.profiling))
 			ml__profile_sample(t, s, n);
