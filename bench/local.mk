@@ -26,6 +26,7 @@ bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT)
 	VALGRIND='$(VALGRIND)' \
 	$(SHELL) $(srcdir)/bench/run-bench.sh
 	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
+	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh
 
 .PHONY: bench

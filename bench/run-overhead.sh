@@ -16,6 +16,9 @@ M=$MEMLIMITS_CMD
 ROUNDS=${ROUNDS:-21}
 TRUE_BATCH=${TRUE_BATCH:-40}
 PY=${PYTHON3:-python3}
+# The interpreter itself, not a wrapper script in front of it (pyenv's shims
+# are bash scripts: their start-up would be measured, and preloaded).
+PY=$("$PY" -c 'import sys; print(sys.executable)' 2>/dev/null || echo "$PY")
 LIMITS="--alloc-limit 1T --heap-limit 64G"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-overhead.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
@@ -129,3 +132,16 @@ fi
 echo "(run --: the preload only; run +limits: $LIMITS, never reached)"
 echo "(true: the whole cost of an extra exec of memlimits plus loading the"
 echo " library and libunwind, on a program that does nothing else)"
+
+# Load-independent: instructions executed by the python3 workload, plain
+# and with the library preloaded (callgrind counts the same every run).
+if command -v valgrind >/dev/null 2>&1 && test -n "$MEMLIMITS_LIB"; then
+	ir() {
+		valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" \
+			2>&1 >/dev/null | sed -n 's/.*refs: *//p' | tr -d ,
+	}
+	plain_ir=$(ir "$PY" "$tmp/work.py")
+	pre_ir=$(LD_PRELOAD=$MEMLIMITS_LIB ir "$PY" "$tmp/work.py")
+	awk -v a="$plain_ir" -v b="$pre_ir" 'BEGIN {
+		printf "python3 workload, instructions (callgrind): %d plain, %d preloaded: %.4fx\n", a, b, b / a }'
+fi
