@@ -19,6 +19,8 @@ PY=${PYTHON3:-python3}
 # The interpreter itself, not a wrapper script in front of it (pyenv's shims
 # are bash scripts: their start-up would be measured, and preloaded).
 PY=$("$PY" -c 'import sys; print(sys.executable)' 2>/dev/null || echo "$PY")
+# Same dict layouts every run: the instruction counts below repeat.
+export PYTHONHASHSEED=0
 LIMITS="--alloc-limit 1T --heap-limit 64G"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-overhead.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
