@@ -153,6 +153,7 @@ static void detect_foreign_allocator(void)
 __attribute__((constructor(101))) static void ml_constructor(void)
 {
 	ml__global_init();
+	ml__unwind_load();
 	detect_foreign_allocator();
 	read_env();
 	ml__run_configure();

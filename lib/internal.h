@@ -224,6 +224,9 @@ enum ml__frames {
  * target ml_run's frame; 0 = the whole stack, for the loader check only). */
 enum ml__frames ml__frames_check(uintptr_t stop);
 void ml__unwind_init(void);
+void ml__unwind_load(void); /* at start: dlopen libunwind, RTLD_LOCAL */
+/* unw_backtrace, or 0 frames if libunwind could not be loaded. */
+int ml__backtrace(void **ip, int max);
 void ml__unwind_lock(void);
 void ml__unwind_unlock(void);
 

@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #define UNW_LOCAL_ONLY
-#include <libunwind.h>
 
 #define MAX_DEPTH 32
 #define CAPTURE 48  /* room for our own frames above the user's */
@@ -77,7 +76,7 @@ static void find_self(void)
 static uint32_t capture(uintptr_t *ip)
 {
 	void *buf[CAPTURE];
-	int n = unw_backtrace(buf, CAPTURE);
+	int n = ml__backtrace(buf, CAPTURE);
 	if (!self_end)
 		find_self();
 	int i = 0;

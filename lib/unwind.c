@@ -18,6 +18,54 @@
 #define UNW_LOCAL_ONLY
 #include <libunwind.h>
 
+/* libunwind, loaded with RTLD_LOCAL at start (ml__unwind_load), never linked:
+ * it exports its own _Unwind_* symbols, which in the global scope would
+ * interpose libgcc_s's and mix two unwinders in pthread_exit and C++
+ * exceptions.  The entry points we use, by their real (macro-expanded)
+ * names. */
+static struct {
+	int (*getcontext)(unw_context_t *);
+	int (*init_local)(unw_cursor_t *, unw_context_t *);
+	int (*step)(unw_cursor_t *);
+	int (*get_reg)(unw_cursor_t *, unw_regnum_t, unw_word_t *);
+	int (*get_proc_info)(unw_cursor_t *, unw_proc_info_t *);
+	int (*backtrace)(void **, int);
+} U;
+static _Atomic bool loaded;
+
+void ml__unwind_load(void)
+{
+	void *h = dlopen(ML_UNWIND_SONAME, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		ml__diag(
+		    "cannot load %s: jumps wait for ml_check or ml_unmask, "
+		    "and run-mode reports have no stacks",
+		    ML_UNWIND_SONAME);
+		return;
+	}
+#define SYM(field, name) *(void **)&U.field = dlsym(h, name)
+	SYM(getcontext, "_Ux86_64_getcontext");
+	SYM(init_local, "_ULx86_64_init_local");
+	SYM(step, "_ULx86_64_step");
+	SYM(get_reg, "_ULx86_64_get_reg");
+	SYM(get_proc_info, "_ULx86_64_get_proc_info");
+	SYM(backtrace, "unw_backtrace");
+#undef SYM
+	if (U.getcontext && U.init_local && U.step && U.get_reg &&
+	    U.get_proc_info && U.backtrace)
+		atomic_store_explicit(&loaded, true, memory_order_release);
+	else
+		ml__diag("%s lacks the x86-64 local unwinding entry points",
+		         ML_UNWIND_SONAME);
+}
+
+int ml__backtrace(void **ip, int max)
+{
+	if (!atomic_load_explicit(&loaded, memory_order_acquire))
+		return 0;
+	return U.backtrace(ip, max);
+}
+
 #define MAX_FRAMES 256
 
 enum kind { K_USER, K_SELF, K_RUNTIME, K_LOADER };
@@ -111,14 +159,16 @@ static enum ml__frames walk(uintptr_t stop)
 		ml__unwind_init();
 	unw_context_t ctx;
 	unw_cursor_t cur;
-	if (unw_getcontext(&ctx) != 0 || unw_init_local(&cur, &ctx) != 0)
+	if (!atomic_load_explicit(&loaded, memory_order_acquire))
+		return ML__FRAMES_RUNTIME; /* no stack walks: not known safe */
+	if (U.getcontext(&ctx) != 0 || U.init_local(&cur, &ctx) != 0)
 		return ML__FRAMES_RUNTIME;
 	enum ml__frames verdict = ML__FRAMES_SAFE;
 	bool leading = true, reached = (stop == 0);
-	for (int depth = 0; depth < MAX_FRAMES && unw_step(&cur) > 0; depth++) {
+	for (int depth = 0; depth < MAX_FRAMES && U.step(&cur) > 0; depth++) {
 		unw_word_t ip = 0, sp = 0;
-		unw_get_reg(&cur, UNW_REG_IP, &ip);
-		unw_get_reg(&cur, UNW_REG_SP, &sp);
+		U.get_reg(&cur, UNW_REG_IP, &ip);
+		U.get_reg(&cur, UNW_REG_SP, &sp);
 		if (stop && sp >= stop) {
 			reached = true;
 			break;
@@ -132,7 +182,7 @@ static enum ml__frames walk(uintptr_t stop)
 			return ML__FRAMES_LOADER;
 		if (k == K_RUNTIME) {
 			unw_proc_info_t pi;
-			if (unw_get_proc_info(&cur, &pi) == 0 &&
+			if (U.get_proc_info(&cur, &pi) == 0 &&
 			    must_not_fail(pi.start_ip))
 				return ML__FRAMES_LOADER;
 			verdict = ML__FRAMES_RUNTIME;
