@@ -24,8 +24,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define UNW_LOCAL_ONLY
-
 #define MAX_DEPTH 32
 #define CAPTURE 48  /* room for our own frames above the user's */
 #define NSITES 4096 /* distinct stacks kept; the rest: "other" */
