@@ -375,8 +375,11 @@ static void *exit_inside(void *arg)
 	for (int i = 0; i < EXIT_RECORDS; i++)
 		ml_cleanup_push(nothing, NULL);
 	ml_mask();
-	sink = malloc(100);
-	free(sink);
+	{
+		void *p_ = malloc(100);
+		sink = p_; /* sink is shared: free our own */
+		free(p_);
+	}
 	pthread_exit(NULL);
 }
 
@@ -500,8 +503,11 @@ static void *cancel_fn(void *arg)
 	ml_cleanup_push(nothing, NULL);
 	atomic_store(&cancel_ready, 1);
 	for (;;) {
-		sink = malloc(64);
-		free(sink);
+		{
+			void *p_ = malloc(64);
+			sink = p_; /* sink is shared: free our own */
+			free(p_);
+		}
 		struct timespec ms = {0, 1000000};
 		nanosleep(&ms, NULL); /* a cancellation point */
 	}
@@ -690,8 +696,11 @@ static void *fork_task(void *arg)
 {
 	struct fork_in_task *f = arg;
 	for (int i = 0; i < 16; i++) {
-		sink = malloc(1000);
-		free(sink);
+		{
+			void *p_ = malloc(1000);
+			sink = p_; /* sink is shared: free our own */
+			free(p_);
+		}
 	}
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -707,8 +716,11 @@ static void *fork_task(void *arg)
 	}
 	/* Both sides: spend until the task trips. */
 	for (f->spent = 0; f->spent < GUARD; f->spent += 1024) {
-		sink = malloc(1024);
-		free(sink);
+		{
+			void *p_ = malloc(1024);
+			sink = p_; /* sink is shared: free our own */
+			free(p_);
+		}
 	}
 	return NULL;
 }
@@ -894,8 +906,7 @@ enum { PATTERN = 256 };
 static void *one_alloc(void *arg)
 {
 	(void)arg;
-	sink = malloc(512);
-	return NULL;
+	return malloc(512); /* FLAG delivery hands it back in out.ret */
 }
 
 static void record_pattern(uint8_t *out)
@@ -904,7 +915,7 @@ static void record_pattern(uint8_t *out)
 	for (int i = 0; i < PATTERN; i++) {
 		ml_outcome o;
 		ml_run(&l, one_alloc, NULL, &o);
-		free(sink);
+		free(o.ret);
 		out[i] = (uint8_t)(o.allocated / 256);
 	}
 }
