@@ -32,6 +32,12 @@
 #define ALPHA 1e-6
 #define MAX_TASKS 10000
 
+/* ML_TEST_QUICK=1 (valgrind in .ci/run): a tenth of the tasks.  The
+ * critical values are computed from n, so the false-alarm probability stays
+ * below 1e-6; only the power drops. */
+static size_t quick = 1;
+#define N_TASKS(n) ((n) / quick)
+
 /* ---- allocation patterns ----------------------------------------------- */
 
 enum pattern { ONE_SIZE, MIXED };
@@ -215,23 +221,23 @@ static void test_gamma(void)
 	/* k = ceil(limit / S): 10 from a limit just under 10 S. */
 	struct plan one = {ONE_SIZE,        24, 10 * S - 100, false,
 	                   ML_DELIVER_JUMP, 0};
-	run_ks("one size (24 B), k = 10", &one, 10000, 1);
+	run_ks("one size (24 B), k = 10", &one, N_TASKS(10000), 1);
 	/* Mixed sizes from 1 byte to 3 S: many allocations carry a sample
 	 * in the middle, some several. */
 	struct plan mixed = {MIXED, 3 * S, 16 * S, false, ML_DELIVER_JUMP, 0};
-	run_ks("mixed sizes (1 B .. 3 S), k = 16", &mixed, 10000, 2);
+	run_ks("mixed sizes (1 B .. 3 S), k = 16", &mixed, N_TASKS(10000), 2);
 	/* Larger than S: k = 11 from a limit just over 10 S. */
 	struct plan big = {ONE_SIZE, 3 * S + 5,       10 * S + 1,
 	                   false,    ML_DELIVER_JUMP, 0};
-	run_ks("size 3 S + 5, k = 11", &big, 10000, 3);
+	run_ks("size 3 S + 5, k = 11", &big, N_TASKS(10000), 3);
 	/* Much larger than S: about 8 samples per allocation, so the
 	 * Poisson count inside an allocation decides where it stops. */
 	struct plan huge = {ONE_SIZE, 8 * S + 3,       40 * S,
 	                    false,    ML_DELIVER_JUMP, 0};
-	run_ks("size 8 S + 3, k = 40", &huge, 10000, 4);
+	run_ks("size 8 S + 3, k = 40", &huge, N_TASKS(10000), 4);
 	/* k = 1: the first sample. */
 	struct plan k1 = {ONE_SIZE, 100, 1, false, ML_DELIVER_JUMP, 0};
-	run_ks("size 100 B, k = 1", &k1, 10000, 5);
+	run_ks("size 100 B, k = 1", &k1, N_TASKS(10000), 5);
 }
 
 /* ---- (d) deliveries ------------------------------------------------------ */
@@ -241,7 +247,7 @@ static uint64_t by_delivery[3][MAX_TASKS];
 static void test_deliveries(void)
 {
 	static const char *names[] = {"JUMP", "FAIL", "FLAG"};
-	const size_t n = 4000;
+	const size_t n = N_TASKS(4000);
 	for (int d = 0; d < 3; d++) {
 		struct plan p = {MIXED, 2 * S,          12 * S,
 		                 false, (ml_delivery)d, 0};
@@ -332,7 +338,7 @@ static void test_global(void)
 	       (unsigned long long)ml_global_memory_usage(),
 	       (unsigned long long)ml_global_memory_limit());
 
-	const size_t n = 10000;
+	const size_t n = N_TASKS(10000);
 	struct plan p = {ONE_SIZE, 64, ML_NO_LIMIT, true, ML_DELIVER_JUMP, 0};
 	run_ks("global limit, 64 B: bytes past the limit ~ Exp(S)", &p, n, 7);
 	/* The table: interrupted within x bytes with probability at least
@@ -378,6 +384,9 @@ static double now(void)
 int main(void)
 {
 	double t0 = now();
+	const char *q = getenv("ML_TEST_QUICK");
+	if (q && *q == '1')
+		quick = 10;
 	if (ml_set_sample_interval(S) != 0)
 		tap_bail("cannot set the sample interval");
 	tap_ok(ml_sample_interval() == S, "sample interval %d", S);
