@@ -39,6 +39,10 @@ void ml__unforce(struct ml__thread *t)
 {
 	t->forced = 0;
 }
+void ml__unwind_load(void)
+{
+}
+
 void ml__global_init(void)
 {
 }
