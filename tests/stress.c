@@ -66,25 +66,6 @@ static uint64_t rnd(uint64_t *x)
 	return *x;
 }
 
-/* kB of a field of /proc/self/status ("VmData:", "VmRSS:"), without
- * stdio (no allocation). */
-static long proc_kb(const char *field)
-{
-	char buf[4096];
-	int fd = open("/proc/self/status", O_RDONLY);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	char *p = strstr(buf, field);
-	if (!p)
-		return -1;
-	return strtol(p + strlen(field), NULL, 10);
-}
-
 /* ---- Violations ------------------------------------------------------- */
 
 static atomic_long violations;
@@ -586,7 +567,7 @@ static void test_footprint(long n)
 	/* Warm up: the pools' first slabs, stdio, the thread's state. */
 	for (int i = 0; i < 1000; i++)
 		ml_token_free(ml_token_new());
-	long d0 = proc_kb("VmData:"), r0 = proc_kb("VmRSS:");
+	long d0 = tap_proc_kb("VmData"), r0 = tap_proc_kb("VmRSS");
 	bool ok = true;
 	for (long i = 0; i < n && ok; i++) {
 		ml_token *t = ml_token_new();
@@ -600,7 +581,7 @@ static void test_footprint(long n)
 		for (int j = 0; j < 1000; j++)
 			ml_token_free(batch[j]);
 	}
-	long d1 = proc_kb("VmData:"), r1 = proc_kb("VmRSS:");
+	long d1 = tap_proc_kb("VmData"), r1 = tap_proc_kb("VmRSS");
 	tap_ok(ok && d1 - d0 <= 256,
 	       "%ld tokens created and freed (one by one, then in batches "
 	       "of 1000): VmData %ld -> %ld kB, VmRSS %ld -> %ld kB",
@@ -611,12 +592,12 @@ static void test_footprint(long n)
 	 * run), one in four sets it from inside (the JUMP ones jump).  After
 	 * a warm-up: the first tasks grow the heap and libunwind's caches. */
 	many_tasks(10000);
-	d1 = proc_kb("VmData:");
-	r1 = proc_kb("VmRSS:");
+	d1 = tap_proc_kb("VmData");
+	r1 = tap_proc_kb("VmRSS");
 	double t0 = now();
 	long bad = many_tasks(n);
 	double dt = now() - t0;
-	long d2 = proc_kb("VmData:"), r2 = proc_kb("VmRSS:");
+	long d2 = tap_proc_kb("VmData"), r2 = tap_proc_kb("VmRSS");
 	tap_ok(bad == 0 && d2 - d1 <= 64,
 	       "%ld tasks in a row (%.0f ns each): VmData %ld -> %ld kB, "
 	       "VmRSS %ld -> %ld kB, %ld wrong statuses",
@@ -657,12 +638,12 @@ int main(void)
 	long tasks = 0;
 	double warm = seconds / 5 < 1 ? 1 : seconds / 5;
 	bool ok = concurrent_pass(warm, &tasks);
-	long d0 = proc_kb("VmData:"), r0 = proc_kb("VmRSS:");
+	long d0 = tap_proc_kb("VmData"), r0 = tap_proc_kb("VmRSS");
 	double t0 = now();
 	long tasks0 = tasks;
 	ok = ok && concurrent_pass(seconds - warm, &tasks);
 	double dt = now() - t0;
-	long d1 = proc_kb("VmData:"), r1 = proc_kb("VmRSS:");
+	long d1 = tap_proc_kb("VmData"), r1 = tap_proc_kb("VmRSS");
 	tap_ok(ok,
 	       "%d threads for %.0f s: no deadlock (every thread kept "
 	       "going)",

@@ -531,21 +531,6 @@ static void test_fork(void)
 
 /* ---- Footprint -------------------------------------------------------- */
 
-static long rss_kib(void)
-{
-	char buf[4096];
-	int fd = open("/proc/self/status", O_RDONLY);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	char *p = strstr(buf, "VmRSS:");
-	return p ? strtol(p + 6, NULL, 10) : -1;
-}
-
 static void *tiny(void *arg)
 {
 	ml_cleanup_push(note, "q");
@@ -570,7 +555,7 @@ static void test_million(void)
 		tap_skip(1, "RSS of a million tasks: not under valgrind");
 		return;
 	}
-	long before = rss_kib();
+	long before = tap_proc_kb("VmRSS");
 	ml_limits l = limits(1u << 20, ML_DELIVER_JUMP);
 	for (int i = 0; i < 1000000; i++) {
 		ml_token *t = ml_token_new();
@@ -578,7 +563,7 @@ static void test_million(void)
 		ml_run(&l, tiny, NULL, NULL);
 		ml_token_free(t);
 	}
-	long after = rss_kib();
+	long after = tap_proc_kb("VmRSS");
 	tap_ok(before > 0 && after - before < 512,
 	       "a million tasks with tokens and cleanups: RSS %ld -> %ld KiB",
 	       before, after);

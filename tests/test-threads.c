@@ -56,27 +56,6 @@ static ml_limits limits(uint64_t bytes, ml_delivery d)
 	return l;
 }
 
-/* /proc/self/status without stdio (which would allocate): kB of a field. */
-static long status_kb(const char *field)
-{
-	char buf[4096];
-	int fd = open("/proc/self/status", O_RDONLY);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	size_t fl = strlen(field);
-	for (char *p = buf; (p = strstr(p, field)); p++) {
-		if ((p != buf && p[-1] != '\n') || p[fl] != ':')
-			continue;
-		return strtol(p + fl + 1, NULL, 10);
-	}
-	return -1;
-}
-
 /* ---- 8 threads ----------------------------------------------------------- */
 
 enum { NWORK = 8, RING = 64, TASKS = 40 };
@@ -433,11 +412,11 @@ static void test_thread_exit(void)
 	struct timespec t0, t1;
 	/* Warm up: glibc's arenas and stack cache reach their steady size. */
 	run_exit_threads(0, EXIT_WARM);
-	long rss0 = status_kb("VmRSS"), data0 = status_kb("VmData");
+	long rss0 = tap_proc_kb("VmRSS"), data0 = tap_proc_kb("VmData");
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	run_exit_threads(EXIT_WARM, EXIT_N);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	long rss1 = status_kb("VmRSS"), data1 = status_kb("VmData");
+	long rss1 = tap_proc_kb("VmRSS"), data1 = tap_proc_kb("VmData");
 	tap_is(atomic_load(&exit_bad), 0,
 	       "2000 short-lived threads ran their tasks");
 	/* A leak of the records left by pthread_exit alone would be

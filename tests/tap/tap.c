@@ -2,6 +2,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -120,6 +121,26 @@ int tap_done(void)
 	else if (planned != tests_run)
 		tap_diag("planned %d tests but ran %d", planned, tests_run);
 	return tests_failed || (planned >= 0 && planned != tests_run);
+}
+
+long tap_proc_kb(const char *field)
+{
+	char buf[4096];
+	int fd = open("/proc/self/status", O_RDONLY);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	size_t fl = strlen(field);
+	for (char *p = buf; (p = strstr(p, field)); p++) {
+		if ((p != buf && p[-1] != '\n') || p[fl] != ':')
+			continue;
+		return strtol(p + fl + 1, NULL, 10);
+	}
+	return -1;
 }
 
 int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s)

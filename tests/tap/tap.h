@@ -30,6 +30,10 @@ bool tap_is_int(int64_t got, int64_t want, const char *name);
  * -1 if it timed out (it is then killed) or could not be started. */
 int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s);
 
+/* kB of a field of /proc/self/status ("VmRSS", "VmData"), read without
+ * stdio (which would allocate); -1 if it cannot be read. */
+long tap_proc_kb(const char *field);
+
 /* Write without stdio (for use inside children). */
 void tap_write(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
