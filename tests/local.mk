@@ -11,7 +11,7 @@ AM_TESTS_ENVIRONMENT = \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so'; export MEMLIMITS_LIB; \
 	NM='$(NM)'; export NM; VALGRIND='$(VALGRIND)'; export VALGRIND; \
 	PYTHON3='$(PYTHON3)'; export PYTHON3;
-EXTRA_DIST += build-aux/tap-driver.sh
+EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh
 
 check_LTLIBRARIES += tests/tap/libtap.la
 tests_tap_libtap_la_SOURCES = tests/tap/tap.c tests/tap/tap.h

@@ -10,15 +10,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-badcli.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export LC_ALL=C
 unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT
-n=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $*"
-}
-notok() {
-	n=$((n + 1))
-	echo "not ok $n - $*"
-}
+. "$top_srcdir/tests/tap/tap.sh"
 test -x "$M" || {
 	echo "Bail out! $M not built"
 	exit 1

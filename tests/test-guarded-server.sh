@@ -9,18 +9,7 @@ prog=${top_builddir:-.}/examples/guarded-server/guarded-server
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-server.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export LC_ALL=C
-n=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $*"
-}
-notok() {
-	n=$((n + 1))
-	echo "not ok $n - $*"
-}
-diag() {
-	sed 's/^/# /' "$@"
-}
+. "$top_srcdir/tests/tap/tap.sh"
 # check PATTERN NAME: one "check: PASS ..." line of the demo per condition.
 check() {
 	line=$(grep "^check: [A-Z]* \[2 limits+load\] $1" "$tmp/out" | head -1)

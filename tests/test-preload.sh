@@ -11,22 +11,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-preload.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export LC_ALL=C
 interval=64
-n=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $*"
-}
-notok() {
-	n=$((n + 1))
-	echo "not ok $n - $*"
-}
-skip() {
-	n=$((n + 1))
-	echo "ok $n # SKIP $*"
-}
-diag() {
-	sed 's/^/# /' "$@"
-}
+. "$top_srcdir/tests/tap/tap.sh"
 have() {
 	command -v "$1" >/dev/null 2>&1
 }

@@ -14,24 +14,9 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 export LC_ALL=C
 unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
 	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT
-n=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $*"
-}
-notok() {
-	n=$((n + 1))
-	echo "not ok $n - $*"
-}
-skip() {
-	n=$((n + 1))
-	echo "ok $n # SKIP $*"
-}
+. "$top_srcdir/tests/tap/tap.sh"
 check() { # check COND-STATUS DESCRIPTION: ok when the last command succeeded
 	if test "$1" = 0; then ok "$2"; else notok "$2"; fi
-}
-diag() {
-	sed 's/^/# /' "$@"
 }
 have() {
 	command -v "$1" >/dev/null 2>&1

@@ -6,18 +6,7 @@ lib=${MEMLIMITS_LIB:?} list=${top_srcdir:?}/lib/exported-symbols.txt
 header=$top_srcdir/include/memlimits.h
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-symbols.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
-n=0
-ok() {
-	n=$((n + 1))
-	echo "ok $n - $*"
-}
-notok() {
-	n=$((n + 1))
-	echo "not ok $n - $*"
-}
-diag() {
-	sed 's/^/# /' "$@"
-}
+. "$top_srcdir/tests/tap/tap.sh"
 
 if ${NM:-nm} -D --defined-only "$lib" >"$tmp/nm" 2>"$tmp/err" &&
 	test -s "$tmp/nm"; then
