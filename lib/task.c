@@ -214,12 +214,29 @@ static uint64_t samples_needed(uint64_t bytes, uint64_t s)
 	return k ? k : 1;
 }
 
+/* Give back what a task owns on its thread, as at its start: the cleanup
+ * records pushed and not popped (discarded, not run), the holes above
+ * them, the mask depth. */
+static void task_release(struct ml__thread *t, const struct ml__task *task)
+{
+	struct ml__cleanup *c;
+	while ((c = t->cleanups) && c != task->cleanups) {
+		t->cleanups = c->next;
+		ml__pool_put(&ml__cleanup_pool, c);
+	}
+	t->cleanup_holes = task->holes;
+	t->mask_depth = task->mask_depth;
+}
+
+/* ml_run's frame is unwound without returning (pthread_exit,
+ * cancellation, a C++ exception out of fn): end the task as a return
+ * does, or a later jump would run handlers of the dead frame. */
 static void task_unwound(void *arg)
 {
 	struct ml__thread *t = &ml__self;
 	struct ml__task *task = arg;
+	task_release(t, task);
 	t->top = task->outer;
-	t->mask_depth = task->mask_depth;
 	update_pending(t);
 }
 
@@ -263,20 +280,15 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	task.root = false;
 	void *volatile ret = NULL;
 	t->top = &task;
-	/* pthread_exit or cancellation inside fn unwinds this frame without
-	 * returning: unlink the task before its record goes (TLS destructors
+	/* pthread_exit, cancellation or a C++ exception inside fn unwinds
+	 * this frame without returning (the library is built with
+	 * -fexceptions): end the task before its record goes (TLS destructors
 	 * run, and allocate, before our thread-exit hook). */
 	pthread_cleanup_push(task_unwound, &task);
 	if (sigsetjmp(task.jb, 0) == 0) {
 		ret = call(&task, fn, arg);
 		/* Unbalanced pushes or masks inside fn end with it. */
-		struct ml__cleanup *c;
-		while ((c = t->cleanups) && c != task.cleanups) {
-			t->cleanups = c->next;
-			ml__pool_put(&ml__cleanup_pool, c);
-		}
-		t->cleanup_holes = task.holes;
-		t->mask_depth = task.mask_depth;
+		task_release(t, &task);
 	}
 	pthread_cleanup_pop(0);
 	t->top = task.outer;

@@ -294,6 +294,105 @@ void test_exception_escapes()
 	tap_ok(out.ret == &marker, "and they return their value");
 }
 
+// ---- What an exception out of a body leaves behind -----------------------
+
+int dead_runs;  // handlers of a dead frame that ran
+int own_runs;   // the live task's own handler
+int probe_runs; // a push immediately popped with execute
+
+void dead_handler(void *)
+{
+	dead_runs++; // its argument lived in the dead frame: not touched
+}
+
+void own_handler(void *)
+{
+	own_runs++;
+}
+
+void probe_handler(void *)
+{
+	probe_runs++;
+}
+
+// Leaves a handler, a hole (a NULL push) and a mask behind, then throws out
+// of its task.
+void *push_and_throw(void *)
+{
+	int local = 7;
+	ml_cleanup_push(dead_handler, &local);
+	ml_cleanup_push(nullptr, nullptr);
+	ml_mask();
+	throw std::runtime_error("out of the body");
+}
+
+struct after_throw {
+	bool caught = false;
+	bool masked = true;
+	int probe_at_pop = -1;
+};
+
+// An outer JUMP task catches an inner task's exception, then pushes its own
+// handler and allocates until its limit abandons it.
+void *outer_catches(void *arg)
+{
+	auto *a = static_cast<after_throw *>(arg);
+	ml_limits in = ML_LIMITS_INIT;
+	ml_cleanup_push(probe_handler, nullptr);
+	try {
+		ml_run(&in, push_and_throw, nullptr, nullptr);
+	} catch (const std::runtime_error &) {
+		a->caught = true;
+	}
+	// The pop pairs with the push above: no record or hole of the dead
+	// frame lies in between.
+	ml_cleanup_pop(true);
+	a->probe_at_pop = probe_runs;
+	a->masked = ml_is_masked();
+	ml_cleanup_push(own_handler, nullptr);
+	for (;;) {
+		void *p = malloc(256);
+		csink = p ? 1 : 0;
+		free(p);
+	}
+	return arg;
+}
+
+void test_exception_owned_state()
+{
+	dead_runs = own_runs = probe_runs = 0;
+	after_throw a;
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = LIMIT;
+	ml_status st = ml_run(&l, outer_catches, &a, nullptr);
+	tap_ok(st == ML_ALLOC_LIMIT && a.caught,
+	       "exception out of an inner task, caught in the outer: outer "
+	       "interrupted later (%d)",
+	       st);
+	tap_ok(!a.masked, "the inner task's mask ended with it");
+	tap_is(a.probe_at_pop, 1,
+	       "the outer's push/pop pair around the exception stays paired");
+	tap_ok(own_runs == 1 && dead_runs == 0 && probe_runs == 1,
+	       "the outer's jump ran exactly its own handler (own %d, dead "
+	       "frame's %d, popped one %d)",
+	       own_runs, dead_runs, probe_runs);
+
+	// Outside any task: nothing of the dead task is left to pop.
+	dead_runs = 0;
+	int marker = 0;
+	ml_limits none = ML_LIMITS_INIT;
+	try {
+		ml_run(&none, push_and_throw, &marker, nullptr);
+	} catch (const std::runtime_error &) {
+	}
+	ml_cleanup_pop(true);
+	ml_cleanup_pop(true);
+	tap_is(dead_runs, 0,
+	       "outside tasks, pops after the exception run nothing of the "
+	       "dead task");
+	tap_ok(!ml_is_masked(), "and the thread is unmasked");
+}
+
 } // namespace
 
 int main()
@@ -311,5 +410,6 @@ int main()
 	test_fail();
 	test_jump();
 	test_exception_escapes();
+	test_exception_owned_state();
 	return tap_done();
 }
