@@ -3,16 +3,26 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-static int tests_run, tests_failed, planned = -1;
+/* The counts live behind a pointer: tap_case points it at memory shared
+ * with the case's child. */
+struct counts {
+	int run, failed;
+};
+static struct counts own, *counts = &own;
+#define tests_run (counts->run)
+#define tests_failed (counts->failed)
+static int planned = -1;
 
 static void out(const char *s, size_t n)
 {
@@ -143,16 +153,33 @@ long tap_proc_kb(const char *field)
 	return -1;
 }
 
-int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s)
+bool tap_under_valgrind(void)
 {
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		alarm(timeout_s + 5); /* belt and braces: never outlive us */
-		fn(arg);
-		_exit(0);
+	const char *p = getenv("LD_PRELOAD");
+	return p && strstr(p, "/vgpreload_");
+}
+
+unsigned tap_timeout(unsigned s)
+{
+	static unsigned scale;
+	if (!scale) {
+		const char *e = getenv("ML_TEST_TIMEOUT_SCALE");
+		char *end = NULL;
+		unsigned long v = e ? strtoul(e, &end, 10) : 0;
+		if (e && (end == e || *end || v < 1 || v > 1000)) {
+			tap_diag("ML_TEST_TIMEOUT_SCALE=%s: not a whole number "
+			         "from 1 to 1000, ignored",
+			         e);
+			v = 0;
+		}
+		scale = v ? (unsigned)v : tap_under_valgrind() ? 20 : 1;
 	}
+	return s > UINT_MAX / scale ? UINT_MAX : s * scale;
+}
+
+/* Wait for pid up to timeout_s seconds; the status as tap_child's. */
+static int wait_child(pid_t pid, unsigned timeout_s)
+{
 	struct timespec nap = {0, 2 * 1000 * 1000};
 	long waited_ms = 0, limit_ms = (long)timeout_s * 1000;
 	for (;;) {
@@ -175,4 +202,47 @@ int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s)
 		nanosleep(&nap, NULL);
 		waited_ms += 2;
 	}
+}
+
+int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s)
+{
+	timeout_s = tap_timeout(timeout_s);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		alarm(timeout_s + 5); /* belt and braces: never outlive us */
+		fn(arg);
+		_exit(0);
+	}
+	return wait_child(pid, timeout_s);
+}
+
+void tap_case(const char *name, void (*fn)(void), unsigned timeout_s)
+{
+	timeout_s = tap_timeout(timeout_s);
+	struct counts *shared =
+	    mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+	         MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (shared == MAP_FAILED)
+		tap_bail("tap_case %s: mmap", name);
+	*shared = *counts;
+	struct counts *mine = counts;
+	counts = shared;
+	pid_t pid = fork();
+	if (pid == 0) {
+		alarm(timeout_s + 5);
+		fn();
+		_exit(0);
+	}
+	int st = pid < 0 ? -1 : wait_child(pid, timeout_s);
+	*mine = *shared;
+	counts = mine;
+	munmap(shared, sizeof *shared);
+	if (st == -1)
+		tap_ok(false, "case %s: no child, or over its %u s", name,
+		       timeout_s);
+	else if (st != 0)
+		tap_ok(false, "case %s: its child ended with status %d", name,
+		       st);
 }

@@ -25,10 +25,26 @@ bool tap_is_int(int64_t got, int64_t want, const char *name);
 #define tap_is(got, want, name) \
 	tap_is_int((int64_t)(got), (int64_t)(want), (name))
 
-/* Run fn(arg) in a child process with a time limit in seconds.  Returns the
- * child's exit status (0..255), 128+signal if it was killed by a signal, or
- * -1 if it timed out (it is then killed) or could not be started. */
+/* Run fn(arg) in a child process with a time limit in seconds (scaled by
+ * tap_timeout).  Returns the child's exit status (0..255), 128+signal if it
+ * was killed by a signal, or -1 if it timed out (it is then killed) or
+ * could not be started. */
 int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s);
+
+/* Run one case, fn(), in a child process, so that no state it leaves (the
+ * library's settings, the heap, errno) reaches the next case.  Its tap_ok
+ * lines count as this process's; a child that crashes or outlives the
+ * (scaled) time limit adds one failed test naming the case. */
+void tap_case(const char *name, void (*fn)(void), unsigned timeout_s);
+
+/* A time limit of s seconds as this run needs it: s times
+ * ML_TEST_TIMEOUT_SCALE (a whole number, 1 to 1000) when set, else 20 times
+ * under valgrind, else s. */
+unsigned tap_timeout(unsigned s);
+
+/* True under valgrind, which preloads its vgpreload_*.so (lib/config.c
+ * detects it the same way). */
+bool tap_under_valgrind(void);
 
 /* kB of a field of /proc/self/status ("VmRSS", "VmData"), read without
  * stdio (which would allocate); -1 if it cannot be read. */
