@@ -10,6 +10,7 @@
 #include <math.h>
 #include <memlimits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +262,20 @@ static void *mark_called(void *arg)
 	return arg;
 }
 
+static void free_null_child(void *arg)
+{
+	(void)arg;
+	ml_token *t = ml_token_new();
+	ml_token_free(NULL);
+	/* The token beside it is untouched, and a task still sees it. */
+	ml_token_set(t);
+	ml_limits l = ML_LIMITS_INIT;
+	l.token = t;
+	called = 0;
+	bool cancelled = ml_run(&l, mark_called, NULL, NULL) == ML_CANCELLED;
+	_exit(t && ml_token_is_set(t) && cancelled && !called ? 0 : 1);
+}
+
 static void test_tokens(void)
 {
 	ml_token *t = ml_token_new();
@@ -291,8 +306,8 @@ static void test_tokens(void)
 	tap_is(ml_limit_with_token(alarm_token, spin_alloc, NULL, NULL),
 	       ML_CANCELLED, "token set from a signal handler");
 	ml_token_free(alarm_token);
-	ml_token_free(NULL);
-	tap_ok(1, "ml_token_free(NULL) is harmless");
+	tap_is(tap_child(free_null_child, NULL, 10), 0,
+	       "ml_token_free(NULL) returns and changes nothing");
 }
 
 static ml_token *check_token;
@@ -305,6 +320,23 @@ static void *cancel_then_check(void *arg)
 	return arg;
 }
 
+/* Outside any task, after one that ended interrupted (FAIL, whose
+ * allocations were refused): ml_check returns, and nothing is left
+ * interrupted, masked or refused. */
+static void check_outside_child(void *arg)
+{
+	(void)arg;
+	struct spend s = {.bytes = 4u << 20, .block = 1000};
+	ml_limits l = limits(1u << 20, ML_DELIVER_FAIL);
+	if (ml_run(&l, spend, &s, NULL) != ML_ALLOC_LIMIT || !s.failed)
+		_exit(2);
+	ml_check();
+	void *p = malloc(1000);
+	sink = p;
+	free(p);
+	_exit(p && !ml_is_interrupted() && !ml_is_masked() ? 0 : 1);
+}
+
 static void test_check(void)
 {
 	check_token = ml_token_new();
@@ -315,8 +347,8 @@ static void test_check(void)
 	       "ml_check delivers a cancellation without allocating");
 	tap_ok(!after_check, "ml_check did not return");
 	ml_token_free(check_token);
-	ml_check(); /* outside a task: nothing */
-	tap_ok(1, "ml_check outside a task is a no-op");
+	tap_is(tap_child(check_outside_child, NULL, 10), 0,
+	       "ml_check outside a task returns and changes nothing");
 }
 
 /* ---- Masking and cleanup ---------------------------------------------- */
@@ -355,6 +387,14 @@ static void *outer_push(void *arg)
 	return NULL;
 }
 
+static void *push_null_spend(void *arg)
+{
+	ml_cleanup_push(note_now, "a");
+	ml_cleanup_push(NULL, NULL);
+	ml_cleanup_push(note_now, "e");
+	return spend(arg);
+}
+
 static void test_cleanup(void)
 {
 	struct spend s = {.bytes = 64u << 20, .block = 1000};
@@ -370,6 +410,28 @@ static void test_cleanup(void)
 	tap_ok(masked_in_handler, "handlers ran masked");
 	ml_cleanup_pop(true); /* nothing pushed: no-op */
 	tap_ok(norder == 4, "pop without push is a no-op");
+
+	/* A NULL handler is an empty place: its pop runs nothing and the
+	 * next pop still finds the handler below it. */
+	norder = 0;
+	ml_cleanup_push(note_now, "n");
+	ml_cleanup_push(NULL, "ignored");
+	ml_cleanup_pop(true);
+	int after_empty = norder;
+	ml_cleanup_pop(true);
+	tap_ok(after_empty == 0 && norder == 1 && order[0] == 'n',
+	       "push(NULL) pushes an empty place: its pop runs nothing, the "
+	       "next pop runs the handler below (%d, %d)",
+	       after_empty, norder);
+	norder = 0;
+	s = (struct spend){.bytes = 64u << 20, .block = 1000};
+	tap_is(ml_run(&l, push_null_spend, &s, NULL), ML_ALLOC_LIMIT,
+	       "a task with an empty place on its stack is interrupted");
+	order[norder] = 0;
+	tap_ok(!strcmp(order, "ea"),
+	       "the jump skips the empty place and runs the others, innermost "
+	       "first: %s",
+	       order);
 }
 
 struct masked {
@@ -453,10 +515,22 @@ static void test_default_delivery(void)
 
 /* ---- Threads and fork inside tasks ------------------------------------ */
 
+/* Handlers a thread leaves pushed when it calls pthread_exit in a task:
+ * enough records (32 bytes each) that a leak of them shows in VmRSS. */
+#define EXIT_HANDLERS 1000
+static atomic_int exit_handler_runs;
+
+static void count_exit_handler(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&exit_handler_runs, 1);
+}
+
 static void *exit_inside(void *arg)
 {
 	(void)arg;
-	ml_cleanup_push(note, "z");
+	for (int i = 0; i < EXIT_HANDLERS; i++)
+		ml_cleanup_push(count_exit_handler, NULL);
 	struct spend s = {.bytes = 1u << 20, .block = 100};
 	spend(&s);
 	pthread_exit(NULL);
@@ -469,20 +543,42 @@ static void *thread_with_task(void *arg)
 	return (void *)1; /* never reached */
 }
 
+/* n threads that each call pthread_exit inside a task; false if one of
+ * them came back any other way. */
+static bool exit_threads(int n)
+{
+	for (int i = 0; i < n; i++) {
+		pthread_t th;
+		void *ret = (void *)1;
+		if (pthread_create(&th, NULL, thread_with_task, NULL) != 0 ||
+		    pthread_join(th, &ret) != 0 || ret != NULL)
+			return false;
+	}
+	return true;
+}
+
 static void test_thread_exit(void)
 {
-	/* pthread_exit inside ml_run, many times: no crash, no growth. */
-	for (int i = 0; i < 200; i++) {
-		pthread_t th;
-		void *ret = NULL;
-		pthread_create(&th, NULL, thread_with_task, NULL);
-		pthread_join(th, &ret);
-		if (ret != PTHREAD_CANCELED && ret != NULL) {
-			tap_ok(0, "thread returned %p", ret);
-			return;
-		}
+	/* pthread_exit inside ml_run with handlers pushed: they are
+	 * discarded, not run, and their records reused.  Warm-up first:
+	 * glibc's thread stacks and arenas, our first slabs. */
+	bool ok = exit_threads(20);
+	long rss0 = tap_proc_kb("VmRSS"), data0 = tap_proc_kb("VmData");
+	ok = ok && exit_threads(200);
+	long rss1 = tap_proc_kb("VmRSS"), data1 = tap_proc_kb("VmData");
+	tap_ok(ok && atomic_load(&exit_handler_runs) == 0,
+	       "pthread_exit inside ml_run, 220 threads: each exited, none of "
+	       "their %d handlers ran (%d did)",
+	       220 * EXIT_HANDLERS, atomic_load(&exit_handler_runs));
+	if (tap_under_valgrind()) {
+		tap_skip(1, "VmRSS over thread exits: not under valgrind");
+		return;
 	}
-	tap_ok(1, "pthread_exit inside ml_run, 200 threads");
+	/* Leaked records would be 200 * EXIT_HANDLERS * 32 bytes = 6250 kB. */
+	tap_ok(rss0 > 0 && rss1 - rss0 < 1024,
+	       "no growth over 200 thread exits with %d handlers each: VmRSS "
+	       "%ld -> %ld kB (VmData %ld -> %ld kB)",
+	       EXIT_HANDLERS, rss0, rss1, data0, data1);
 }
 
 static void child_task(void *arg)
@@ -541,17 +637,9 @@ static void *tiny(void *arg)
 	return arg;
 }
 
-/* valgrind (.ci/run, docs/reliability.md) replaces glibc's allocator below
- * ours and preloads its vgpreload_*.so: detected like lib/config.c does. */
-static bool under_valgrind(void)
-{
-	const char *p = getenv("LD_PRELOAD");
-	return p && strstr(p, "/vgpreload_");
-}
-
 static void test_million(void)
 {
-	if (under_valgrind()) {
+	if (tap_under_valgrind()) {
 		tap_skip(1, "RSS of a million tasks: not under valgrind");
 		return;
 	}
