@@ -72,29 +72,43 @@ static void bad_env(const char *name, const char *value, const char *want)
 	ml__diag("ignoring %s=%s: expected %s", name, value, want);
 }
 
-/* MEMLIMITS_FAULT=libc:N[,pool]: for the tests only (docs/reliability.md). */
+/* MEMLIMITS_FAULT=libc:N[,pool]: for the tests only, honoured only by a
+ * build configured with --enable-fault-injection (docs/reliability.md).
+ * The whole value is checked before any of it is applied: a malformed
+ * value changes nothing, and the message names all of it. */
 static void read_fault(const char *v)
 {
-	char item[64];
-	while (*v) {
-		size_t len = strcspn(v, ",");
-		if (len >= sizeof item)
-			goto bad;
-		memcpy(item, v, len);
-		item[len] = 0;
-		uint64_t n;
-		if (!strcmp(item, "pool"))
-			ml__fault_pool = true;
-		else if (!strncmp(item, "libc:", 5) &&
-		         ml__parse_u64(item + 5, &n) == 0 && n > 0)
-			ml__fault_libc(n);
-		else
-			goto bad;
-		v += len + (v[len] == ',');
-	}
+#ifdef ML_FAULT_INJECTION
+	uint64_t every = 0;
+	bool pool = false;
+	const char *s = v;
+	do {
+		size_t len = strcspn(s, ",");
+		char num[24];
+		if (len == 4 && !strncmp(s, "pool", 4))
+			pool = true;
+		else if (len > 5 && len - 5 < sizeof num &&
+		         !strncmp(s, "libc:", 5)) {
+			memcpy(num, s + 5, len - 5);
+			num[len - 5] = 0;
+			if (ml__parse_u64(num, &every) != 0 || every == 0)
+				goto bad;
+		} else
+			goto bad; /* an empty item too: '', 'pool,', ',pool' */
+		s += len;
+	} while (*s++ == ',');
+	ml__fault_pool = pool;
+	if (every)
+		ml__fault_libc(every);
 	return;
 bad:
-	bad_env("MEMLIMITS_FAULT", v, "libc:N or pool, comma-separated");
+	bad_env("MEMLIMITS_FAULT", v,
+	        "libc:N (N >= 1) or pool, comma-separated");
+#else
+	ml__diag("ignoring MEMLIMITS_FAULT=%s: this build has no fault "
+	         "injection (configure --enable-fault-injection)",
+	         v);
+#endif
 }
 
 static void read_env(void)

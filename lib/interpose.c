@@ -7,6 +7,7 @@
  * only set while a global limit is.  The real allocator is glibc's, called
  * through its exported __libc_* entry points. */
 #include "internal.h"
+#include "sampler.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -57,11 +58,11 @@ static void *enomem(void)
 
 /* ---- The real allocator, and fault injection for the tests ------------
  *
- * Every call into glibc goes through this table.  MEMLIMITS_FAULT=libc:N
- * (tests only) swaps in wrappers that make every Nth call fail as glibc
- * does when it is out of memory, so the tests can check that such a
- * failure passes through untouched and is never taken for an
- * interruption. */
+ * Every call into glibc goes through this table.  In a build configured
+ * with --enable-fault-injection, MEMLIMITS_FAULT=libc:N (tests only) swaps
+ * in wrappers that make each call fail with probability 1/N, as glibc does
+ * when it is out of memory, so the tests can check that such a failure
+ * passes through untouched and is never taken for an interruption. */
 static struct real {
 	void *(*malloc)(size_t);
 	void *(*calloc)(size_t, size_t);
@@ -72,29 +73,36 @@ static struct real {
 } real = {__libc_malloc,   __libc_calloc, __libc_realloc,
           __libc_memalign, __libc_valloc, __libc_pvalloc};
 
+#ifdef ML_FAULT_INJECTION
 static uint64_t fault_every;
 static _Atomic uint64_t fault_calls;
 
+/* The k-th call fails when the k-th output of splitmix64 (seed 0) is a
+ * multiple of N: independent of which function calls and of the pattern
+ * of calls (with "every Nth call", a loop of malloc then realloc and an
+ * even N fails only the reallocs), and the same faults on every run of a
+ * deterministic program. */
 static bool fault_now(void)
 {
-	return atomic_fetch_add_explicit(&fault_calls, 1,
-	                                 memory_order_relaxed) %
-	           fault_every ==
-	       fault_every - 1;
+	uint64_t x =
+	    atomic_fetch_add_explicit(&fault_calls, 1, memory_order_relaxed) *
+	    0x9e3779b97f4a7c15u;
+	return ml__splitmix64(&x) % fault_every == 0;
 }
 
+/* Each wrapper calls glibc itself: the table points at the wrappers. */
 static void *fault_malloc(size_t n)
 {
 	return fault_now() ? enomem() : __libc_malloc(n);
 }
 static void *fault_calloc(size_t a, size_t b)
 {
-	return fault_now() ? enomem() : real.calloc(a, b);
+	return fault_now() ? enomem() : __libc_calloc(a, b);
 }
 static void *fault_realloc(void *p, size_t n)
 {
-	/* realloc(p, 0) frees: that cannot fail. */
-	return n && fault_now() ? enomem() : real.realloc(p, n);
+	/* realloc(p, 0) frees p and needs no memory: it never fails. */
+	return n && fault_now() ? enomem() : __libc_realloc(p, n);
 }
 static void *fault_memalign(size_t a, size_t n)
 {
@@ -102,12 +110,13 @@ static void *fault_memalign(size_t a, size_t n)
 }
 static void *fault_valloc(size_t n)
 {
-	return fault_now() ? enomem() : real.valloc(n);
+	return fault_now() ? enomem() : __libc_valloc(n);
 }
 static void *fault_pvalloc(size_t n)
 {
-	return fault_now() ? enomem() : real.pvalloc(n);
+	return fault_now() ? enomem() : __libc_pvalloc(n);
 }
+#endif
 
 static void *malloc_plain(size_t n)
 {
@@ -116,6 +125,7 @@ static void *malloc_plain(size_t n)
 
 static void *(*malloc_tail)(size_t);
 
+#ifdef ML_FAULT_INJECTION
 void ml__fault_libc(uint64_t every)
 {
 	fault_every = every;
@@ -124,6 +134,7 @@ void ml__fault_libc(uint64_t every)
 	if (malloc_tail == __libc_malloc)
 		malloc_tail = malloc_plain;
 }
+#endif
 
 /* glibc's chunk header: the size word sits just before the block, its low
  * three bits are flags (bit 1: the chunk was mmapped). */

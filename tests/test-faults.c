@@ -1,16 +1,20 @@
 /* Faults around the library: glibc's allocator failing under it (the test
- * hook MEMLIMITS_FAULT=libc:N), its own pool running dry
- * (MEMLIMITS_FAULT=pool), signal storms while threads are in the slow path,
- * ml_token_set from a signal handler during a jump, pthread_cancel of a
- * thread inside a task, exit() and _exit() while tasks run on other
- * threads.  Every case that could crash or hang runs in a child process
- * with a time limit (tap_child, or this program re-executed with the fault
- * switch in its environment: the library reads it once, at start). */
+ * hook MEMLIMITS_FAULT=libc:N, built with --enable-fault-injection: each
+ * call fails with probability 1/N), its own pool running dry
+ * (MEMLIMITS_FAULT=pool), the diagnostics for a bad MEMLIMITS_FAULT,
+ * signal storms while threads are in the slow path, ml_token_set from a
+ * signal handler during a jump, pthread_cancel of a thread inside a task,
+ * exit() and _exit() while tasks run on other threads.  Every case that
+ * could crash or hang runs in a child process with a time limit
+ * (tap_child, or this program re-executed with the fault switch in its
+ * environment: the library reads it once, at start). */
 #define _GNU_SOURCE
+#include "config.h" /* ML_FAULT_INJECTION */
 #include "tap/tap.h"
 
 #include <errno.h>
 #include <malloc.h>
+#include <math.h>
 #include <memlimits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -87,9 +91,8 @@ static void *family_round(void *arg)
 			break;
 		case 2: {
 			void *q = malloc(64);
-			if (!q) {
-				r->calls++, r->nulls++;
-				r->bad_errno += errno != ENOMEM;
+			if (!q) { /* counted below, as the call that failed */
+				err = errno;
 				break;
 			}
 			memset(q, 0x5a, 64);
@@ -136,6 +139,20 @@ static void *family_round(void *arg)
 	return r;
 }
 
+/* The nested case: an outer JUMP task with a distant limit runs an inner
+ * FAIL task that allocates through the whole family. */
+static void *nested_family(void *arg)
+{
+	struct libc_run *r = arg;
+	ml_limits l = lim((uint64_t)1 << 40, ML_DELIVER_FAIL);
+	ml_outcome out;
+	ml_status st = ml_run(&l, family_round, r, &out);
+	FAIL_IF(st != ML_OK || out.ret != r, 33, "inner FAIL task: status %d",
+	        st);
+	r->interrupted_seen += ml_is_interrupted();
+	return r;
+}
+
 static void libc_child(void)
 {
 	struct libc_run r = {0};
@@ -147,17 +164,19 @@ static void libc_child(void)
 
 	static const ml_delivery dl[] = {ML_DELIVER_JUMP, ML_DELIVER_FAIL,
 	                                 ML_DELIVER_FLAG};
-	/* No limit, and a limit far above what the rounds allocate. */
+	/* No limit, and a limit far above what the rounds allocate; each
+	 * local and global. */
 	static const uint64_t limits[] = {ML_NO_LIMIT, (uint64_t)1 << 40};
 	for (int d = 0; d < 3; d++)
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 4; k++) {
 			struct libc_run t = {0};
-			ml_limits l = lim(limits[k], dl[d]);
-			l.global = true;
+			ml_limits l = lim(limits[k % 2], dl[d]);
+			l.global = k / 2;
 			ml_outcome out;
 			ml_status st = ml_run(&l, family_round, &t, &out);
-			FAIL_IF(st != ML_OK || out.ret != &t, 20 + d * 2 + k,
-			        "delivery %d limit %d: status %d", d, k, st);
+			FAIL_IF(st != ML_OK || out.ret != &t, 20 + d,
+			        "delivery %d limit %d global %d: status %d", d,
+			        k % 2, k / 2, st);
 			FAIL_IF(t.nulls < t.calls / 10, 30,
 			        "no injected failure inside the task");
 			FAIL_IF(t.bad_errno, 31,
@@ -169,7 +188,218 @@ static void libc_child(void)
 			        d);
 		}
 	/* Nested: the inner FAIL task, the outer JUMP one, both ML_OK. */
+	struct libc_run t = {0};
+	ml_limits l = lim((uint64_t)1 << 40, ML_DELIVER_JUMP);
+	ml_outcome out;
+	ml_status st = ml_run(&l, nested_family, &t, &out);
+	FAIL_IF(st != ML_OK || out.ret != &t, 34, "outer JUMP task: status %d",
+	        st);
+	FAIL_IF(t.nulls < t.calls / 10, 35,
+	        "nested: no injected failure (%u of %u)", t.nulls, t.calls);
+	FAIL_IF(t.bad_errno || t.interrupted_seen, 36,
+	        "nested: %u NULL without ENOMEM, %u interruptions seen",
+	        t.bad_errno, t.interrupted_seen);
 	_exit(0);
+}
+
+/* ---- Each function at the configured rate: MEMLIMITS_FAULT=libc:N ----- */
+
+enum {
+	F_MALLOC,
+	F_CALLOC,
+	F_REALLOC,
+	F_POSIX_MEMALIGN,
+	F_ALIGNED_ALLOC,
+	F_MEMALIGN,
+	F_VALLOC,
+	F_PVALLOC,
+	NFN
+};
+static const char *const fn_name[NFN] = {
+    "malloc",        "calloc",   "realloc", "posix_memalign",
+    "aligned_alloc", "memalign", "valloc",  "pvalloc"};
+#define RATE_CALLS 20000u
+
+struct rate {
+	unsigned calls, fails;
+	unsigned bad_errno;  /* a NULL without ENOMEM */
+	unsigned misaligned; /* a block not aligned as the function promises */
+	unsigned bad_data;   /* calloc not zeroed, realloc lost the contents */
+};
+
+static bool all_bytes(const unsigned char *p, size_t n, unsigned char c)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != c)
+			return false;
+	return true;
+}
+
+/* One function, RATE_CALLS calls in a row, nothing else allocating in
+ * between; every block returned is written whole before it is freed. */
+static void rate_one(int f, struct rate *r)
+{
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	unsigned char *cur = NULL; /* realloc's block, cur_n bytes of cur_c */
+	size_t cur_n = 0;
+	unsigned char cur_c = 0;
+	for (unsigned i = 0; i < RATE_CALLS; i++) {
+		size_t n = 1 + (i * 7919u) % 3000, a = (size_t)16 << (i % 9);
+		size_t len = n, want_align = 16; /* max_align_t */
+		void *p = NULL;
+		int err = 0;
+		errno = 0;
+		switch (f) {
+		case F_MALLOC:
+			p = malloc(n);
+			break;
+		case F_CALLOC:
+			len = 3 * n;
+			p = calloc(3, n);
+			if (p && !all_bytes(p, len, 0))
+				r->bad_data++;
+			break;
+		case F_REALLOC: {
+			unsigned char c = (unsigned char)(i | 1);
+			p = realloc(cur, n);
+			if (!p) {
+				/* The old block stays ours, intact. */
+				r->bad_data += !all_bytes(cur, cur_n, cur_c);
+				break;
+			}
+			r->bad_data +=
+			    !all_bytes(p, cur_n < n ? cur_n : n, cur_c);
+			memset(p, c, n);
+			cur = p, cur_n = n, cur_c = c;
+			break;
+		}
+		case F_POSIX_MEMALIGN:
+			want_align = a;
+			err = posix_memalign(&p, a, n);
+			if (err)
+				p = NULL;
+			break;
+		case F_ALIGNED_ALLOC:
+			want_align = a;
+			len = (n + a - 1) / a * a; /* a multiple of a */
+			p = aligned_alloc(a, len);
+			break;
+		case F_MEMALIGN:
+			want_align = a;
+			p = memalign(a, n);
+			break;
+		case F_VALLOC:
+			want_align = page;
+			p = valloc(n);
+			break;
+		case F_PVALLOC:
+			want_align = page;
+			len = (n + page - 1) / page * page; /* whole pages */
+			p = pvalloc(n);
+			break;
+		}
+		if (f != F_POSIX_MEMALIGN)
+			err = errno;
+		r->calls++;
+		if (!p) {
+			r->fails++;
+			r->bad_errno += err != ENOMEM;
+			continue;
+		}
+		r->misaligned += (uintptr_t)p % want_align != 0;
+		if (f == F_REALLOC)
+			continue; /* written above, kept for the next call */
+		memset(p, 0xa5, len);
+		sink = p;
+		free(p);
+	}
+	free(cur);
+}
+
+/* Writes the struct rate of each function to fd ARG. */
+static void rate_child(const char *arg)
+{
+	struct rate r[NFN] = {{0}};
+	for (int f = 0; f < NFN; f++)
+		rate_one(f, &r[f]);
+	ssize_t w = write(atoi(arg), r, sizeof r);
+	_exit(w == (ssize_t)sizeof r ? 0 : 1);
+}
+
+/* log P(X = k) for X ~ Binomial(n, p). */
+static double log_pmf(unsigned n, unsigned k, double p)
+{
+	return lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0) +
+	       k * log(p) + (n - k) * log1p(-p);
+}
+
+/* The acceptance interval [lo, hi] for X ~ Binomial(n, p): the exact
+ * tails P(X < lo) and P(X > hi) are each at most alpha / 2. */
+static void binomial_interval(unsigned n, double p, double alpha, unsigned *lo,
+                              unsigned *hi)
+{
+	double tail = 0;
+	unsigned k = 0;
+	while (k < n && tail + exp(log_pmf(n, k, p)) <= alpha / 2)
+		tail += exp(log_pmf(n, k++, p));
+	*lo = k;
+	for (tail = 0, k = n;
+	     k > 0 && tail + exp(log_pmf(n, k, p)) <= alpha / 2;)
+		tail += exp(log_pmf(n, k--, p));
+	*hi = k;
+}
+
+/* ---- realloc(p, 0) under the injector: MEMLIMITS_FAULT=libc:2 --------- */
+
+/* realloc(p, 0) frees p and returns NULL without touching errno (glibc);
+ * realloc(NULL, 0) is malloc(0).  Neither may fail, recurse or hang. */
+static void realloc0_child(void)
+{
+	enum { BIG = 1 << 20, ROUNDS = 200 };
+	long before = tap_proc_kb("VmData");
+	for (int i = 0; i < ROUNDS; i++) {
+		unsigned char *p;
+		while (!(p = malloc(BIG))) /* injected failures: again */
+			;
+		p[0] = 1, p[BIG - 1] = 2;
+		sink = p;
+		errno = 0;
+		void *q = realloc(p, 0);
+		FAIL_IF(q != NULL || errno != 0, 130,
+		        "realloc(p, 0) round %d: %p, errno %d (failed?)", i, q,
+		        errno);
+		errno = 0;
+		q = realloc(NULL, 0);
+		FAIL_IF(q == NULL, 131, "realloc(NULL, 0) round %d: errno %d",
+		        i, errno);
+		free(q);
+	}
+	/* Every p was freed: ROUNDS MiB would stay mapped otherwise. */
+	long grown = tap_proc_kb("VmData") - before;
+	FAIL_IF(before < 0 || grown > ROUNDS / 3 * 1024, 132,
+	        "VmData grew by %ld kB over %d realloc(p, 0) of 1 MiB blocks",
+	        grown, ROUNDS);
+	_exit(0);
+}
+
+/* ---- Diagnostics for MEMLIMITS_FAULT ---------------------------------- */
+
+/* Exit status: bit 0 set if the pool fault is in force, bit 1 if the libc
+ * one is: what of the value was applied. */
+static void diag_child(void)
+{
+	int code = 0;
+	ml_token *t = ml_token_new();
+	code |= t == NULL;
+	ml_token_free(t);
+	for (int i = 0; i < 64; i++) {
+		void *p = malloc(100);
+		sink = p;
+		free(p);
+		if (!p)
+			code |= 2;
+	}
+	_exit(code);
 }
 
 /* ---- Our pool running dry: MEMLIMITS_FAULT=pool ----------------------- */
@@ -277,10 +507,13 @@ static void pool_run_child(void)
 	_exit(0);
 }
 
-/* Re-execute this program as CHILD with the environment given. */
+/* Re-execute this program as CHILD with the environment given (and ARG;
+ * stderr sent to ERR_FD when it is not 0). */
 struct reexec {
 	const char *child;
 	const char *env[4];
+	const char *arg;
+	int err_fd;
 };
 
 static void do_reexec(void *arg)
@@ -288,7 +521,10 @@ static void do_reexec(void *arg)
 	const struct reexec *r = arg;
 	for (int i = 0; i < 4 && r->env[i]; i++)
 		putenv((char *)r->env[i]);
-	char *argv[] = {(char *)self_exe, (char *)r->child, NULL};
+	if (r->err_fd > 0)
+		dup2(r->err_fd, 2);
+	char *argv[] = {(char *)self_exe, (char *)r->child, (char *)r->arg,
+	                NULL};
 	execv(self_exe, argv);
 	_exit(127);
 }
@@ -702,6 +938,106 @@ static void child_case(const char *name, int st, int want)
 	       st);
 }
 
+#ifdef ML_FAULT_INJECTION
+/* Each function's failure count over RATE_CALLS calls, with N = 2 and
+ * N = 10.  Were each call an independent failure with probability 1/N,
+ * the count is Binomial(RATE_CALLS, 1/N); each of the 16 checks accepts
+ * its exact two-sided interval of probability 1 - 1e-6 / 16, so a correct
+ * injector fails the test with probability < 1e-6.  (The injector's
+ * sequence is fixed, so the counts are the same on every run.) */
+static void rate_cases(unsigned t)
+{
+	static const unsigned every[] = {2, 10};
+	const double alpha = 1e-6 / (2 * NFN);
+	for (int e = 0; e < 2; e++) {
+		int fd[2];
+		if (pipe(fd))
+			tap_bail("pipe: %s", strerror(errno));
+		char env[48], arg[16];
+		snprintf(env, sizeof env, "MEMLIMITS_FAULT=libc:%u", every[e]);
+		snprintf(arg, sizeof arg, "%d", fd[1]);
+		struct reexec r = {"rate-child", {env}, arg, 0};
+		int st = tap_child(do_reexec, &r, t);
+		close(fd[1]);
+		struct rate res[NFN] = {{0}};
+		ssize_t got = read(fd[0], res, sizeof res);
+		close(fd[0]);
+		bool have = st == 0 && got == (ssize_t)sizeof res;
+		if (!have)
+			tap_diag(
+			    "libc:%u: child status %d (-1: timed out), %zd "
+			    "bytes of results",
+			    every[e], st, got);
+		unsigned lo, hi;
+		binomial_interval(RATE_CALLS, 1.0 / every[e], alpha, &lo, &hi);
+		for (int f = 0; f < NFN; f++) {
+			const struct rate *x = &res[f];
+			tap_ok(
+			    have && x->calls == RATE_CALLS && x->fails >= lo &&
+			        x->fails <= hi && !x->bad_errno &&
+			        !x->misaligned && !x->bad_data,
+			    "libc:%u: %s fails %u of %u calls (want %u..%u), "
+			    "%u NULL without ENOMEM, %u misaligned, %u with "
+			    "wrong contents; each block written whole",
+			    every[e], fn_name[f], x->fails, x->calls, lo, hi,
+			    x->bad_errno, x->misaligned, x->bad_data);
+		}
+	}
+}
+#endif
+
+/* MEMLIMITS_FAULT=VALUE: what the child applied (diag_child's status) and
+ * what it said on stderr.  A malformed value, and every value in a build
+ * without the injector, changes nothing and gets exactly one line naming
+ * the whole value; a valid one, with the injector, gets none. */
+static void fault_diag_case(const char *value, bool valid, unsigned t)
+{
+	char env[128], want[128];
+	snprintf(env, sizeof env, "MEMLIMITS_FAULT=%s", value);
+	snprintf(want, sizeof want, "MEMLIMITS_FAULT=%s:", value);
+	int fd[2];
+	if (pipe(fd))
+		tap_bail("pipe: %s", strerror(errno));
+	struct reexec r = {"diag-child", {env}, NULL, fd[1]};
+	int st = tap_child(do_reexec, &r, t);
+	close(fd[1]);
+	char buf[4096];
+	size_t len = 0;
+	ssize_t k;
+	while (len < sizeof buf - 1 &&
+	       (k = read(fd[0], buf + len, sizeof buf - 1 - len)) > 0)
+		len += (size_t)k;
+	buf[len] = 0;
+	close(fd[0]);
+	unsigned lines = 0;
+	for (size_t i = 0; i < len; i++)
+		lines += buf[i] == '\n';
+	bool one = lines == 1 && buf[len - 1] == '\n';
+#ifdef ML_FAULT_INJECTION
+	if (valid) {
+		tap_ok(len == 0 && st == 1,
+		       "MEMLIMITS_FAULT='%s' (valid): applied (child status "
+		       "%d, want 1: the pool is dry), %u line(s) on stderr",
+		       value, st, lines);
+		return;
+	}
+	const char *why = "malformed";
+#else
+	const char *why = valid ? "no injector in this build" : "malformed";
+	if (valid)
+		one = one && strstr(buf, "--enable-fault-injection");
+#endif
+	tap_ok(one && strstr(buf, want) && st == 0,
+	       "MEMLIMITS_FAULT='%s' (%s): nothing applied (child status %d, "
+	       "want 0), one line on stderr naming the whole value (%u "
+	       "line(s)%s)",
+	       value, why, st, lines,
+	       strstr(buf, want) ? "" : ", the value not named");
+	if (len)
+		tap_diag("stderr: %.*s", (int)(len - (buf[len - 1] == '\n')),
+		         buf);
+}
+
 int main(int argc, char **argv)
 {
 	const char *q = getenv("ML_TEST_QUICK");
@@ -714,32 +1050,60 @@ int main(int argc, char **argv)
 			pool_child();
 		if (!strcmp(argv[1], "pool-run-child"))
 			pool_run_child();
+		if (!strcmp(argv[1], "rate-child") && argc > 2)
+			rate_child(argv[2]);
+		if (!strcmp(argv[1], "realloc0-child"))
+			realloc0_child();
+		if (!strcmp(argv[1], "diag-child"))
+			diag_child();
 		tap_bail("unknown child '%s'", argv[1]);
 	}
 	unsigned t = quick ? 120 : 60;
 
+#ifdef ML_FAULT_INJECTION
 	static const struct reexec libc3 = {
-	    "libc-child",
-	    {"MEMLIMITS_FAULT=libc:3", "MEMLIMITS_SAMPLE_INTERVAL=512"}};
-	child_case("libc:3 (every 3rd call into glibc fails): NULL with "
-	           "ENOMEM passed through, outside and inside JUMP/FAIL/FLAG "
-	           "tasks, never an interruption, tasks ML_OK",
+	    .child = "libc-child",
+	    .env = {"MEMLIMITS_FAULT=libc:3", "MEMLIMITS_SAMPLE_INTERVAL=512"}};
+	child_case("libc:3 (each call into glibc fails with probability 1/3): "
+	           "NULL with ENOMEM passed through, outside and inside "
+	           "JUMP/FAIL/FLAG tasks (local and global, no limit and a "
+	           "distant one) and a FAIL task nested in a JUMP one, never "
+	           "an interruption, tasks ML_OK",
 	           tap_child(do_reexec, (void *)&libc3, t), 0);
-	static const struct reexec libc1 = {"libc-child",
-	                                    {"MEMLIMITS_FAULT=libc:2,pool"}};
+	static const struct reexec libc2 = {
+	    .child = "libc-child", .env = {"MEMLIMITS_FAULT=libc:2,pool"}};
 	child_case("libc:2 and a dry pool together: same",
-	           tap_child(do_reexec, (void *)&libc1, t), 0);
-	static const struct reexec pool = {"pool-child",
-	                                   {"MEMLIMITS_FAULT=pool"}};
+	           tap_child(do_reexec, (void *)&libc2, t), 0);
+	static const struct reexec pool = {.child = "pool-child",
+	                                   .env = {"MEMLIMITS_FAULT=pool"}};
 	child_case("pool dry: ml_token_new NULL, lost cleanup -> ML_ENOMEM, "
 	           "tasks, threads and the meter work, no crash",
 	           tap_child(do_reexec, (void *)&pool, t), 0);
 	static const struct reexec poolrun = {
-	    "pool-run-child",
-	    {"MEMLIMITS_FAULT=pool", "MEMLIMITS_ALLOC_LIMIT=1G"}};
+	    .child = "pool-run-child",
+	    .env = {"MEMLIMITS_FAULT=pool", "MEMLIMITS_ALLOC_LIMIT=1G"}};
 	child_case("pool dry in run mode (no root task can be made): the "
 	           "program runs, no crash",
 	           tap_child(do_reexec, (void *)&poolrun, t), 0);
+	rate_cases(t);
+	static const struct reexec realloc0 = {
+	    .child = "realloc0-child", .env = {"MEMLIMITS_FAULT=libc:2"}};
+	child_case("libc:2: realloc(p, 0) frees p, returns NULL, leaves errno "
+	           "alone; realloc(NULL, 0) returns a block; never a failure, "
+	           "never a hang (200 rounds)",
+	           tap_child(do_reexec, (void *)&realloc0, t), 0);
+#else
+	tap_skip(4 + 2 * NFN + 1,
+	         "built without --enable-fault-injection: MEMLIMITS_FAULT is "
+	         "ignored");
+#endif
+	/* Malformed values (none may be applied in part), then a valid one. */
+	static const char *const malformed[] = {
+	    "",      "pool,garbage", "libc:1,garbage", "garbage,pool", "pool,",
+	    ",pool", "libc:0",       "libc:",          "libc:3x"};
+	for (size_t i = 0; i < sizeof malformed / sizeof malformed[0]; i++)
+		fault_diag_case(malformed[i], false, t);
+	fault_diag_case("pool", true, t);
 
 	child_case("SIGALRM storm (50 us) while one thread allocates in the "
 	           "slow path (S = 64); handler sets the task's token",
