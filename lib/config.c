@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 #define ML_DEFAULT_INTERVAL 80000u
 
@@ -67,6 +68,30 @@ ML_EXPORT ml_delivery ml_default_delivery(void)
 	return (ml_delivery)atomic_load(&ml__default_delivery);
 }
 
+/* Every MEMLIMITS_* variable is read here.  A setuid, setgid or
+ * file-capability program (AT_SECURE) ignores them all: otherwise any user
+ * could make it write files as its owner or change how it fails
+ * (docs/reliability.md). */
+const char *ml__getenv(const char *name)
+{
+	return secure_getenv(name);
+}
+
+/* Say once that the variables are ignored, if any is set. */
+static void note_secure(void)
+{
+	extern char **environ;
+	if (!getauxval(AT_SECURE))
+		return;
+	for (char **e = environ; e && *e; e++)
+		if (!strncmp(*e, "MEMLIMITS_", 10)) {
+			ml__diag("ignoring the MEMLIMITS_* variables: this "
+			         "program runs with privileges (setuid, setgid "
+			         "or file capabilities)");
+			return;
+		}
+}
+
 static void bad_env(const char *name, const char *value, const char *want)
 {
 	ml__diag("ignoring %s=%s: expected %s", name, value, want);
@@ -115,23 +140,24 @@ static void read_env(void)
 {
 	const char *v;
 	uint64_t x;
-	if ((v = getenv("MEMLIMITS_SAMPLE_INTERVAL"))) {
+	note_secure();
+	if ((v = ml__getenv("MEMLIMITS_SAMPLE_INTERVAL"))) {
 		if (ml__parse_size(v, &x) == 0 && x > 0)
 			ml_set_sample_interval(x);
 		else
 			bad_env("MEMLIMITS_SAMPLE_INTERVAL", v,
 			        "a size in bytes >= 1 (e.g. 80000, 64KiB)");
 	}
-	if ((v = getenv("MEMLIMITS_SEED"))) {
+	if ((v = ml__getenv("MEMLIMITS_SEED"))) {
 		if (ml__parse_u64(v, &x) == 0)
 			ml_set_seed(x);
 		else
 			bad_env("MEMLIMITS_SEED", v,
 			        "an unsigned 64-bit integer");
 	}
-	if ((v = getenv("MEMLIMITS_FAULT")))
+	if ((v = ml__getenv("MEMLIMITS_FAULT")))
 		read_fault(v);
-	if ((v = getenv("MEMLIMITS_DELIVERY"))) {
+	if ((v = ml__getenv("MEMLIMITS_DELIVERY"))) {
 		if (!strcmp(v, "jump"))
 			ml_set_default_delivery(ML_DELIVER_JUMP);
 		else if (!strcmp(v, "fail"))
@@ -166,6 +192,7 @@ static void detect_foreign_allocator(void)
  * effect before main. */
 __attribute__((constructor(101))) static void ml_constructor(void)
 {
+	ml__diag_init();
 	ml__global_init();
 	ml__unwind_load();
 	detect_foreign_allocator();

@@ -3,7 +3,10 @@
  * all the library prints. */
 #include "internal.h"
 
+#include <fcntl.h>
 #include <stdarg.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct out {
@@ -89,6 +92,52 @@ void ml__diag(const char *fmt, ...)
 	va_end(ap);
 	if (o.len && o.buf[o.len - 1] != '\n')
 		put(&o, '\n');
-	ssize_t w = write(2, o.buf, o.len);
-	(void)w;
+	int fd = ml__diag_fd();
+	if (fd >= 0) {
+		ssize_t w = write(fd, o.buf, o.len);
+		(void)w;
+	}
+}
+
+/* Our own close-on-exec copy of the stderr the process started with, far
+ * above the low descriptors: a program that closes stderr before exit
+ * (coreutils' close_stdout) still gets its report, and no child inherits
+ * it.  Before ml__diag_init runs (an allocation before our constructor):
+ * fd 2. */
+static int err_fd = 2;
+static dev_t err_dev;
+static ino_t err_ino;
+
+void ml__diag_init(void)
+{
+	struct stat st;
+	if (fstat(2, &st) != 0) {
+		err_fd = -1; /* started without stderr: nowhere to write */
+		return;
+	}
+	/* From 100 up, or lower when RLIMIT_NOFILE is small; fd 2 itself
+	 * when not even that is possible. */
+	int lo = 100;
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur <= (rlim_t)lo * 2)
+		lo = rl.rlim_cur > 20 ? (int)(rl.rlim_cur / 2) : 10;
+	int fd = fcntl(2, F_DUPFD_CLOEXEC, lo);
+	if (fd < 0)
+		return;
+	err_fd = fd;
+	err_dev = st.st_dev;
+	err_ino = st.st_ino;
+}
+
+int ml__diag_fd(void)
+{
+	if (err_fd <= 2)
+		return err_fd;
+	/* A program that closed every descriptor may have reused ours for
+	 * a file of its own: never write into that. */
+	struct stat st;
+	if (fstat(err_fd, &st) != 0 || st.st_dev != err_dev ||
+	    st.st_ino != err_ino)
+		return -1;
+	return err_fd;
 }

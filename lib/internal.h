@@ -177,6 +177,19 @@ struct ml__run {
 };
 extern struct ml__run ml__run;
 void ml__run_configure(void); /* reads MEMLIMITS_* run variables */
+/* getenv for MEMLIMITS_*: NULL in a privileged (AT_SECURE) process. */
+const char *ml__getenv(const char *name);
+/* Output files of run mode (report, profile, statistics): paths are kept
+ * in our own buffers of this size.  ml__out_open opens for writing with
+ * O_CLOEXEC, never blocks, refuses what is neither a regular file, a
+ * character device nor the process's own stdout/stderr pipe, and says why
+ * (naming `what` and the path) once; -1 then.  ml__out_write: 0 or an
+ * errno value. */
+#define ML__PATH_MAX 4096
+int ml__out_open(const char *what, const char *path, int flags);
+int ml__out_write(int fd, const char *buf, size_t len);
+void ml__out_failed(const char *what, const char *path, int err);
+const char *ml__strerror(int err); /* no allocation, no locale */
 void ml__run_thread_start(struct ml__thread *t);
 void ml__run_thread_exit(struct ml__thread *t);
 /* A sample of a root task: 0 = allocate, -1 = fail (heap limit). */
@@ -233,5 +246,10 @@ void ml__unwind_unlock(void);
 /* ---- Diagnostics ------------------------------------------------------ */
 
 void ml__diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* At start: keep a close-on-exec copy of stderr above the low descriptors
+ * (diag.c).  ml__diag_fd: where diagnostics and a report on stderr go, or
+ * -1 (stderr was closed at start, or our copy was closed since). */
+void ml__diag_init(void);
+int ml__diag_fd(void);
 
 #endif

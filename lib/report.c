@@ -208,21 +208,13 @@ struct out {
 	int fd;
 	char *buf;
 	size_t len, cap, line; /* line: end of the last complete line */
-	bool failed;
+	int err;               /* the first write's errno: nothing more */
 };
 
 static void out_flush(struct out *o, size_t upto)
 {
-	size_t done = 0;
-	while (done < upto && !o->failed) {
-		ssize_t w = write(o->fd, o->buf + done, upto - done);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			o->failed = true;
-		else
-			done += (size_t)w;
-	}
+	if (!o->err)
+		o->err = ml__out_write(o->fd, o->buf, upto);
 	memmove(o->buf, o->buf + upto, o->len - upto);
 	o->len -= upto;
 	o->line -= upto;
@@ -240,6 +232,18 @@ static void put_mem(struct out *o, const char *s, size_t n)
 		if (s[i] == '\n')
 			o->line = o->len;
 	}
+}
+
+/* The rest out, the file closed; a failure said once, naming the file
+ * (on our stderr, where a report on stderr that failed cannot go). */
+static void finish(struct out *o, const char *what, const char *path,
+                   bool own_fd)
+{
+	out_flush(o, o->len);
+	if (own_fd && close(o->fd) != 0 && !o->err && errno != EINTR)
+		o->err = errno;
+	if (o->err)
+		ml__out_failed(what, path, o->err);
 }
 
 static void put(struct out *o, const char *s)
@@ -305,30 +309,37 @@ static void put_size(struct out *o, uint64_t v)
 	put(o, ")");
 }
 
-/* Paths may hold "%p": the process id, for one file per process. */
-static int open_out(const char *path, char *buf, size_t cap)
+/* Paths may hold "%p": the process id, for one file per process.  A name
+ * that does not fit in buf is refused, never cut short. */
+static int open_out(const char *what, const char *path, char *buf, size_t cap)
 {
 	size_t n = 0;
-	for (const char *p = path; *p && n + 24 < cap; p++) {
+	for (const char *p = path; *p; p++) {
+		char tmp[24];
+		int i = sizeof tmp;
 		if (p[0] == '%' && p[1] == 'p') {
-			char tmp[24];
-			int i = sizeof tmp;
 			uint64_t v = (uint64_t)getpid();
 			do {
 				tmp[--i] = (char)('0' + v % 10);
 				v /= 10;
 			} while (v);
-			memcpy(buf + n, tmp + i, sizeof tmp - (size_t)i);
-			n += sizeof tmp - (size_t)i;
 			p++;
 		} else {
-			buf[n++] = *p;
+			tmp[--i] = *p;
 		}
+		if (n + sizeof tmp - (size_t)i >= cap) {
+			ml__diag("cannot write the %s to %s: the name is "
+			         "longer than %zu bytes",
+			         what, path, cap - 1);
+			return -1;
+		}
+		memcpy(buf + n, tmp + i, sizeof tmp - (size_t)i);
+		n += sizeof tmp - (size_t)i;
 	}
 	buf[n] = 0;
 	/* Appended: processes of one run share the file, memlimits run
 	 * empties it first. */
-	return open(buf, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	return ml__out_open(what, buf, O_CREAT | O_APPEND);
 }
 
 /* ---- Symbols ---------------------------------------------------------- */
@@ -616,17 +627,19 @@ static void put_site(struct out *o, struct symbols *sy, const struct site *e,
 static void write_report(struct symbols *sy, char *buf)
 {
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
-	char path[4096];
-	int fd = 2;
+	char path[ML__PATH_MAX];
+	int fd;
 	if (ml__run.report_path) {
-		fd = open_out(ml__run.report_path, path, sizeof path);
-		if (fd < 0) {
-			ml__diag("cannot write the report to %s",
-			         ml__run.report_path);
+		fd = open_out("report", ml__run.report_path, path, sizeof path);
+		if (fd < 0)
 			return;
-		}
 	} else if (why == ML_OK) {
 		return; /* on stderr only when a limit was reached */
+	} else {
+		/* Our copy of stderr: the program may have closed fd 2. */
+		if ((fd = ml__diag_fd()) < 0)
+			return;
+		memcpy(path, "stderr", 7);
 	}
 	struct out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
 	uint64_t total = atomic_load(&total_bytes);
@@ -687,21 +700,16 @@ static void write_report(struct symbols *sy, char *buf)
 		put_stack(&o, sy, trip.ip, trip.depth, MAX_DEPTH);
 	}
 	put(&o, "==== end of memlimits report\n");
-	out_flush(&o, o.len);
-	if (fd != 2)
-		close(fd);
+	finish(&o, "report", path, ml__run.report_path != NULL);
 }
 
 /* Collapsed stacks: "prog;outer;...;inner bytes", root first. */
 static void write_profile(struct symbols *sy, char *buf)
 {
-	char path[4096];
-	int fd = open_out(ml__run.profile_path, path, sizeof path);
-	if (fd < 0) {
-		ml__diag("cannot write the profile to %s",
-		         ml__run.profile_path);
+	char path[ML__PATH_MAX];
+	int fd = open_out("profile", ml__run.profile_path, path, sizeof path);
+	if (fd < 0)
 		return;
-	}
 	struct out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
 	const char *prog = base_name(sy->exe);
 	struct site *tab = atomic_load(&sites);
@@ -729,8 +737,7 @@ static void write_profile(struct symbols *sy, char *buf)
 		put_u(&o, other);
 		put(&o, "\n");
 	}
-	out_flush(&o, o.len);
-	close(fd);
+	finish(&o, "profile", path, true);
 }
 
 void ml__report_write(void)

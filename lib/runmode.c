@@ -7,8 +7,11 @@
 #include "internal.h"
 #include "parse.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct ml__run ml__run = {.alloc_limit = ML_NO_LIMIT,
@@ -20,7 +23,7 @@ struct ml__pool ml__root_pool = {.slot = (sizeof(struct ml__task) + 63) &
 
 static bool read_size(const char *name, uint64_t *out)
 {
-	const char *v = getenv(name);
+	const char *v = ml__getenv(name);
 	if (!v)
 		return false;
 	if (ml__parse_size(v, out) == 0)
@@ -29,10 +32,104 @@ static bool read_size(const char *name, uint64_t *out)
 	return false;
 }
 
-static const char *read_path(const char *name)
+/* Paths are copied at start: a program may overwrite its environment
+ * strings (setproctitle: redis, nginx) before we write at exit.  A path
+ * that does not fit is refused, never cut short. */
+static char report_path[ML__PATH_MAX], profile_path[ML__PATH_MAX],
+    stats_dir[ML__PATH_MAX];
+
+static const char *read_path(const char *name, char *buf)
 {
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
+	const char *v = ml__getenv(name);
+	if (!v || !*v)
+		return NULL;
+	size_t n = strlen(v);
+	if (n >= ML__PATH_MAX) {
+		ml__diag("ignoring %s: a path of %zu bytes (at most %u)", name,
+		         n, ML__PATH_MAX - 1);
+		return NULL;
+	}
+	memcpy(buf, v, n + 1);
+	return buf;
+}
+
+const char *ml__strerror(int err)
+{
+	/* Neither allocates nor looks at the locale. */
+	const char *s = strerrordesc_np(err);
+	return s ? s : "unknown error";
+}
+
+void ml__out_failed(const char *what, const char *path, int err)
+{
+	ml__diag("cannot write the %s to %s: %s", what, path,
+	         ml__strerror(err));
+}
+
+/* Same file as one of the pipes or sockets the process has as stdout or
+ * stderr (/dev/stdout in a pipeline): meant to be written to. */
+static bool is_stdio(const struct stat *st)
+{
+	int fds[3] = {1, 2, ml__diag_fd()};
+	for (int i = 0; i < 3; i++) {
+		struct stat s2;
+		if (fds[i] >= 0 && fstat(fds[i], &s2) == 0 &&
+		    s2.st_dev == st->st_dev && s2.st_ino == st->st_ino)
+			return true;
+	}
+	return false;
+}
+
+int ml__out_open(const char *what, const char *path, int flags)
+{
+	/* Our copy of stderr: works after the program closed fd 2. */
+	if (!strcmp(path, "/dev/stderr") || !strcmp(path, "/dev/fd/2") ||
+	    !strcmp(path, "/proc/self/fd/2")) {
+		int fd = ml__diag_fd();
+		return fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, fd) : -1;
+	}
+	/* Never block: a FIFO without a reader fails here with ENXIO
+	 * instead of hanging the process at exit. */
+	int fd = open(
+	    path, flags | O_WRONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0644);
+	struct stat st;
+	if (fd < 0) {
+		int err = errno;
+		/* ENXIO: a FIFO without a reader, or a socket. */
+		if (err != ENXIO || stat(path, &st) != 0 ||
+		    !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+			ml__out_failed(what, path, err);
+			return -1;
+		}
+	} else if (fstat(fd, &st) == 0 &&
+	           (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode) ||
+	            ((S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) &&
+	             is_stdio(&st)))) {
+		int fl = fcntl(fd, F_GETFL);
+		if (fl != -1)
+			fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+		return fd;
+	}
+	if (fd >= 0)
+		close(fd);
+	ml__diag("cannot write the %s to %s: not a regular file or a "
+	         "terminal",
+	         what, path);
+	return -1;
+}
+
+int ml__out_write(int fd, const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t w = write(fd, buf, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? errno : EIO;
+		buf += w;
+		len -= (size_t)w;
+	}
+	return 0;
 }
 
 void ml__run_configure(void)
@@ -43,7 +140,7 @@ void ml__run_configure(void)
 		r->alloc_limit = x;
 	if (read_size("MEMLIMITS_HEAP_LIMIT", &x))
 		r->heap_limit = x;
-	const char *v = getenv("MEMLIMITS_ON_LIMIT");
+	const char *v = ml__getenv("MEMLIMITS_ON_LIMIT");
 	if (v) {
 		if (!strcmp(v, "fail"))
 			r->on_limit = ML__ON_LIMIT_FAIL;
@@ -55,9 +152,9 @@ void ml__run_configure(void)
 			    "or abort",
 			    v);
 	}
-	r->report_path = read_path("MEMLIMITS_REPORT");
-	r->profile_path = read_path("MEMLIMITS_PROFILE");
-	r->stats_dir = read_path("MEMLIMITS_STATS_DIR");
+	r->report_path = read_path("MEMLIMITS_REPORT", report_path);
+	r->profile_path = read_path("MEMLIMITS_PROFILE", profile_path);
+	r->stats_dir = read_path("MEMLIMITS_STATS_DIR", stats_dir);
 	r->active =
 	    r->alloc_limit != ML_NO_LIMIT || r->heap_limit != ML_NO_LIMIT;
 	r->profiling = r->active || r->profile_path || r->report_path;

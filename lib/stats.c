@@ -316,7 +316,7 @@ void ml__stats_write(void)
 	o.overflow = false;
 	format(&o, &c, threads, exe);
 
-	char tmp[4096], path[4096];
+	char tmp[ML__PATH_MAX], path[ML__PATH_MAX];
 	uint64_t pid = (uint64_t)getpid();
 	size_t a = append(tmp, 0, sizeof tmp, ml__run.stats_dir);
 	a = append(tmp, a, sizeof tmp, "/.memlimits.");
@@ -327,25 +327,25 @@ void ml__stats_write(void)
 	b = append_u(path, b, sizeof path, pid);
 	b = append(path, b, sizeof path, ".json");
 	if (a + 1 >= sizeof tmp || b + 1 >= sizeof path || o.overflow) {
-		ml__diag("cannot write statistics: path too long");
+		ml__diag("cannot write the statistics to %s: %s",
+		         ml__run.stats_dir,
+		         o.overflow ? "too much to write" : "path too long");
 		return;
 	}
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ml__diag("cannot write statistics to %s", tmp);
+	/* Our own new file: whatever has the name (a stale file of an
+	 * earlier process with this pid, a FIFO, a symbolic link) goes, and
+	 * O_EXCL neither follows a link nor opens a FIFO. */
+	unlink(tmp);
+	int fd = ml__out_open("statistics", tmp, O_CREAT | O_EXCL | O_NOFOLLOW);
+	if (fd < 0)
 		return;
-	}
-	size_t off = 0;
-	while (off < o.len) {
-		ssize_t w = write(fd, o.buf + off, o.len - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			break;
-		off += (size_t)w;
-	}
-	if (close(fd) != 0 || off != o.len || rename(tmp, path) != 0) {
-		ml__diag("cannot write statistics to %s", path);
+	int err = ml__out_write(fd, o.buf, o.len);
+	if (close(fd) != 0 && !err && errno != EINTR)
+		err = errno;
+	if (!err && rename(tmp, path) != 0)
+		err = errno;
+	if (err) {
+		ml__out_failed("statistics", path, err);
 		unlink(tmp);
 	}
 }

@@ -27,3 +27,4 @@ include tests/tasks.mk
 include tests/run.mk
 include tests/server.mk
 include tests/hardening.mk
+include tests/output.mk

@@ -140,8 +140,26 @@ static char *out_file(const char *opt, const char *v)
 		free(dir);
 		return p;
 	}
-	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0)
+	/* Never block on a FIFO (ENXIO without a reader); truncate only a
+	 * regular file that is not our own stdout or stderr. */
+	int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
+	              0644);
+	if (fd < 0 && errno != ENXIO)
+		ml__tool_usage_error(CMD, "cannot write %s '%s': %s", opt, v,
+		                     strerror(errno));
+	struct stat st, out, err;
+	bool ok = fd >= 0 && fstat(fd, &st) == 0;
+	bool is_out = ok && fstat(1, &out) == 0 && out.st_dev == st.st_dev &&
+	              out.st_ino == st.st_ino;
+	bool is_err = ok && fstat(2, &err) == 0 && err.st_dev == st.st_dev &&
+	              err.st_ino == st.st_ino;
+	if (!ok ||
+	    !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode) || is_out || is_err))
+		ml__tool_usage_error(CMD,
+		                     "%s '%s' is not a regular file or a "
+		                     "terminal",
+		                     opt, v);
+	if (S_ISREG(st.st_mode) && !is_out && !is_err && ftruncate(fd, 0) != 0)
 		ml__tool_usage_error(CMD, "cannot write %s '%s': %s", opt, v,
 		                     strerror(errno));
 	close(fd);
