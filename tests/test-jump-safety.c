@@ -59,7 +59,7 @@ static atomic_int locale_poisoned;
 
 static void *watchdog(void *arg)
 {
-	unsigned s = (unsigned)(uintptr_t)arg;
+	unsigned s = tap_timeout((unsigned)(uintptr_t)arg);
 	sleep(s);
 	tap_write("# watchdog: no end after %u s (deadlock?)", s);
 	_exit(9);
