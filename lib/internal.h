@@ -128,6 +128,11 @@ extern _Atomic uint64_t ml__global_limit;
 void ml__meter_add(int64_t bytes);
 void ml__meter_flush(struct ml__thread *t);
 uint64_t ml__meter_usage(void);
+/* The highest usage the meter has seen (with the meter on only). */
+uint64_t ml__meter_peak(void);
+/* An allocator below or in front of ours whose heap the meter cannot read
+ * (its object's name), or NULL.  Found once, at start. */
+const char *ml__meter_blind(void);
 size_t ml__chunk_bytes(const void *p);
 /* Route malloc and free through the metered variants, or not. */
 void ml__meter_switch(bool on);
@@ -168,6 +173,7 @@ struct ml__run {
 	uint8_t on_limit;         /* ML__ON_LIMIT_*                      */
 	uint64_t alloc_limit;     /* ML_NO_LIMIT = none                  */
 	uint64_t heap_limit;      /* ML_NO_LIMIT = none                  */
+	const char *heap_blind;   /* the heap limit is off: this allocator */
 	uint64_t k;               /* samples that reach alloc_limit      */
 	_Atomic uint64_t samples; /* all root tasks together        */
 	_Atomic int fired;        /* ml_status of the first limit hit */

@@ -42,11 +42,48 @@ slow:
 #endif
 }
 
+/* ---- Requests the allocator refuses anyway ----------------------------
+ *
+ * Programs ask for impossible sizes on purpose (malloc(SIZE_MAX / 2) in
+ * CPython's tests).  glibc refuses them; charged, one such request would
+ * carry 2^63 / S samples and trip every limit.  A failed allocation
+ * allocated nothing, so it is charged to nothing, and a request glibc
+ * refuses fails exactly as it does without us (its errno).  Only a large
+ * request can be refused for its size, so only those are tried on glibc
+ * first: at least glibc's largest mmap threshold, glibc serves them with
+ * one mmap and gives them back with one munmap (no arena is touched, the
+ * dynamic threshold does not move), a cost next to the page faults of
+ * using that much memory.  Only the slow path asks: a request that does
+ * not borrow carries no sample, so there is nothing to charge. */
+#define PROBE_MIN ((size_t)4 * 1024 * 1024 * sizeof(long))
+
+static ML__COLD bool refused_anyway(size_t n)
+{
+	int e = errno;
+	void *p = __libc_malloc(n);
+	if (p)
+		__libc_free(p);
+	errno = e;
+	return p == NULL;
+}
+
+/* Returns true when the allocation must fail. */
+static ML__COLD bool sample_slow(size_t n)
+{
+	if (n >= PROBE_MIN && refused_anyway(n)) {
+		/* Not sampled: give the countdown back what the fast path
+		 * took (modulo 2^64, like the subtraction). */
+		ml__self.countdown += n;
+		return false;
+	}
+	return ml__alloc_slow(n) != 0;
+}
+
 /* The fast path.  Returns true when the allocation must fail. */
 static inline __attribute__((always_inline)) bool sample(size_t n)
 {
 	if (ml__unlikely(borrow(n)))
-		return ml__alloc_slow(n) != 0;
+		return sample_slow(n);
 	return false;
 }
 
@@ -263,7 +300,7 @@ static inline void *malloc_tail_call(size_t n)
 /* Out of line, so that the fast path saves no register for it. */
 static ML__COLD void *malloc_slow(size_t n)
 {
-	if (ml__alloc_slow(n))
+	if (sample_slow(n))
 		return enomem();
 	return malloc_tail_call(n);
 }
@@ -405,7 +442,8 @@ ML__API size_t malloc_usable_size(void *p)
 
 ML__API bool ml_note_alloc(size_t bytes)
 {
-	if (sample(bytes))
+	/* Not glibc's memory: nothing to try on glibc. */
+	if (ml__unlikely(borrow(bytes)) && ml__alloc_slow(bytes))
 		return false;
 	if (ml__unlikely(ML__METER_ON))
 		ml__meter_add((int64_t)bytes);

@@ -13,17 +13,39 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <dlfcn.h>
+#include <gnu/libc-version.h>
+#include <link.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <string.h>
 
 _Atomic bool ml__meter_on_;
 _Atomic uint64_t ml__global_limit = ML_NO_LIMIT;
 static _Atomic int64_t total;
+/* The highest total seen at a fold while the meter ran: as exact as the
+ * total (ML__METER_BATCH per other thread), and it costs one comparison
+ * per fold, nothing per allocation. */
+static _Atomic int64_t peak;
 atomic_flag ml__meter_switch_lock = ATOMIC_FLAG_INIT;
+
+static void raise_peak(int64_t v)
+{
+	int64_t p = atomic_load_explicit(&peak, memory_order_relaxed);
+	while (v > p &&
+	       !atomic_compare_exchange_weak_explicit(
+	           &peak, &p, v, memory_order_relaxed, memory_order_relaxed))
+		;
+}
 
 void ml__meter_flush(struct ml__thread *t)
 {
 	int64_t d = (int64_t)(t->meter_down - t->meter_up);
-	if (d)
+	if (d > 0)
+		raise_peak(
+		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed) +
+		    d);
+	else if (d)
 		atomic_fetch_add_explicit(&total, d, memory_order_relaxed);
 	t->meter_up = t->meter_down = ML__METER_BATCH;
 }
@@ -39,8 +61,14 @@ void ml__meter_add(int64_t bytes)
 
 static uint64_t glibc_in_use(void)
 {
+#ifdef HAVE_MALLINFO2
 	struct mallinfo2 mi = mallinfo2();
 	return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+#else
+	/* glibc before 2.33: int fields, which wrap past 2 GiB. */
+	struct mallinfo mi = mallinfo();
+	return (uint64_t)(unsigned)mi.uordblks + (uint64_t)(unsigned)mi.hblkhd;
+#endif
 }
 
 uint64_t ml__meter_usage(void)
@@ -50,6 +78,94 @@ uint64_t ml__meter_usage(void)
 	int64_t v = atomic_load_explicit(&total, memory_order_relaxed) +
 	            (int64_t)(ml__self.meter_down - ml__self.meter_up);
 	return v < 0 ? 0 : (uint64_t)v;
+}
+
+uint64_t ml__meter_peak(void)
+{
+	uint64_t now = ml__meter_usage();
+	int64_t p = atomic_load_explicit(&peak, memory_order_relaxed);
+	return p > 0 && (uint64_t)p > now ? (uint64_t)p : now;
+}
+
+/* A forked child's heap starts as the parent's heap now, not at its
+ * peak.  (thread.c's child handler, registered first, has folded the
+ * thread's delta.) */
+static void atfork_child(void)
+{
+	atomic_store(&peak, atomic_load(&total));
+}
+
+__attribute__((constructor(102))) static void meter_init(void)
+{
+	pthread_atfork(NULL, NULL, atfork_child);
+	/* Also when no heap limit is set: malloc_usable_size must know. */
+	ml__meter_blind();
+}
+
+/* ---- An allocator the meter cannot read -------------------------------
+ *
+ * The meter reads glibc's chunk headers (and, when the meter starts,
+ * glibc's mallinfo2).  tcmalloc and mimalloc define __libc_malloc too, so
+ * that "glibc's" allocator below us is theirs; jemalloc leaves glibc's in
+ * place but hands out its own blocks (mallocx); a malloc defined in front
+ * of ours (preloaded earlier, or in the program) never reaches us.  Found
+ * once at start, without allocating (dladdr, dl_iterate_phdr and a dlsym
+ * that finds its symbol allocate nothing). */
+static const char *blind;
+static bool blind_checked;
+
+static const char *object_of(const void *addr)
+{
+	Dl_info d;
+	if (!dladdr(addr, &d))
+		return NULL;
+	return d.dli_fname && d.dli_fname[0] ? d.dli_fname : "the program";
+}
+
+static const void *base_of(const void *addr)
+{
+	Dl_info d;
+	return dladdr(addr, &d) ? d.dli_fbase : NULL;
+}
+
+static int known_allocator(struct dl_phdr_info *info, size_t size, void *data)
+{
+	static const char *const known[] = {"libtcmalloc", "libjemalloc",
+	                                    "libmimalloc"};
+	(void)size;
+	const char *name = info->dlpi_name ? info->dlpi_name : "";
+	const char *slash = strrchr(name, '/');
+	const char *b = slash ? slash + 1 : name;
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (!strncmp(b, known[i], strlen(known[i]))) {
+			*(const char **)data = name;
+			return 1;
+		}
+	return 0;
+}
+
+const char *ml__meter_blind(void)
+{
+	if (blind_checked)
+		return blind;
+	blind_checked = true;
+	const void *libc = base_of((const void *)gnu_get_libc_version);
+	const void *under = (const void *)__libc_malloc;
+	if (libc && base_of(under) != libc) {
+		blind = object_of(under);
+		/* Its blocks have no glibc headers: malloc_usable_size must
+		 * ask it (the next definition after ours). */
+		size_t (*usable)(void *) =
+		    (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+		if (usable)
+			ml__foreign_allocator(usable);
+		return blind;
+	}
+	const void *m = dlsym(RTLD_DEFAULT, "malloc");
+	if (m && base_of(m) != base_of((const void *)ml__meter_blind))
+		return blind = object_of(m);
+	dl_iterate_phdr(known_allocator, &blind);
+	return blind;
 }
 
 ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
@@ -68,6 +184,7 @@ ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
 		                      memory_order_relaxed);
 		ml__meter_switch(true);
 		atomic_store(&total, (int64_t)glibc_in_use());
+		raise_peak(atomic_load(&total));
 	}
 	ml__spin_unlock(&ml__meter_switch_lock);
 	return 0;

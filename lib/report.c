@@ -45,7 +45,7 @@ struct site {
 #define TRUNCATED 0x80000000u
 
 static struct site *_Atomic sites;
-static _Atomic uint64_t total_bytes, total_samples, other_bytes, nstacks;
+static _Atomic uint64_t total_bytes, total_samples, other_bytes;
 
 /* The first stack that tripped a limit. */
 static struct {
@@ -131,7 +131,6 @@ static void add(const uintptr_t *ip, uint32_t depth, uint64_t bytes, uint64_t s)
 				       (depth & ~TRUNCATED) * sizeof *ip);
 				atomic_store_explicit(&e->ready, 1,
 				                      memory_order_release);
-				atomic_fetch_add(&nstacks, 1);
 				k = h;
 			}
 		}
@@ -187,7 +186,6 @@ static void atfork_child(void)
 	atomic_store(&total_bytes, 0);
 	atomic_store(&total_samples, 0);
 	atomic_store(&other_bytes, 0);
-	atomic_store(&nstacks, 0);
 	trip.why = ML_OK;
 	trip.depth = 0;
 	atomic_store(&written, 0);
@@ -600,11 +598,23 @@ static void put_limits(struct out *o)
 	put(o, "heap limit: ");
 	if (ml__run.heap_limit == ML_NO_LIMIT) {
 		put(o, "none\n");
+	} else if (ml__run.heap_blind) {
+		/* Nothing measured: no number. */
+		put(o, "off (");
+		put_size(o, ml__run.heap_limit);
+		put(o, " asked): the allocator in use (");
+		put(o, ml__run.heap_blind);
+		put(o, ") is not glibc's, whose heap is all the meter can "
+		       "read\n");
 	} else {
 		put_size(o, ml__run.heap_limit);
-		put(o, "; heap in use now: ");
+		put(o, "\n  heap in use now: ");
 		put_size(o, ml__meter_usage());
-		put(o, "\n");
+		put(o, "\n  peak heap: ");
+		put_size(o, ml__meter_peak());
+		put(o, "\n  (the heap is the blocks of the malloc family; "
+		       "memory a program maps itself,\n  as the heaps of "
+		       "cc1, the JVM or V8, is not counted)\n");
 	}
 }
 
@@ -656,17 +666,20 @@ static void write_report(struct symbols *sy, char *buf)
 	put(&o, " samples, interval ");
 	put_u(&o, atomic_load(&ml__interval));
 	put(&o, " bytes)\n");
-	if (why == ML_GLOBAL_LIMIT)
-		put(&o, "  (sampled bytes include the allocations the heap "
-		        "limit refused)\n");
 
 	struct site *tab = atomic_load(&sites);
 	const struct site *top[TOP_SITES] = {0};
+	uint64_t stacks = 0;
 	for (unsigned i = 0; tab && i < NSITES; i++) {
 		const struct site *e = &tab[i];
 		if (!atomic_load_explicit(&e->ready, memory_order_acquire))
 			continue;
 		uint64_t b = atomic_load(&e->bytes);
+		/* A stack whose every sampled allocation was refused holds
+		 * nothing: not a site. */
+		if (!b)
+			continue;
+		stacks++;
 		unsigned j = TOP_SITES;
 		while (j > 0 &&
 		       (!top[j - 1] || atomic_load(&top[j - 1]->bytes) < b))
@@ -678,7 +691,7 @@ static void write_report(struct symbols *sy, char *buf)
 		top[j] = e;
 	}
 	put(&o, "top allocation sites by sampled bytes (");
-	put_u(&o, atomic_load(&nstacks));
+	put_u(&o, stacks);
 	put(&o, " distinct stacks");
 	uint64_t other = atomic_load(&other_bytes);
 	if (other) {

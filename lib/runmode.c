@@ -167,7 +167,11 @@ void ml__run_configure(void)
 		if (!r->k)
 			r->k = 1;
 	}
-	if (r->heap_limit != ML_NO_LIMIT)
+	if (r->heap_limit != ML_NO_LIMIT && (r->heap_blind = ml__meter_blind()))
+		ml__diag("the heap limit is off: the allocator in use (%s) is "
+		         "not glibc's, whose heap is all the meter can read",
+		         r->heap_blind);
+	else if (r->heap_limit != ML_NO_LIMIT)
 		ml_set_global_memory_limit(r->heap_limit);
 	struct ml__thread *t = &ml__self;
 	if (t->state == ML__T_LIVE)
@@ -188,7 +192,7 @@ void ml__run_thread_start(struct ml__thread *t)
 	}
 	memset(root, 0, sizeof *root);
 	root->k = UINT64_MAX; /* the process-wide count decides */
-	root->global = ml__run.heap_limit != ML_NO_LIMIT;
+	root->global = ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind;
 	root->delivery = ML_DELIVER_FAIL;
 	root->status = ML_OK;
 	root->root = true;

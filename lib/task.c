@@ -127,15 +127,23 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (!t->top)
 		return 0;
 	bool tripped = false, refuse = false;
+	const struct ml__task *root = NULL;
 	for (struct ml__task *k = t->top; k; k = k->outer) {
 		k->samples += s;
-		if (k->status != ML_OK)
-			continue;
 		if (k->root) {
-			refuse |= ml__run_sample(t, k, s, n) != 0;
-			tripped |= k->status != ML_OK;
+			root = k;
+			if (k->status == ML_OK) {
+				refuse |= ml__run_sample(t, k, s, n) != 0;
+				tripped |= k->status != ML_OK;
+			} else {
+				/* Still counted after the trip, as the profile
+				 * counts it: the report's totals agree. */
+				atomic_fetch_add(&ml__run.samples, s);
+			}
 			continue;
 		}
+		if (k->status != ML_OK)
+			continue;
 		if (k->samples >= k->k)
 			k->status = ML_ALLOC_LIMIT;
 		else if (k->global && ml__over_global(n))
@@ -156,11 +164,14 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (refuse && !verdict && !t->mask_depth &&
 	    ml__frames_check(0) != ML__FRAMES_LOADER)
 		verdict = -1;
-	if (verdict)
+	if (verdict) {
 		/* A refused allocation allocated nothing: its samples do not
-		 * count towards the tasks' estimates. */
+		 * count towards the tasks' estimates, nor the process's. */
 		for (struct ml__task *k = t->top; k; k = k->outer)
 			k->samples -= s;
+		if (root)
+			atomic_fetch_sub(&ml__run.samples, s);
+	}
 	return verdict;
 }
 

@@ -25,6 +25,7 @@ include tests/family.mk
 include tests/bounds.mk
 include tests/tasks.mk
 include tests/run.mk
+include tests/accounting.mk
 include tests/server.mk
 include tests/hardening.mk
 include tests/output.mk

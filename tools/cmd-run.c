@@ -346,13 +346,11 @@ static bool defines_malloc(const struct elf *e, const Elf64_Shdr *sh,
 	return false;
 }
 
-/* A DT_NEEDED sanitizer runtime: it replaces malloc and insists on coming
- * first, before any preloaded library. */
-static const char *needs_sanitizer(const struct elf *e, const Elf64_Shdr *sh,
-                                   unsigned shnum)
+/* A DT_NEEDED library whose name starts with one of `names`. */
+static const char *needs_one_of(const struct elf *e, const Elf64_Shdr *sh,
+                                unsigned shnum, const char *const *names,
+                                size_t nnames)
 {
-	static const char *const san[] = {"libasan", "libtsan", "libmsan",
-	                                  "libhwasan", "liblsan"};
 	for (unsigned i = 0; i < shnum; i++) {
 		if (sh[i].sh_type != SHT_DYNAMIC || sh[i].sh_link >= shnum)
 			continue;
@@ -369,14 +367,25 @@ static const char *needs_sanitizer(const struct elf *e, const Elf64_Shdr *sh,
 			    !memchr(s + d[j].d_un.d_val, 0,
 			            str->sh_size - d[j].d_un.d_val))
 				continue;
-			for (size_t k = 0; k < sizeof san / sizeof san[0]; k++)
-				if (!strncmp(s + d[j].d_un.d_val, san[k],
-				             strlen(san[k])))
+			for (size_t k = 0; k < nnames; k++)
+				if (!strncmp(s + d[j].d_un.d_val, names[k],
+				             strlen(names[k])))
 					return s + d[j].d_un.d_val;
 		}
 	}
 	return NULL;
 }
+
+/* A sanitizer runtime replaces malloc and insists on coming first, before
+ * any preloaded library. */
+static const char *const sanitizers[] = {"libasan", "libtsan", "libmsan",
+                                         "libhwasan", "liblsan"};
+/* These allocators keep their heaps where the heap meter (glibc's chunk
+ * headers) cannot see: under them the heap limit would silently never
+ * fire (the library says so when it meets one preloaded). */
+static const char *const allocators[] = {"libtcmalloc", "libjemalloc",
+                                         "libmimalloc"};
+static bool heap_limit; /* --heap-limit was given */
 
 /* The loader runs set-user-ID, set-group-ID and file-capability programs
  * in secure mode, where LD_PRELOAD paths are ignored. */
@@ -493,13 +502,27 @@ static void check_program(const char *shown, const char *path, int depth)
 	    in(&e, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr))) {
 		const Elf64_Shdr *sh =
 		    (const Elf64_Shdr *)(const void *)(m + eh->e_shoff);
-		const char *san = needs_sanitizer(&e, sh, eh->e_shnum);
+		const char *san =
+		    needs_one_of(&e, sh, eh->e_shnum, sanitizers,
+		                 sizeof sanitizers / sizeof sanitizers[0]);
 		if (san)
 			ml__tool_usage_error(
 			    CMD,
 			    "'%s' is linked with %s, which replaces malloc: "
 			    "the library would be bypassed",
 			    path, san);
+		const char *alloc =
+		    heap_limit
+		        ? needs_one_of(&e, sh, eh->e_shnum, allocators,
+		                       sizeof allocators / sizeof allocators[0])
+		        : NULL;
+		if (alloc)
+			ml__tool_usage_error(
+			    CMD,
+			    "'%s' is linked with %s, whose heap the heap "
+			    "limit cannot measure: --heap-limit would never "
+			    "fire",
+			    path, alloc);
 		if (defines_malloc(&e, sh, eh->e_shnum, SHT_DYNSYM) ||
 		    defines_malloc(&e, sh, eh->e_shnum, SHT_SYMTAB))
 			ml__tool_usage_error(
@@ -590,6 +613,7 @@ static int run_main(int argc, char **argv)
 	parse(argc, argv, &o);
 	char **prog = argv + optind;
 	char *path = find_program(prog[0]);
+	heap_limit = o.heap != NULL;
 	check_program(prog[0], path, 0);
 	char *lib = find_library();
 
