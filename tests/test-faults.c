@@ -215,9 +215,6 @@ enum {
 	F_PVALLOC,
 	NFN
 };
-static const char *const fn_name[NFN] = {
-    "malloc",        "calloc",   "realloc", "posix_memalign",
-    "aligned_alloc", "memalign", "valloc",  "pvalloc"};
 #define RATE_CALLS 20000u
 
 struct rate {
@@ -324,29 +321,6 @@ static void rate_child(const char *arg)
 		rate_one(f, &r[f]);
 	ssize_t w = write(atoi(arg), r, sizeof r);
 	_exit(w == (ssize_t)sizeof r ? 0 : 1);
-}
-
-/* log P(X = k) for X ~ Binomial(n, p). */
-static double log_pmf(unsigned n, unsigned k, double p)
-{
-	return lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0) +
-	       k * log(p) + (n - k) * log1p(-p);
-}
-
-/* The acceptance interval [lo, hi] for X ~ Binomial(n, p): the exact
- * tails P(X < lo) and P(X > hi) are each at most alpha / 2. */
-static void binomial_interval(unsigned n, double p, double alpha, unsigned *lo,
-                              unsigned *hi)
-{
-	double tail = 0;
-	unsigned k = 0;
-	while (k < n && tail + exp(log_pmf(n, k, p)) <= alpha / 2)
-		tail += exp(log_pmf(n, k++, p));
-	*lo = k;
-	for (tail = 0, k = n;
-	     k > 0 && tail + exp(log_pmf(n, k, p)) <= alpha / 2;)
-		tail += exp(log_pmf(n, k--, p));
-	*hi = k;
 }
 
 /* ---- realloc(p, 0) under the injector: MEMLIMITS_FAULT=libc:2 --------- */
@@ -939,6 +913,33 @@ static void child_case(const char *name, int st, int want)
 }
 
 #ifdef ML_FAULT_INJECTION
+static const char *const fn_name[NFN] = {
+    "malloc",        "calloc",   "realloc", "posix_memalign",
+    "aligned_alloc", "memalign", "valloc",  "pvalloc"};
+
+/* log P(X = k) for X ~ Binomial(n, p). */
+static double log_pmf(unsigned n, unsigned k, double p)
+{
+	return lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0) +
+	       k * log(p) + (n - k) * log1p(-p);
+}
+
+/* The acceptance interval [lo, hi] for X ~ Binomial(n, p): the exact
+ * tails P(X < lo) and P(X > hi) are each at most alpha / 2. */
+static void binomial_interval(unsigned n, double p, double alpha, unsigned *lo,
+                              unsigned *hi)
+{
+	double tail = 0;
+	unsigned k = 0;
+	while (k < n && tail + exp(log_pmf(n, k, p)) <= alpha / 2)
+		tail += exp(log_pmf(n, k++, p));
+	*lo = k;
+	for (tail = 0, k = n;
+	     k > 0 && tail + exp(log_pmf(n, k, p)) <= alpha / 2;)
+		tail += exp(log_pmf(n, k--, p));
+	*hi = k;
+}
+
 /* Each function's failure count over RATE_CALLS calls, with N = 2 and
  * N = 10.  Were each call an independent failure with probability 1/N,
  * the count is Binomial(RATE_CALLS, 1/N); each of the 16 checks accepts
