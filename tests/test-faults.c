@@ -339,18 +339,18 @@ static void realloc0_child(void)
 		sink = p;
 		errno = 0;
 		void *q = realloc(p, 0);
-		FAIL_IF(q != NULL || errno != 0, 130,
+		FAIL_IF(q != NULL || errno != 0, 123,
 		        "realloc(p, 0) round %d: %p, errno %d (failed?)", i, q,
 		        errno);
 		errno = 0;
 		q = realloc(NULL, 0);
-		FAIL_IF(q == NULL, 131, "realloc(NULL, 0) round %d: errno %d",
+		FAIL_IF(q == NULL, 124, "realloc(NULL, 0) round %d: errno %d",
 		        i, errno);
 		free(q);
 	}
 	/* Every p was freed: ROUNDS MiB would stay mapped otherwise. */
 	long grown = tap_proc_kb("VmData") - before;
-	FAIL_IF(before < 0 || grown > ROUNDS / 3 * 1024, 132,
+	FAIL_IF(before < 0 || grown > ROUNDS / 3 * 1024, 125,
 	        "VmData grew by %ld kB over %d realloc(p, 0) of 1 MiB blocks",
 	        grown, ROUNDS);
 	_exit(0);
