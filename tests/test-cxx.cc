@@ -393,6 +393,45 @@ void test_exception_owned_state()
 	tap_ok(!ml_is_masked(), "and the thread is unmasked");
 }
 
+// std::bad_alloc out of the body of an interrupted task (FAIL: new fails;
+// JUMP: the trip inside operator new is pending until new fails at the
+// cap): once it is caught outside, the interruption went with the task.
+void *grow_uncaught(void *)
+{
+	std::list<std::string> l;
+	for (long i = 0; i < 10000000; i++)
+		l.emplace_back(200, 'u');
+	return nullptr;
+}
+
+void test_bad_alloc_escapes()
+{
+	for (ml_delivery d : {ML_DELIVER_FAIL, ML_DELIVER_JUMP}) {
+		const char *dn = d == ML_DELIVER_FAIL ? "FAIL" : "JUMP";
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = LIMIT;
+		l.delivery = d;
+		bool caught = false;
+		try {
+			ml_run(&l, grow_uncaught, nullptr, nullptr);
+		} catch (const std::bad_alloc &) {
+			caught = true;
+		}
+		bool works = true;
+		try {
+			std::vector<std::string> v(1000, std::string(300, 'w'));
+			csink = v[999][299];
+		} catch (const std::bad_alloc &) {
+			works = false;
+		}
+		tap_ok(caught && works && !ml_is_interrupted(),
+		       "%s: bad_alloc out of an interrupted task, caught "
+		       "outside: the thread is not interrupted, new works "
+		       "(caught %d, works %d)",
+		       dn, caught, works);
+	}
+}
+
 } // namespace
 
 int main()
@@ -411,5 +450,6 @@ int main()
 	test_jump();
 	test_exception_escapes();
 	test_exception_owned_state();
+	test_bad_alloc_escapes();
 	return tap_done();
 }
