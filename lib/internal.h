@@ -240,12 +240,24 @@ enum ml__frames {
 	ML__FRAMES_LOADER = 2, /* a frame that cannot survive a failure      */
 };
 /* Classify the frames between the caller and `stop` (an address in the
- * target ml_run's frame; 0 = the whole stack, for the loader check only). */
+ * target ml_run's frame).  stop = 0: the loader check only, over the
+ * runtime frames the allocation came through up to the first user frame
+ * (its cost does not grow with the depth of the stack). */
 enum ml__frames ml__frames_check(uintptr_t stop);
 void ml__unwind_init(void);
-void ml__unwind_load(void); /* at start: dlopen libunwind, RTLD_LOCAL */
-/* unw_backtrace, or 0 frames if libunwind could not be loaded. */
+/* At start: find libgcc_s's unwinder (never from inside malloc). */
+void ml__unwind_load(void);
+bool ml__unwind_loaded(void);
+/* Return addresses, innermost first; 0 frames if no unwinder is loaded.
+ * Opens no descriptor. */
 int ml__backtrace(void **ip, int max);
+/* The loaded object holding addr: _dl_find_object, or dl_iterate_phdr
+ * before glibc 2.35.  name: the link map's ("" for the main program). */
+struct ml__object {
+	uintptr_t start, end;
+	const char *name;
+};
+int ml__find_object(uintptr_t addr, struct ml__object *o);
 void ml__unwind_lock(void);
 void ml__unwind_unlock(void);
 

@@ -20,7 +20,7 @@ lib_libmemlimits_la_SOURCES = \
 	lib/version.c \
 	lib/bounds.c
 lib_libmemlimits_la_CPPFLAGS = $(AM_CPPFLAGS) -DMEMLIMITS_BUILDING
-lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS) $(UNWIND_CFLAGS)
+lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_LDFLAGS = -version-info $(ML_LT_VERSION) $(LIB_LDFLAGS) \
 	-export-symbols $(srcdir)/lib/exported-symbols.txt
 EXTRA_DIST += lib/exported-symbols.txt

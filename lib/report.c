@@ -3,7 +3,7 @@
  * and at exit (or at the trip, in abort mode) a report and a collapsed-stack
  * profile (memlimits(1), "REPORT").
  *
- * The sample hook runs inside malloc: stacks come from unw_backtrace into a
+ * The sample hook runs inside malloc: stacks come from ml__backtrace into a
  * stack buffer and go into a fixed open-addressing table in our own mmap'd
  * memory, claimed with compare-and-swap (no lock, so a fork or a signal
  * cannot leave one held).  Symbols are looked up only when the report is
@@ -62,10 +62,10 @@ static uintptr_t self_start, self_end;
 
 static void find_self(void)
 {
-	struct dl_find_object fo;
-	if (_dl_find_object((void *)(uintptr_t)&find_self, &fo) == 0) {
-		self_end = (uintptr_t)fo.dlfo_map_end;
-		self_start = (uintptr_t)fo.dlfo_map_start;
+	struct ml__object o;
+	if (ml__find_object((uintptr_t)&find_self, &o) == 0) {
+		self_end = o.end;
+		self_start = o.start;
 	}
 }
 
@@ -358,6 +358,7 @@ struct obj {
 struct sym {
 	uintptr_t ip; /* 0: free */
 	const char *name;
+	char *demangled;    /* ours to free */
 	uintptr_t start;    /* the function's address, if named */
 	const char *object; /* path */
 	uintptr_t base;     /* the object's load address */
@@ -367,8 +368,33 @@ struct symbols {
 	struct sym *cache;
 	struct obj *objs;
 	unsigned nobjs;
+	char *(*demangle)(const char *, char *, size_t *, int *);
 	char exe[4096];
 };
+
+/* C++ names read as written, with libstdc++'s own demangler: only where
+ * the program has it loaded already (no dlopen) and where allocating is
+ * safe.  At exit it is; a report written at the trip (abort mode) is
+ * written inside an allocation, so it keeps the mangled names. */
+static void find_demangler(struct symbols *sy)
+{
+	if (ml__run.on_limit == ML__ON_LIMIT_ABORT &&
+	    atomic_load(&ml__run.fired) != ML_OK)
+		return;
+	*(void **)&sy->demangle = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+}
+
+static void demangle(struct symbols *sy, struct sym *e)
+{
+	if (!sy->demangle || !e->name || strncmp(e->name, "_Z", 2) != 0)
+		return;
+	int status = -1;
+	char *d = sy->demangle(e->name, NULL, NULL, &status);
+	if (status == 0 && d)
+		e->name = e->demangled = d;
+	else
+		free(d);
+}
 
 static void load_symtab(struct obj *ob, const char *path)
 {
@@ -484,6 +510,8 @@ static const struct sym *lookup(struct symbols *sy, uintptr_t ip)
 	if (info.dli_sname && info.dli_saddr) {
 		e->name = info.dli_sname;
 		e->start = (uintptr_t)info.dli_saddr;
+		if (e != &none)
+			demangle(sy, e);
 		return e;
 	}
 	/* Not exported: the object's full symbol table, if it has one. */
@@ -494,6 +522,8 @@ static const struct sym *lookup(struct symbols *sy, uintptr_t ip)
 	const char *name;
 	if (ob && ob->nsym && (name = symtab_lookup(ob, at - ob->bias, &start)))
 		e->name = name, e->start = start;
+	if (e != &none)
+		demangle(sy, e);
 	return e;
 }
 
@@ -773,12 +803,15 @@ void ml__report_write(void)
 		sy->exe[n] = 0;
 	else
 		memcpy(sy->exe, "?", 2);
+	find_demangler(sy);
 	write_report(sy, buf);
 	if (ml__run.profile_path)
 		write_profile(sy, buf);
 	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++)
 		if (sy->objs[i].map)
 			munmap((void *)sy->objs[i].map, sy->objs[i].map_len);
+	for (unsigned i = 0; sy->cache && i < NSYMS; i++)
+		free(sy->cache[i].demangled);
 	ml__raw_free(sy->cache, NSYMS * sizeof *sy->cache);
 	ml__raw_free(sy->objs, NOBJS * sizeof *sy->objs);
 	ml__raw_free(sy, sizeof *sy);

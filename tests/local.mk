@@ -26,6 +26,7 @@ include tests/bounds.mk
 include tests/tasks.mk
 include tests/run.mk
 include tests/accounting.mk
+include tests/stacks.mk
 include tests/server.mk
 include tests/hardening.mk
 include tests/output.mk

@@ -1,0 +1,12 @@
+# Stacks (issue 11): captured without opening descriptors, a refusal whose
+# cost does not grow with the stack, C++ names demangled in reports.
+check_PROGRAMS += tests/test-stacks-retry tests/test-stacks-cxx
+TESTS += tests/test-stacks.sh
+EXTRA_DIST += tests/test-stacks.sh
+
+tests_test_stacks_retry_SOURCES = tests/test-stacks-retry.c
+tests_test_stacks_retry_CFLAGS = $(AM_CFLAGS) -fno-builtin -fno-optimize-sibling-calls
+tests_test_stacks_retry_LDFLAGS = -no-install
+tests_test_stacks_cxx_SOURCES = tests/test-stacks-cxx.cc
+tests_test_stacks_cxx_CXXFLAGS = $(ML_CXXFLAGS) -fno-builtin
+tests_test_stacks_cxx_LDFLAGS = -no-install
