@@ -6,6 +6,7 @@ EXTRA_DIST += tests/test-stacks.sh
 
 tests_test_stacks_retry_SOURCES = tests/test-stacks-retry.c
 tests_test_stacks_retry_CFLAGS = $(AM_CFLAGS) -fno-builtin -fno-optimize-sibling-calls
+tests_test_stacks_retry_LDADD = lib/libmemlimits.la
 tests_test_stacks_retry_LDFLAGS = -no-install
 tests_test_stacks_cxx_SOURCES = tests/test-stacks-cxx.cc
 tests_test_stacks_cxx_CXXFLAGS = $(ML_CXXFLAGS) -fno-builtin

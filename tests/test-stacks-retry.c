@@ -5,7 +5,10 @@
  * not grow with the depth of the stack.
  *
  *   test-stacks-retry SHALLOW DEEP N    prints "ratio R shallow_ns S deep_ns D"
- *                                       (exit 1: no allocation was refused) */
+ *                                       (exit 1: no allocation was refused)
+ *   test-stacks-retry SHALLOW DEEP N task   the same inside ml_run, with an
+ *                                       allocation limit and fail delivery */
+#include <memlimits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -16,7 +19,8 @@ static long retries;
 static double now_ns(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID,
+	              &ts); /* not the time others ran */
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
@@ -45,26 +49,42 @@ __attribute__((noinline)) static double at_depth(int d)
 	return r;
 }
 
-int main(int argc, char **argv)
+static int shallow, deep;
+
+static void *measure(void *arg)
 {
-	if (argc != 4)
-		return 2;
-	int shallow = atoi(argv[1]), deep = atoi(argv[2]);
-	retries = atol(argv[3]);
+	(void)arg;
 	/* Spend the budget: the first sample trips the limit. */
 	for (int i = 0; i < 1 << 20 && (sink = malloc(4096)) != NULL; i++)
 		;
-	/* Interleaved rounds, the best of each (other load only adds). */
+	/* Interleaved rounds, the best of each (cache misses only add). */
 	double s = 1e300, d = 1e300;
 	for (int round = 0; round < 3; round++) {
 		double a = at_depth(shallow), b = at_depth(deep);
 		if (a < 0 || b < 0) {
 			printf("allocations were not refused\n");
-			return 1;
+			return NULL;
 		}
 		s = a < s ? a : s;
 		d = b < d ? b : d;
 	}
 	printf("ratio %.2f shallow_ns %.0f deep_ns %.0f\n", d / s, s, d);
-	return 0;
+	return &shallow;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4 && argc != 5)
+		return 2;
+	shallow = atoi(argv[1]);
+	deep = atoi(argv[2]);
+	retries = atol(argv[3]);
+	if (argc == 4)
+		return measure(NULL) ? 0 : 1;
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 1;
+	l.delivery = ML_DELIVER_FAIL;
+	ml_outcome out;
+	ml_run(&l, measure, NULL, &out);
+	return out.ret ? 0 : 1;
 }

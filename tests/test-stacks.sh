@@ -113,6 +113,16 @@ else
 	notok "a refusal costs the same at any depth"
 	diag "$tmp/retry"
 fi
+# The same in a task of the API with fail delivery (the walk used to go up
+# to the task's ml_run).
+"$RETRY" 5 200 2000 task >"$tmp/retry" 2>&1
+ratio=$(sed -n 's/^ratio \([0-9.]*\) .*/\1/p' "$tmp/retry")
+if test -n "$ratio" && awk -v r="$ratio" 'BEGIN { exit !(r < 3) }'; then
+	ok "in a fail-delivery task too: $(cat "$tmp/retry")"
+else
+	notok "in a fail-delivery task too"
+	diag "$tmp/retry"
+fi
 if command -v perl >/dev/null 2>&1; then
 	# perl fails its allocation and dies: promptly, whatever its way.
 	start=$(date +%s)
