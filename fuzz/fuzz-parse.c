@@ -49,23 +49,42 @@ static int ref_u64(const char *s, uint64_t *out)
 	return 0;
 }
 
-/* Reference for the integer sizes (no fraction): digits, then one of the
- * suffixes, case-insensitive; exact with 128-bit arithmetic. */
-static int ref_size_int(const char *s, uint64_t *out)
+/* Reference for ml__parse_size: digits, an optional '.' and digits, then
+ * one of the suffixes, case-insensitive; the value rounded down (never
+ * above what was written).  Exact with 128-bit arithmetic: the fraction's
+ * first 20 digits F give floor(F * 2^shift / 10^20); *slack is set when
+ * later digits are not all 0 and a multiple of 2^-shift lies between
+ * 0.F and 0.F + 10^-20, the only case where the answer may be one more. */
+static int ref_size(const char *s, uint64_t *out, int *slack)
 {
 	static const char *const name[] = {"",    "b",  "k",   "kb", "kib",
 	                                   "m",   "mb", "mib", "g",  "gb",
 	                                   "gib", "t",  "tb",  "tib"};
 	static const unsigned shift[] = {0,  0,  10, 10, 10, 20, 20,
 	                                 20, 30, 30, 30, 40, 40, 40};
-	unsigned __int128 v = 0;
+	unsigned __int128 v = 0, f = 0, ten20 = 1;
+	int rest = 0;
 	const char *p = s;
+	*slack = 0;
 	if (!(*p >= '0' && *p <= '9'))
 		return -1;
 	for (; *p >= '0' && *p <= '9'; p++) {
 		v = v * 10 + (unsigned)(*p - '0');
 		if (v > UINT64_MAX)
 			return -1;
+	}
+	if (*p == '.') {
+		p++;
+		if (!(*p >= '0' && *p <= '9'))
+			return -1;
+		for (int i = 0; i < 20; i++) {
+			unsigned d =
+			    *p >= '0' && *p <= '9' ? (unsigned)(*p++ - '0') : 0;
+			f = f * 10 + d;
+			ten20 *= 10;
+		}
+		for (; *p >= '0' && *p <= '9'; p++)
+			rest |= *p != '0';
 	}
 	for (size_t i = 0; i < sizeof name / sizeof name[0]; i++) {
 		size_t n = strlen(name[i]);
@@ -76,7 +95,12 @@ static int ref_size_int(const char *s, uint64_t *out)
 			j++;
 		if (j < n)
 			continue;
-		v <<= shift[i];
+		unsigned __int128 one = (unsigned __int128)1 << shift[i];
+		unsigned __int128 lo = ten20 > 1 ? f * one / ten20 : 0;
+		unsigned __int128 hi =
+		    ten20 > 1 ? ((f + 1) * one - 1) / ten20 : 0;
+		*slack = rest && hi != lo;
+		v = (v << shift[i]) + lo;
 		if (v > UINT64_MAX)
 			return -1;
 		*out = (uint64_t)v;
@@ -99,26 +123,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(ra == rb);
 	CHECK(ra != 0 || a == b);
 
-	int rs = ml__parse_size(s, &a);
-	CHECK(rs == 0 || rs == -1);
-	if (!strchr(s, '.')) {
-		rb = ref_size_int(s, &b);
+	int rs = ml__parse_size(s, &a), slack = 0;
+	rb = ref_size(s, &b, &slack);
+	if (!slack) {
 		CHECK(rs == rb);
 		CHECK(rs != 0 || a == b);
-	} else if (rs == 0) {
-		/* With a fraction: between the integer part's value and the
-		 * next multiple of the unit. */
-		char *t = strdup(s);
-		if (t) {
-			char *dot = strchr(t, '.'), *q = dot + 1;
-			while (*q >= '0' && *q <= '9')
-				q++;
-			memmove(dot, q, strlen(q) + 1);
-			uint64_t lo;
-			CHECK(ref_size_int(t, &lo) == 0 && a >= lo);
-			free(t);
-		}
+	} else {
+		/* The reference's value b, or b + 1 when that fits. */
+		CHECK(rb == 0);
+		CHECK(rs == 0 ? a == b || a == b + 1 : b == UINT64_MAX);
 	}
+	/* A limit: the same, except that 2^64-1 (ML_NO_LIMIT) is refused. */
+	uint64_t l = 7;
+	int rl = ml__parse_limit(s, &l);
+	if (rs != 0)
+		CHECK(rl == -1 && l == 7);
+	else if (a == UINT64_MAX)
+		CHECK(rl == ML__PARSE_NO_LIMIT && l == 7);
+	else
+		CHECK(rl == 0 && l == a);
 
 	double d = -1;
 	if (ml__parse_prob(s, &d) == 0)
@@ -126,6 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	/* NULL is refused, never dereferenced. */
 	CHECK(ml__parse_u64(NULL, &a) == -1 && ml__parse_size(NULL, &a) == -1 &&
+	      ml__parse_limit(NULL, &a) == -1 &&
 	      ml__parse_prob(NULL, &d) == -1);
 	free(s);
 	return 0;

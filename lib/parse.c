@@ -56,6 +56,28 @@ static const struct {
     {"gib", 30}, {"t", 40},  {"tb", 40},  {"tib", 40},
 };
 
+/* floor(0.d[0]d[1]...d[n-1] * 2^sh) exactly, sh <= 40.  A result k means
+ * k / 2^sh <= x, and k / 2^sh = k * 5^sh / 10^sh has at most sh decimal
+ * places: only the first sh digits of x decide.  Doubling those sh times
+ * in decimal shifts the bits out one by one. */
+static uint64_t frac_floor(const char *d, size_t n, unsigned sh)
+{
+	unsigned char dig[40];
+	for (unsigned i = 0; i < sh; i++)
+		dig[i] = i < n ? (unsigned char)(d[i] - '0') : 0;
+	uint64_t f = 0;
+	for (unsigned b = 0; b < sh; b++) {
+		unsigned carry = 0;
+		for (unsigned i = sh; i-- > 0;) {
+			unsigned v = dig[i] * 2u + carry;
+			dig[i] = (unsigned char)(v % 10);
+			carry = v / 10;
+		}
+		f = f << 1 | carry;
+	}
+	return f;
+}
+
 int ml__parse_size(const char *s, uint64_t *out)
 {
 	if (!s || !is_digit(*s))
@@ -68,15 +90,15 @@ int ml__parse_size(const char *s, uint64_t *out)
 			return -1;
 		whole = whole * 10 + (uint64_t)(*p - '0');
 	}
-	double frac = 0, scale = 1;
+	const char *frac = p;
+	size_t nfrac = 0;
 	if (*p == '.') {
-		p++;
+		frac = ++p;
 		if (!is_digit(*p))
 			return -1;
-		for (; is_digit(*p); p++) {
-			scale /= 10;
-			frac += (*p - '0') * scale;
-		}
+		while (is_digit(*p))
+			p++;
+		nfrac = (size_t)(p - frac);
 	}
 	for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
 		if (!streq_ci(p, units[i].name))
@@ -85,14 +107,27 @@ int ml__parse_size(const char *s, uint64_t *out)
 		if (sh && whole > (UINT64_MAX >> sh))
 			return -1;
 		uint64_t v = whole << sh;
-		uint64_t f =
-		    (uint64_t)floor(frac * (double)((uint64_t)1 << sh));
+		/* Rounded down, in exact decimal: a limit is never above
+		 * what was written (a double made 0.99999999999999999 one
+		 * byte). */
+		uint64_t f = frac_floor(frac, nfrac, sh);
 		if (v > UINT64_MAX - f)
 			return -1;
 		*out = v + f;
 		return 0;
 	}
 	return -1;
+}
+
+int ml__parse_limit(const char *s, uint64_t *out)
+{
+	uint64_t v;
+	if (ml__parse_size(s, &v) != 0)
+		return -1;
+	if (v == UINT64_MAX)
+		return ML__PARSE_NO_LIMIT;
+	*out = v;
+	return 0;
 }
 
 int ml__parse_prob(const char *s, double *out)
@@ -127,4 +162,17 @@ int ml__parse_prob(const char *s, double *out)
 		return -1;
 	*out = m;
 	return 0;
+}
+
+unsigned ml__show_byte(unsigned char c, char out[4])
+{
+	if (c >= 0x20 && c != 0x7f) {
+		out[0] = (char)c;
+		return 1;
+	}
+	out[0] = '\\';
+	out[1] = 'x';
+	out[2] = "0123456789abcdef"[c >> 4];
+	out[3] = "0123456789abcdef"[c & 15];
+	return 4;
 }

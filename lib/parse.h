@@ -1,17 +1,30 @@
-/* Parsers for values from outside (environment, command line).  Shared by
- * the library and the memlimits command; no allocation, no locale. */
+/* Parsers for values from outside (environment, command line), and how
+ * such a value is shown in a message.  Shared by the library and the
+ * memlimits command; no allocation, no locale. */
 #ifndef ML_PARSE_H
 #define ML_PARSE_H
 
 #include <stdint.h>
 
-/* "123", "64k", "64KB", "64KiB", "1.5M", "2GiB", "1T": binary multiples.
+/* "123", "64k", "64KB", "64KiB", "1.5M", "2GiB", "1T": binary multiples;
+ * a fraction rounds down to a whole byte (exactly, whatever its length).
  * Leading/trailing blanks are not accepted.  0 on success; -1 on a
  * malformed value, a negative number or an overflow of uint64_t. */
 int ml__parse_size(const char *s, uint64_t *out);
+/* A limit: a size as above, but not 2^64-1, which is ML_NO_LIMIT ("no
+ * limit") and would silently turn the limit off.  0 on success; -1 on a
+ * malformed value; ML__PARSE_NO_LIMIT for exactly 2^64-1 bytes. */
+#define ML__PARSE_NO_LIMIT (-2)
+int ml__parse_limit(const char *s, uint64_t *out);
 /* A decimal or 0x-hexadecimal unsigned 64-bit integer. */
 int ml__parse_u64(const char *s, uint64_t *out);
 /* A probability in (0, 1): "1e-9", "0.001". */
 int ml__parse_prob(const char *s, double *out);
+
+/* A byte of a value from outside as shown in a message: itself, or \xHH
+ * for a control character (C0 or DEL), which would otherwise act on the
+ * terminal (an escape sequence) or break the line.  Writes 1 or 4 bytes
+ * to out; returns how many. */
+unsigned ml__show_byte(unsigned char c, char out[4]);
 
 #endif

@@ -26,9 +26,16 @@ static bool read_size(const char *name, uint64_t *out)
 	const char *v = ml__getenv(name);
 	if (!v)
 		return false;
-	if (ml__parse_size(v, out) == 0)
+	int r = ml__parse_limit(v, out);
+	if (r == 0)
 		return true;
-	ml__diag("ignoring %s=%s: expected a size (e.g. 512MiB, 2G)", name, v);
+	if (r == ML__PARSE_NO_LIMIT)
+		ml__diag("ignoring %s=%s: 2^64-1 bytes would mean no limit "
+		         "(unset %s for none)",
+		         name, v, name);
+	else
+		ml__diag("ignoring %s=%s: expected a size (e.g. 512MiB, 2G)",
+		         name, v);
 	return false;
 }
 

@@ -16,13 +16,16 @@ test -x "$M" || {
 	exit 1
 }
 ran="touch $tmp/ran"
+TO=
+if command -v timeout >/dev/null 2>&1; then TO="timeout 30"; fi
 
 # bad DESCRIPTION ARGS...: memlimits ARGS must refuse.
 bad() {
 	what=$1
 	shift
 	rm -f "$tmp/ran"
-	"$M" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+	# A timeout: a hang (a FIFO opened for reading) is a failure.
+	$TO "$M" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
 	st=$?
 	lines=$(wc -l <"$tmp/err")
 	if test "$st" = 2 && test "$lines" = 1 && ! test -s "$tmp/out" &&
@@ -123,5 +126,30 @@ mkdir "$tmp/esc" && printf '{"format": "\\uZZZZ"}' >"$tmp/esc/memlimits.1.json"
 bad "stats on a bad \\u escape" stats "$tmp/esc"
 mkdir "$tmp/dir" && mkdir "$tmp/dir/memlimits.7.json"
 bad "stats on a directory named like a stats file" stats "$tmp/dir"
+
+# ---- sizes: rounded down, and 2^64-1 is not a limit ----------------------
+max=18446744073709551615
+bad "run --alloc-limit 2^64-1 (would mean no limit)" run --alloc-limit $max -- sh -c "$ran"
+bad "run --heap-limit 2^64-1 (would mean no limit)" run --heap-limit $max -- sh -c "$ran"
+bad "bounds --limit 2^64-1 (would mean no limit)" bounds --limit $max
+grep -q 'no limit' "$tmp/err" && ok "bounds --limit 2^64-1 says why" ||
+	notok "bounds --limit 2^64-1: $(cat "$tmp/err")"
+# limit SIZE BYTES: memlimits bounds reads SIZE as BYTES.
+limit() {
+	got=$("$M" bounds --limit "$1" --format tsv 2>&1 | awk -F'\t' '$1 == "limit" { print $2 }')
+	if test "$got" = "$2"; then
+		ok "a limit of $1 is $2 bytes"
+	else
+		notok "a limit of $1 is '$got' bytes, not $2"
+	fi
+}
+limit 0.99999999999999999 0
+limit 1.99999999999999999k 2047
+limit 0.5k 512
+limit 1.0009765625k 1025
+limit 1.00097656249999999999999999999k 1024
+limit 18446744073709551614.99999999999999999999 18446744073709551614
+limit 15.99999999999999999999999999999T 17592186044415
+limit 9223372036854775807 9223372036854775807
 
 echo "1..$n"

@@ -122,6 +122,16 @@ static void parse(int argc, char **argv, struct opts *o)
 			if (o->has_limit)
 				ml__tool_usage_error(CMD,
 				                     "--limit given twice");
+			/* 2^64-1 is ML_NO_LIMIT, which ml_bound_* read as
+			 * no limit (probability 0): refused rather than a
+			 * jump from the answer for 2^64-2. */
+			if (ml__parse_limit(optarg, &o->limit) ==
+			    ML__PARSE_NO_LIMIT)
+				ml__tool_usage_error(
+				    CMD,
+				    "--limit '%s': 2^64-1 bytes means no limit "
+				    "(the largest limit is 2^64-2)",
+				    optarg);
 			o->limit = size_arg("--limit", optarg);
 			o->has_limit = true;
 			break;

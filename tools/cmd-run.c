@@ -78,10 +78,16 @@ struct opts {
 	const char *report, *profile, *stats;
 };
 
-static void size_opt(const char *name, const char *v, bool nonzero)
+static void size_opt(const char *name, const char *v, bool nonzero, bool limit)
 {
 	uint64_t x;
-	if (ml__parse_size(v, &x) != 0)
+	int r = limit ? ml__parse_limit(v, &x) : ml__parse_size(v, &x);
+	if (r == ML__PARSE_NO_LIMIT)
+		ml__tool_usage_error(CMD,
+		                     "%s '%s': 2^64-1 bytes would mean no "
+		                     "limit (leave the option out for none)",
+		                     name, v);
+	if (r != 0)
 		ml__tool_usage_error(CMD,
 		                     "invalid size for %s: '%s' (bytes, or "
 		                     "with a suffix: 64MiB, 1.5G)",
@@ -201,15 +207,15 @@ static void parse(int argc, char **argv, struct opts *o)
 			break;
 		switch (c) {
 		case O_ALLOC:
-			size_opt("--alloc-limit", optarg, false);
+			size_opt("--alloc-limit", optarg, false, true);
 			o->alloc = optarg;
 			break;
 		case O_HEAP:
-			size_opt("--heap-limit", optarg, false);
+			size_opt("--heap-limit", optarg, false, true);
 			o->heap = optarg;
 			break;
 		case O_INTERVAL:
-			size_opt("--interval", optarg, true);
+			size_opt("--interval", optarg, true, false);
 			o->interval = optarg;
 			break;
 		case O_SEED: {
