@@ -40,10 +40,17 @@ fuzz/fuzz-cli: $(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/fuzz-cli.h \
 		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/lib/parse.c \
 		$(top_srcdir)/lib/bounds.c -lm
 fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c \
-		$(top_srcdir)/tools/cmd-stats.c $(FUZZ_DEPS)
+		$(top_srcdir)/tools/cmd-stats.c $(top_srcdir)/lib/parse.c \
+		$(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
-		$(top_srcdir)/fuzz/fuzz-stats.c
+		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/parse.c -lm
+fuzz/fuzz-elf: $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/tools/cmd-run.c \
+		$(top_srcdir)/lib/parse.c $(FUZZ_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
+		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
+		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/parse.c -lm
 
 fuzz-build: $(FUZZ_TARGETS)
 

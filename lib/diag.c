@@ -1,7 +1,9 @@
 /* Diagnostics without stdio: format into a stack buffer, write(2) it.
  * Understands %s %c %d %u %ld %lu %lld %llu %zu %x %lx %llx %p %%, which is
- * all the library prints. */
+ * all the library prints.  A %s argument is a value from outside: its
+ * control characters are escaped.  The line always ends with a newline. */
 #include "internal.h"
+#include "parse.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -12,12 +14,26 @@
 struct out {
 	char buf[512];
 	size_t len;
+	bool cut;
 };
+
+/* Room is kept for "...\n": a message too long for the buffer is cut,
+ * says so, and still ends its line. */
+#define ROOM (sizeof((struct out *)0)->buf - 4)
+
+static void put_n(struct out *o, const char *s, size_t n)
+{
+	if (o->cut || o->len + n > ROOM) {
+		o->cut = true;
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		o->buf[o->len++] = s[i];
+}
 
 static void put(struct out *o, char c)
 {
-	if (o->len < sizeof o->buf - 1)
-		o->buf[o->len++] = c;
+	put_n(o, &c, 1);
 }
 
 static void put_u(struct out *o, unsigned long long v, unsigned base)
@@ -50,8 +66,13 @@ void ml__diag(const char *fmt, ...)
 		switch (*fmt) {
 		case 's': {
 			const char *s = va_arg(ap, const char *);
-			for (s = s ? s : "(null)"; *s; s++)
-				put(&o, *s);
+			/* Values from outside: control characters
+			 * escaped, never sent to the terminal raw. */
+			for (s = s ? s : "(null)"; *s; s++) {
+				char e[4];
+				put_n(&o, e,
+				      ml__show_byte((unsigned char)*s, e));
+			}
 			break;
 		}
 		case 'c':
@@ -90,8 +111,12 @@ void ml__diag(const char *fmt, ...)
 		}
 	}
 	va_end(ap);
+	/* Past ROOM: the 4 bytes kept. */
+	if (o.cut)
+		for (const char *f = "..."; *f; f++)
+			o.buf[o.len++] = *f;
 	if (o.len && o.buf[o.len - 1] != '\n')
-		put(&o, '\n');
+		o.buf[o.len++] = '\n';
 	int fd = ml__diag_fd();
 	if (fd >= 0) {
 		ssize_t w = write(fd, o.buf, o.len);

@@ -152,4 +152,91 @@ limit 18446744073709551614.99999999999999999999 18446744073709551614
 limit 15.99999999999999999999999999999T 17592186044415
 limit 9223372036854775807 9223372036854775807
 
+# ---- messages: one line, cut with "...", control characters escaped ------
+long=$(printf '%0600d' 0)
+bad "run --on-limit with a 600-byte value" run --on-limit "x$long" -- sh -c "$ran"
+case $(cat "$tmp/err") in
+*...) ok "a 600-byte value is cut with '...'" ;;
+*) notok "a 600-byte value: $(cut -c 1-80 "$tmp/err")..." ;;
+esac
+esc=$(printf 'a\033]0;owned\007b\033[2J')
+bad "run --on-limit with escape sequences" run --on-limit "$esc" -- sh -c "$ran"
+# noctl FILE WHAT: FILE holds no control character but newlines, and
+# shows the escape sequences as \x1b.
+noctl() {
+	if ! tr -d '\n' <"$1" | LC_ALL=C grep -q '[[:cntrl:]]' &&
+		grep -qF '\x1b' "$1"; then
+		ok "$2: control characters escaped"
+	else
+		notok "$2: control characters reach the terminal"
+		od -c "$1" | head -5 | diag
+	fi
+}
+noctl "$tmp/err" "run --on-limit with escape sequences"
+
+# The library's own diagnostics, about its environment.
+lib=${MEMLIMITS_LIB:-$top_builddir/lib/.libs/libmemlimits.so}
+if test -f "$lib"; then
+	# envdiag NAME VALUE: sh with the library preloaded and NAME=VALUE
+	# prints its own line after the library's.
+	envdiag() {
+		env "$1=$2" LD_PRELOAD="$lib" sh -c 'echo NEXT >&2' \
+			>"$tmp/out" 2>"$tmp/err" </dev/null
+	}
+	envdiag MEMLIMITS_ON_LIMIT "x$long"
+	if test "$(wc -l <"$tmp/err")" = 2 && test "$(sed -n 2p "$tmp/err")" = NEXT &&
+		sed -n 1p "$tmp/err" | grep -q '^memlimits: ignoring MEMLIMITS_ON_LIMIT=x0*\.\.\.$'; then
+		ok "library: a 600-byte value is cut with '...' and its line ends"
+	else
+		notok "library: a 600-byte value: $(wc -l <"$tmp/err") lines"
+		cut -c 1-100 "$tmp/err" | diag
+	fi
+	envdiag MEMLIMITS_ON_LIMIT "$esc"
+	noctl "$tmp/err" "library: MEMLIMITS_ON_LIMIT with escape sequences"
+	envdiag MEMLIMITS_ON_LIMIT "$(printf 'a\nb')"
+	test "$(wc -l <"$tmp/err")" = 2 && ok "library: a newline in a value stays on its line" ||
+		notok "library: a newline in a value: $(wc -l <"$tmp/err") lines"
+	for v in MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT; do
+		envdiag $v $max
+		if test "$(wc -l <"$tmp/err")" = 2 && grep -q "^memlimits: ignoring $v=$max: .*no limit" "$tmp/err"; then
+			ok "library: $v=2^64-1 is refused with a message"
+		else
+			notok "library: $v=2^64-1 is taken silently"
+			diag "$tmp/err"
+		fi
+	done
+else
+	for i in 1 2 3 4 5 6; do skip "the library is not built ($lib)"; done
+fi
+
+# ---- memlimits stats: hostile files --------------------------------------
+# stfile DIR PID PROGRAM BYTES: a valid statistics file.
+stfile() {
+	printf '{"format": "memlimits-stats", "version": 1, "pid": %s, "program": "%s", "interval": 80000, "threads": 1, "allocations": 1, "bytes": %s, "sampled_allocations": 0, "samples": 0, "window": 100000, "unsampled_windows": 0, "histogram": [[64, 1, 0]]}\n' \
+		"$2" "$3" "$4" >"$1/memlimits.$2.json"
+}
+mkdir "$tmp/ovf"
+stfile "$tmp/ovf" 1 /bin/a 18446744073709551615
+stfile "$tmp/ovf" 2 /bin/b 1
+bad "stats whose total overflows (no row printed first)" stats "$tmp/ovf"
+mkdir "$tmp/ctl"
+stfile "$tmp/ctl" 1 '/bin/\u001b]0;owned\u0007x\u001b[2J' 100
+$TO "$M" stats "$tmp/ctl" >"$tmp/out" 2>"$tmp/err"
+test $? = 0 && grep -q '^1 ' "$tmp/out" && noctl "$tmp/out" "stats: a program name with escape sequences" ||
+	notok "stats on a program name with escape sequences: $(cat "$tmp/err")"
+# 10 000 processes: the TOTAL label keeps its closing bracket.
+mkdir "$tmp/many"
+i=1
+while test $i -le 10000; do
+	stfile "$tmp/many" $i /bin/true 100
+	i=$((i + 1))
+done
+$TO "$M" stats "$tmp/many" >"$tmp/out" 2>"$tmp/err"
+st=$?
+tl=$(grep '^TOTAL' "$tmp/out")
+case $st/$tl in
+0/"TOTAL    (10000 processes) "*) ok "stats on 10000 processes: '$(echo "$tl" | cut -c 1-40)...'" ;;
+*) notok "stats on 10000 processes: status $st, total line '$tl'" ;;
+esac
+
 echo "1..$n"

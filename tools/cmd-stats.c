@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../lib/parse.h"
 #include "tool.h"
 
 #define CMD "stats"
@@ -419,7 +420,9 @@ static void parse_file(const char *file, const char *s, size_t len,
 
 static void read_file(const char *path, struct proc *pr)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO named like a statistics file must not wait for
+	 * a writer; its type is refused just below. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		ml__tool_usage_error(CMD, "cannot read %s: %s", path,
 		                     strerror(errno));
@@ -464,6 +467,23 @@ static void human(char *out, size_t cap, double d)
 		snprintf(out, cap, "%.1f %s", d, unit[u]);
 }
 
+/* A program name from a file, as a table cell: at most 16 columns, its
+ * control characters escaped (never sent to the terminal raw), never cut
+ * inside an escape. */
+static void program_cell(char out[17], const char *prog)
+{
+	size_t n = 0;
+	for (const char *p = prog; *p; p++) {
+		char e[4];
+		unsigned k = ml__show_byte((unsigned char)*p, e);
+		if (n + k > 16)
+			break;
+		memcpy(out + n, e, k);
+		n += k;
+	}
+	out[n] = 0;
+}
+
 static void row(const char *pid, const char *prog, uint64_t threads,
                 uint64_t allocs, uint64_t bytes, uint64_t sampled,
                 uint64_t samples, double est, double expected, uint64_t dry)
@@ -482,7 +502,7 @@ static void row(const char *pid, const char *prog, uint64_t threads,
 		         (double)samples / expected);
 	else
 		snprintf(ratio, sizeof ratio, "-");
-	printf("%-8s %-16.16s %7" PRIu64 " %12" PRIu64 " %11s %9" PRIu64
+	printf("%-8s %-16s %7" PRIu64 " %12" PRIu64 " %11s %9" PRIu64
 	       " %11s %9s %10s %8" PRIu64 "\n",
 	       pid, prog, threads, allocs, b, samples, e, rate, ratio, dry);
 }
@@ -563,21 +583,12 @@ static int stats_main(int argc, char **argv)
 	// cppcheck-suppress nullPointer
 	qsort(procs, n, sizeof *procs, by_pid);
 
-	printf("%-8s %-16s %7s %12s %11s %9s %11s %9s %10s %8s\n", "PID",
-	       "PROGRAM", "THREADS", "ALLOCATIONS", "BYTES", "SAMPLES",
-	       "ESTIMATE", "SAMPLED", "SAMP/EXP", "DRY-WIN");
+	/* The totals first: a file that makes them overflow is refused
+	 * before any row is printed. */
 	struct proc tot = {0};
 	double est = 0, expected = 0;
 	for (size_t k = 0; k < n; k++) {
-		struct proc *p = &procs[k];
-		char pid[24];
-		snprintf(pid, sizeof pid, "%" PRIu64, p->pid);
-		const char *base = strrchr(p->program, '/');
-		base = base ? base + 1 : (*p->program ? p->program : "?");
-		double e = (double)p->samples * (double)p->interval;
-		double x = (double)p->bytes / (double)p->interval;
-		row(pid, base, p->threads, p->allocs, p->bytes,
-		    p->sampled_allocs, p->samples, e, x, p->dry);
+		const struct proc *p = &procs[k];
 		/* Sums of 64-bit counts can overflow only with forged files. */
 		if (__builtin_add_overflow(tot.threads, p->threads,
 		                           &tot.threads) ||
@@ -591,11 +602,28 @@ static int stats_main(int argc, char **argv)
 		                           &tot.samples) ||
 		    __builtin_add_overflow(tot.dry, p->dry, &tot.dry))
 			ml__tool_usage_error(CMD, "the totals overflow");
-		est += e;
-		expected += x;
+		est += (double)p->samples * (double)p->interval;
+		expected += (double)p->bytes / (double)p->interval;
 	}
-	char label[32];
-	snprintf(label, sizeof label, "(%zu processes)", n);
+
+	printf("%-8s %-16s %7s %12s %11s %9s %11s %9s %10s %8s\n", "PID",
+	       "PROGRAM", "THREADS", "ALLOCATIONS", "BYTES", "SAMPLES",
+	       "ESTIMATE", "SAMPLED", "SAMP/EXP", "DRY-WIN");
+	for (size_t k = 0; k < n; k++) {
+		const struct proc *p = &procs[k];
+		char pid[24], prog[17];
+		snprintf(pid, sizeof pid, "%" PRIu64, p->pid);
+		const char *base = strrchr(p->program, '/');
+		base = base ? base + 1 : (*p->program ? p->program : "?");
+		program_cell(prog, base);
+		row(pid, prog, p->threads, p->allocs, p->bytes,
+		    p->sampled_allocs, p->samples,
+		    (double)p->samples * (double)p->interval,
+		    (double)p->bytes / (double)p->interval, p->dry);
+	}
+	/* Whole, even past the column's 16 (10 000 processes and more). */
+	char label[40];
+	snprintf(label, sizeof label, "(%zu process%s)", n, n == 1 ? "" : "es");
 	row("TOTAL", label, tot.threads, tot.allocs, tot.bytes,
 	    tot.sampled_allocs, tot.samples, est, expected, tot.dry);
 	free(procs);

@@ -7,10 +7,12 @@
 #include "config.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib/parse.h"
 #include "memlimits.h"
 #include "tool.h"
 
@@ -29,17 +31,32 @@ static const struct ml__tool_cmd *const commands[] = {
 
 _Noreturn void ml__tool_usage_error(const char *cmd, const char *fmt, ...)
 {
-	char msg[512];
+	char msg[512], shown[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	int n = vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	/* One line, whatever the message holds. */
-	for (char *p = msg; *p; p++)
-		if (*p == '\n')
-			*p = ' ';
+	/* One line, whatever the message holds: control characters (of a
+	 * value the user gave) escaped, a message too long cut with "...". */
+	size_t len = 0;
+	bool cut = n < 0 || (size_t)n >= sizeof msg;
+	for (const char *p = msg; *p; p++) {
+		char e[4];
+		unsigned k = ml__show_byte((unsigned char)*p, e);
+		if (len + k > sizeof shown - 4) {
+			cut = true;
+			break;
+		}
+		memcpy(shown + len, e, k);
+		len += k;
+	}
+	if (cut) {
+		memcpy(shown + len, "...", 3);
+		len += 3;
+	}
+	shown[len] = 0;
 	fprintf(stderr, "memlimits%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "",
-	        msg);
+	        shown);
 	exit(ML__TOOL_USAGE);
 }
 
