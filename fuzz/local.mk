@@ -9,13 +9,14 @@ FUZZ_SECONDS = 60
 FUZZ_SANITIZE = -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS = -g -O1 -std=gnu11 -Wall -Werror $(FUZZ_SANITIZE) \
 	-I$(top_srcdir)/include -I$(top_builddir) -I$(top_srcdir)/lib
-FUZZ_TARGETS = fuzz/fuzz-parse fuzz/fuzz-env fuzz/fuzz-cli fuzz/fuzz-stats
+FUZZ_TARGETS = fuzz/fuzz-parse fuzz/fuzz-env fuzz/fuzz-cli fuzz/fuzz-stats \
+	fuzz/fuzz-elf
 FUZZ_DEPS = $(top_srcdir)/fuzz/local.mk config.h
 CLEANFILES += $(FUZZ_TARGETS)
 
 EXTRA_DIST += fuzz/fuzz-parse.c fuzz/fuzz-env.c fuzz/fuzz-cli.c \
 	fuzz/fuzz-cli.h fuzz/cli-run.c fuzz/cli-bounds.c fuzz/fuzz-stats.c \
-	fuzz/corpus
+	fuzz/fuzz-elf.c fuzz/corpus
 
 fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/parse.c \
 		$(top_srcdir)/lib/parse.h $(FUZZ_DEPS)

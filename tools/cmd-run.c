@@ -314,6 +314,30 @@ static bool in(const struct elf *e, uint64_t off, uint64_t size)
 	return off <= e->len && size <= e->len - off;
 }
 
+/* Headers and table entries are copied out, never read in place: a
+ * crafted file puts them at any offset, and a misaligned load is
+ * undefined behaviour (a UBSan build aborts on it). */
+static bool get(const struct elf *e, uint64_t off, void *to, size_t size)
+{
+	if (!in(e, off, size))
+		return false;
+	memcpy(to, e->m + off, size);
+	return true;
+}
+
+/* Section i and the section it links to (its string table), both whole
+ * in the file. */
+static bool section(const struct elf *e, const Elf64_Ehdr *eh, unsigned i,
+                    Elf64_Shdr *sh, Elf64_Shdr *str)
+{
+	return get(e, eh->e_shoff + (uint64_t)i * sizeof *sh, sh, sizeof *sh) &&
+	       sh->sh_link < eh->e_shnum &&
+	       get(e, eh->e_shoff + (uint64_t)sh->sh_link * sizeof *str, str,
+	           sizeof *str) &&
+	       in(e, sh->sh_offset, sh->sh_size) &&
+	       in(e, str->sh_offset, str->sh_size);
+}
+
 /* The library is built for this command's own class and machine. */
 static void host_ident(unsigned char *cls, uint16_t *machine)
 {
@@ -328,55 +352,53 @@ static void host_ident(unsigned char *cls, uint16_t *machine)
 }
 
 /* A defined function "malloc" in a symbol table section. */
-static bool defines_malloc(const struct elf *e, const Elf64_Shdr *sh,
-                           unsigned shnum, unsigned type)
+static bool defines_malloc(const struct elf *e, const Elf64_Ehdr *eh,
+                           unsigned type)
 {
-	for (unsigned i = 0; i < shnum; i++) {
-		if (sh[i].sh_type != type || sh[i].sh_link >= shnum)
+	for (unsigned i = 0; i < eh->e_shnum; i++) {
+		Elf64_Shdr sh, str;
+		if (!section(e, eh, i, &sh, &str) || sh.sh_type != type)
 			continue;
-		const Elf64_Shdr *str = &sh[sh[i].sh_link];
-		if (!in(e, sh[i].sh_offset, sh[i].sh_size) ||
-		    !in(e, str->sh_offset, str->sh_size))
-			continue;
-		const Elf64_Sym *sym = (const void *)(e->m + sh[i].sh_offset);
-		size_t n = sh[i].sh_size / sizeof *sym;
-		const char *s = (const char *)e->m + str->sh_offset;
-		for (size_t j = 0; j < n; j++)
-			if (sym[j].st_shndx != SHN_UNDEF &&
-			    ELF64_ST_TYPE(sym[j].st_info) == STT_FUNC &&
-			    sym[j].st_name + sizeof "malloc" <= str->sh_size &&
-			    !memcmp(s + sym[j].st_name, "malloc",
-			            sizeof "malloc"))
+		const char *s = (const char *)e->m + str.sh_offset;
+		for (uint64_t j = 0; j < sh.sh_size / sizeof(Elf64_Sym); j++) {
+			Elf64_Sym sym;
+			memcpy(&sym, e->m + sh.sh_offset + j * sizeof sym,
+			       sizeof sym);
+			if (sym.st_shndx != SHN_UNDEF &&
+			    ELF64_ST_TYPE(sym.st_info) == STT_FUNC &&
+			    sym.st_name < str.sh_size &&
+			    str.sh_size - sym.st_name >= sizeof "malloc" &&
+			    !memcmp(s + sym.st_name, "malloc", sizeof "malloc"))
 				return true;
+		}
 	}
 	return false;
 }
 
 /* A DT_NEEDED library whose name starts with one of `names`. */
-static const char *needs_one_of(const struct elf *e, const Elf64_Shdr *sh,
-                                unsigned shnum, const char *const *names,
-                                size_t nnames)
+static const char *needs_one_of(const struct elf *e, const Elf64_Ehdr *eh,
+                                const char *const *names, size_t nnames)
 {
-	for (unsigned i = 0; i < shnum; i++) {
-		if (sh[i].sh_type != SHT_DYNAMIC || sh[i].sh_link >= shnum)
+	for (unsigned i = 0; i < eh->e_shnum; i++) {
+		Elf64_Shdr sh, str;
+		if (!section(e, eh, i, &sh, &str) || sh.sh_type != SHT_DYNAMIC)
 			continue;
-		const Elf64_Shdr *str = &sh[sh[i].sh_link];
-		if (!in(e, sh[i].sh_offset, sh[i].sh_size) ||
-		    !in(e, str->sh_offset, str->sh_size))
-			continue;
-		const Elf64_Dyn *d = (const void *)(e->m + sh[i].sh_offset);
-		size_t n = sh[i].sh_size / sizeof *d;
-		const char *s = (const char *)e->m + str->sh_offset;
-		for (size_t j = 0; j < n && d[j].d_tag != DT_NULL; j++) {
-			if (d[j].d_tag != DT_NEEDED ||
-			    d[j].d_un.d_val >= str->sh_size ||
-			    !memchr(s + d[j].d_un.d_val, 0,
-			            str->sh_size - d[j].d_un.d_val))
+		const char *s = (const char *)e->m + str.sh_offset;
+		for (uint64_t j = 0; j < sh.sh_size / sizeof(Elf64_Dyn); j++) {
+			Elf64_Dyn d;
+			memcpy(&d, e->m + sh.sh_offset + j * sizeof d,
+			       sizeof d);
+			if (d.d_tag == DT_NULL)
+				break;
+			if (d.d_tag != DT_NEEDED ||
+			    d.d_un.d_val >= str.sh_size ||
+			    !memchr(s + d.d_un.d_val, 0,
+			            str.sh_size - d.d_un.d_val))
 				continue;
 			for (size_t k = 0; k < nnames; k++)
-				if (!strncmp(s + d[j].d_un.d_val, names[k],
+				if (!strncmp(s + d.d_un.d_val, names[k],
 				             strlen(names[k])))
-					return s + d[j].d_un.d_val;
+					return s + d.d_un.d_val;
 		}
 	}
 	return NULL;
@@ -430,9 +452,88 @@ static void check_script(const char *shown, const char *path,
 	check_program(shown, interp, depth + 1);
 }
 
+/* The checks on an ELF file's contents, m[0..len): return when the
+ * library can be preloaded into it, else refuse.  Every offset and size in
+ * the file is checked against len (tested by fuzz/fuzz-elf.c). */
+static void check_elf(const char *path, const unsigned char *m, size_t len,
+                      unsigned char cls, uint16_t machine)
+{
+	struct elf e = {m, len};
+	if (len < EI_NIDENT || memcmp(m, ELFMAG, SELFMAG) != 0)
+		ml__tool_usage_error(CMD,
+		                     "'%s' is neither an ELF executable nor a "
+		                     "#! script",
+		                     path);
+	Elf64_Ehdr eh;
+	if (m[EI_CLASS] != cls || !get(&e, 0, &eh, sizeof eh))
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is a %s-bit program: the library (%s-bit) cannot be "
+		    "preloaded into it",
+		    path, m[EI_CLASS] == ELFCLASS32 ? "32" : "64",
+		    cls == ELFCLASS32 ? "32" : "64");
+	if (machine && eh.e_machine != machine)
+		ml__tool_usage_error(CMD,
+		                     "'%s' is for another machine: the library "
+		                     "cannot be preloaded into it",
+		                     path);
+	if (eh.e_phentsize != sizeof(Elf64_Phdr) ||
+	    !in(&e, eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr)))
+		ml__tool_usage_error(CMD, "'%s': malformed ELF program headers",
+		                     path);
+	bool interp = false, dynamic = false;
+	for (unsigned i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+		get(&e, eh.e_phoff + (uint64_t)i * sizeof ph, &ph, sizeof ph);
+		interp |= ph.p_type == PT_INTERP;
+		dynamic |= ph.p_type == PT_DYNAMIC;
+	}
+	/* No PT_INTERP: nothing runs the loader, so nothing preloads (a
+	 * static-pie binary has PT_DYNAMIC but relocates itself). */
+	if (!interp || !dynamic)
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is statically linked: the library cannot be "
+		    "preloaded into it (limits would not apply)",
+		    path);
+	if (eh.e_shentsize == sizeof(Elf64_Shdr) &&
+	    in(&e, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr))) {
+		const char *san =
+		    needs_one_of(&e, &eh, sanitizers,
+		                 sizeof sanitizers / sizeof sanitizers[0]);
+		if (san)
+			ml__tool_usage_error(
+			    CMD,
+			    "'%s' is linked with %s, which replaces malloc: "
+			    "the library would be bypassed",
+			    path, san);
+		const char *alloc =
+		    heap_limit
+		        ? needs_one_of(&e, &eh, allocators,
+		                       sizeof allocators / sizeof allocators[0])
+		        : NULL;
+		if (alloc)
+			ml__tool_usage_error(
+			    CMD,
+			    "'%s' is linked with %s, whose heap the heap "
+			    "limit cannot measure: --heap-limit would never "
+			    "fire",
+			    path, alloc);
+		if (defines_malloc(&e, &eh, SHT_DYNSYM) ||
+		    defines_malloc(&e, &eh, SHT_SYMTAB))
+			ml__tool_usage_error(
+			    CMD,
+			    "'%s' has its own malloc: its allocations would "
+			    "bypass the library",
+			    path);
+	}
+}
+
 static void check_program(const char *shown, const char *path, int depth)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO (even one with the execute bit) must
+	 * not wait for a writer; its type is refused just below. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		ml__tool_usage_error(CMD, "cannot run '%s': %s", path,
 		                     strerror(errno));
@@ -458,85 +559,15 @@ static void check_program(const char *shown, const char *path, int depth)
 	if (m == MAP_FAILED)
 		ml__tool_usage_error(CMD, "cannot read '%s': %s", path,
 		                     got ? strerror(errno) : "empty file");
-	struct elf e = {m, got};
 	if (got >= 2 && m[0] == '#' && m[1] == '!') {
 		check_script(shown, path, m, got, depth);
 		munmap(m, got);
 		return;
 	}
-	if (got < EI_NIDENT || memcmp(m, ELFMAG, SELFMAG) != 0)
-		ml__tool_usage_error(CMD,
-		                     "'%s' is neither an ELF executable nor a "
-		                     "#! script",
-		                     path);
 	unsigned char cls;
 	uint16_t machine;
 	host_ident(&cls, &machine);
-	if (m[EI_CLASS] != cls || got < sizeof(Elf64_Ehdr))
-		ml__tool_usage_error(
-		    CMD,
-		    "'%s' is a %s-bit program: the library (%s-bit) cannot be "
-		    "preloaded into it",
-		    path, m[EI_CLASS] == ELFCLASS32 ? "32" : "64",
-		    cls == ELFCLASS32 ? "32" : "64");
-	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)(const void *)m;
-	if (machine && eh->e_machine != machine)
-		ml__tool_usage_error(CMD,
-		                     "'%s' is for another machine: the library "
-		                     "cannot be preloaded into it",
-		                     path);
-	if (eh->e_phentsize != sizeof(Elf64_Phdr) ||
-	    !in(&e, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr)))
-		ml__tool_usage_error(CMD, "'%s': malformed ELF program headers",
-		                     path);
-	const Elf64_Phdr *ph =
-	    (const Elf64_Phdr *)(const void *)(m + eh->e_phoff);
-	bool interp = false, dynamic = false;
-	for (unsigned i = 0; i < eh->e_phnum; i++) {
-		interp |= ph[i].p_type == PT_INTERP;
-		dynamic |= ph[i].p_type == PT_DYNAMIC;
-	}
-	/* No PT_INTERP: nothing runs the loader, so nothing preloads (a
-	 * static-pie binary has PT_DYNAMIC but relocates itself). */
-	if (!interp || !dynamic)
-		ml__tool_usage_error(
-		    CMD,
-		    "'%s' is statically linked: the library cannot be "
-		    "preloaded into it (limits would not apply)",
-		    path);
-	if (eh->e_shentsize == sizeof(Elf64_Shdr) &&
-	    in(&e, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr))) {
-		const Elf64_Shdr *sh =
-		    (const Elf64_Shdr *)(const void *)(m + eh->e_shoff);
-		const char *san =
-		    needs_one_of(&e, sh, eh->e_shnum, sanitizers,
-		                 sizeof sanitizers / sizeof sanitizers[0]);
-		if (san)
-			ml__tool_usage_error(
-			    CMD,
-			    "'%s' is linked with %s, which replaces malloc: "
-			    "the library would be bypassed",
-			    path, san);
-		const char *alloc =
-		    heap_limit
-		        ? needs_one_of(&e, sh, eh->e_shnum, allocators,
-		                       sizeof allocators / sizeof allocators[0])
-		        : NULL;
-		if (alloc)
-			ml__tool_usage_error(
-			    CMD,
-			    "'%s' is linked with %s, whose heap the heap "
-			    "limit cannot measure: --heap-limit would never "
-			    "fire",
-			    path, alloc);
-		if (defines_malloc(&e, sh, eh->e_shnum, SHT_DYNSYM) ||
-		    defines_malloc(&e, sh, eh->e_shnum, SHT_SYMTAB))
-			ml__tool_usage_error(
-			    CMD,
-			    "'%s' has its own malloc: its allocations would "
-			    "bypass the library",
-			    path);
-	}
+	check_elf(path, m, got, cls, machine);
 	munmap(m, got);
 }
 
