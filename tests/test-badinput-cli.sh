@@ -237,6 +237,28 @@ else
 	for i in 1 2 3 4 5 6; do skip "the library is not built ($lib)"; done
 fi
 
+# ---- env drops the library: said, not silent ---------------------------
+# envwarn EXPECT ARGS...: memlimits run -- env ARGS runs (status 0) and
+# warns (EXPECT=1) or says nothing (EXPECT=0).
+envwarn() {
+	want=$1
+	shift
+	$TO "$M" run -- env "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+	st=$?
+	if test "$want" = 1; then
+		test "$st" = 0 && test "$(wc -l <"$tmp/err")" = 1 &&
+			grep -q '^memlimits run: warning: env .*without the library' "$tmp/err"
+	else
+		test "$st" = 0 && ! test -s "$tmp/err"
+	fi && ok "run -- env $*: $(test "$want" = 1 && echo warns || echo "no warning")" ||
+		{ notok "run -- env $*: status $st"; diag "$tmp/err"; }
+}
+envwarn 1 LD_PRELOAD= true
+envwarn 1 -i true
+envwarn 1 -u LD_PRELOAD true
+envwarn 0 FOO=1 true
+envwarn 0 -u FOO true
+
 # ---- memlimits stats: hostile files --------------------------------------
 # stfile DIR PID PROGRAM BYTES: a valid statistics file.
 stfile() {

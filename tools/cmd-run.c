@@ -638,6 +638,47 @@ static char *find_library(void)
 
 /* ---- Run -------------------------------------------------------------- */
 
+/* `memlimits run -- env LD_PRELOAD=x prog` (or env -i, env -u LD_PRELOAD):
+ * env runs under the library, but starts prog without it, so prog runs
+ * without limits.  Nothing can see that happen at run time without
+ * interposing exec (the library is not in prog at all), so the command
+ * line is read for this common case and a warning printed; the general
+ * rule is in memlimits(1). */
+static void warn_env_drops_library(const char *path, char **argv)
+{
+	const char *base = strrchr(path, '/');
+	if (strcmp(base ? base + 1 : path, "env"))
+		return;
+	const char *why = NULL;
+	for (int i = 1; argv[i] && !why; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--"))
+			continue;
+		if (!strcmp(a, "-") || !strcmp(a, "-i") ||
+		    !strcmp(a, "--ignore-environment")) {
+			why = "empties the environment";
+		} else if (!strcmp(a, "--unset=LD_PRELOAD") ||
+		           !strcmp(a, "-uLD_PRELOAD") ||
+		           ((!strcmp(a, "-u") || !strcmp(a, "--unset")) &&
+		            argv[i + 1] && !strcmp(argv[++i], "LD_PRELOAD"))) {
+			why = "unsets LD_PRELOAD";
+		} else if (!strncmp(a, "LD_PRELOAD=", 11)) {
+			if (!strstr(a, LIBNAME))
+				why = "replaces LD_PRELOAD";
+		} else if (a[0] == '-' && a[1] != '-' && strchr(a, 'i') &&
+		           strspn(a + 1, "i0v") == strlen(a + 1)) {
+			why = "empties the environment"; /* -iv */
+		} else if (a[0] != '-' && !strchr(a, '=')) {
+			break; /* the command env starts */
+		}
+	}
+	if (why)
+		fprintf(stderr,
+		        "memlimits run: warning: env %s: the program it starts "
+		        "runs without the library (no limits)\n",
+		        why);
+}
+
 static void set(const char *name, const char *v)
 {
 	if (v ? setenv(name, v, 1) : unsetenv(name))
@@ -652,6 +693,7 @@ static int run_main(int argc, char **argv)
 	char *path = find_program(prog[0]);
 	heap_limit = o.heap != NULL;
 	check_program(prog[0], path, 0);
+	warn_env_drops_library(path, prog);
 	char *lib = find_library();
 
 	char *stats = NULL;
