@@ -10,6 +10,7 @@
 #include "sampler.h"
 
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -22,7 +23,7 @@
  * subtraction and one branch; gcc would load, subtract and store. */
 static inline __attribute__((always_inline)) bool borrow(uint64_t n)
 {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(ML_NO_ASM) && \
+#if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
     defined(__PIC__)
 	_Static_assert(offsetof(struct ml__thread, countdown) == 0,
 	               "the asm below subtracts at offset 0");
@@ -209,9 +210,10 @@ static inline void meter(const void *p, int sign)
 /* Subtract v from one of the thread's meter countdowns; true on borrow.
  * Inline asm for the same reason as borrow(): one memory-operand
  * subtraction and a branch.  volatile: gcc may drop an asm goto with an
- * output otherwise. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(ML_NO_ASM) && \
-    defined(__PIC__)
+ * output otherwise.  Outputs in asm goto need GCC 11 or clang (configure
+ * checks). */
+#if defined(__x86_64__) && defined(HAVE_ASM_GOTO_OUTPUT) && \
+    !defined(ML_NO_ASM) && defined(__PIC__)
 #define METER_SUB(field, v)                                                    \
 	({                                                                     \
 		bool borrowed_ = false;                                        \
@@ -376,10 +378,37 @@ ML__API void *memalign(size_t align, size_t n)
 	return aligned(align, n);
 }
 
-/* glibc 2.36 makes aligned_alloc an alias of memalign (no EINVAL for a
- * non-power-of-two alignment); we match the glibc we forward to. */
+/* Does the glibc we forward to reject, in aligned_alloc, an alignment
+ * that is not a power of two?  Before 2.38 aligned_alloc is an alias of
+ * memalign (any alignment, rounded up; any size); from 2.38 on (ISO C17)
+ * such an alignment fails with EINVAL.  Read once from the glibc really
+ * loaded (gnu_get_libc_version allocates nothing), not the one built
+ * against. */
+static bool strict_aligned_alloc(void)
+{
+	static _Atomic int strict = -1;
+	int s = atomic_load_explicit(&strict, memory_order_relaxed);
+	if (ml__unlikely(s < 0)) {
+		const char *v = gnu_get_libc_version();
+		unsigned major = 0, minor = 0;
+		for (; *v >= '0' && *v <= '9'; v++)
+			major = major * 10 + (unsigned)(*v - '0');
+		if (*v == '.')
+			for (v++; *v >= '0' && *v <= '9'; v++)
+				minor = minor * 10 + (unsigned)(*v - '0');
+		s = major > 2 || (major == 2 && minor >= 38);
+		atomic_store_explicit(&strict, s, memory_order_relaxed);
+	}
+	return s;
+}
+
 ML__API void *aligned_alloc(size_t align, size_t n)
 {
+	if (ml__unlikely(align == 0 || (align & (align - 1)) != 0) &&
+	    strict_aligned_alloc()) {
+		errno = EINVAL; /* as glibc >= 2.38: nothing sampled */
+		return NULL;
+	}
 	return aligned(align, n);
 }
 
