@@ -87,6 +87,10 @@ struct ml__thread {
 	uint8_t busy;            /* inside the library: no sampling */
 	uint8_t forced;          /* countdown forced to 0          */
 	uint8_t pending;         /* an interruption waits delivery */
+	/* The last slow path let its allocation through and charged it
+	 * (charged_samples samples): taken back if the allocator fails it. */
+	uint8_t charged;
+	uint64_t charged_samples;
 };
 
 enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
@@ -106,6 +110,10 @@ uint64_t ml__take_samples(struct ml__thread *t, uint64_t n);
 /* The slow path of every allocation: 0 = allocate, -1 = fail with ENOMEM.
  * May not return (JUMP delivery). */
 int ml__alloc_slow(uint64_t n);
+/* The allocation of n bytes that the last ml__alloc_slow let through
+ * failed in the allocator: take back what it was charged (tasks, run
+ * mode, profile, statistics).  Leaves errno alone. */
+void ml__alloc_failed(uint64_t n);
 
 /* ---- Global configuration --------------------------------------------- */
 
@@ -209,6 +217,7 @@ void ml__profile_trip(ml_status why,
                       uint64_t n); /* capture the tripping stack */
 void ml__report_write(void);       /* report and profile files */
 void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s);
+void ml__stats_failed(struct ml__thread *t, uint64_t n, uint64_t s);
 void ml__stats_thread_exit(struct ml__thread *t);
 void ml__stats_write(void);
 

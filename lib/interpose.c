@@ -75,17 +75,19 @@ static ML__COLD bool sample_slow(size_t n)
 		/* Not sampled: give the countdown back what the fast path
 		 * took (modulo 2^64, like the subtraction). */
 		ml__self.countdown += n;
+		ml__self.charged = 0;
 		return false;
 	}
 	return ml__alloc_slow(n) != 0;
 }
 
-/* The fast path.  Returns true when the allocation must fail. */
-static inline __attribute__((always_inline)) bool sample(size_t n)
+/* After the real allocator, on the slow path: an allocation that failed
+ * anyway (out of memory for glibc) is charged to nothing. */
+static inline void *settled(void *p, size_t n)
 {
-	if (ml__unlikely(borrow(n)))
-		return sample_slow(n);
-	return false;
+	if (ml__unlikely(p == NULL))
+		ml__alloc_failed(n);
+	return p;
 }
 
 static void *enomem(void)
@@ -304,7 +306,7 @@ static ML__COLD void *malloc_slow(size_t n)
 {
 	if (sample_slow(n))
 		return enomem();
-	return malloc_tail_call(n);
+	return settled(malloc_tail_call(n), n);
 }
 
 ML__API void *malloc(size_t n)
@@ -325,25 +327,36 @@ ML__API void cfree(void *p)
 	free(p);
 }
 
-ML__API void *calloc(size_t a, size_t b)
+/* Each function below: the fast path calls *_real, the slow path (out of
+ * line, so that the fast path saves no register for it) samples, calls
+ * *_real and settles a failure. */
+static inline void *calloc_real(size_t a, size_t b)
 {
-	size_t n;
-	if (__builtin_mul_overflow(a, b, &n))
-		return enomem(); /* as glibc: ENOMEM, nothing sampled */
-	if (sample(n))
-		return enomem();
 	void *p = real.calloc(a, b);
 	if (ml__unlikely(ML__METER_ON))
 		meter(p, 1);
 	return p;
 }
 
-ML__API void *realloc(void *p, size_t n)
+static ML__COLD void *calloc_slow(size_t a, size_t b, size_t n)
 {
-	/* realloc(p, 0) frees p (glibc's REALLOC_ZERO_BYTES_FREES) and
-	 * allocates nothing, so it carries no sample. */
-	if (sample(n))
-		return enomem(); /* the old block stays valid */
+	if (sample_slow(n))
+		return enomem();
+	return settled(calloc_real(a, b), n);
+}
+
+ML__API void *calloc(size_t a, size_t b)
+{
+	size_t n;
+	if (__builtin_mul_overflow(a, b, &n))
+		return enomem(); /* as glibc: ENOMEM, nothing sampled */
+	if (ml__unlikely(borrow(n)))
+		return calloc_slow(a, b, n);
+	return calloc_real(a, b);
+}
+
+static inline void *realloc_real(void *p, size_t n)
+{
 	if (ml__likely(!ML__METER_ON))
 		return real.realloc(p, n);
 	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
@@ -355,6 +368,22 @@ ML__API void *realloc(void *p, size_t n)
 	return q;
 }
 
+static ML__COLD void *realloc_slow(void *p, size_t n)
+{
+	if (sample_slow(n))
+		return enomem(); /* the old block stays valid */
+	return settled(realloc_real(p, n), n);
+}
+
+ML__API void *realloc(void *p, size_t n)
+{
+	/* realloc(p, 0) frees p (glibc's REALLOC_ZERO_BYTES_FREES) and
+	 * allocates nothing, so it carries no sample (0 never borrows). */
+	if (ml__unlikely(borrow(n)))
+		return realloc_slow(p, n);
+	return realloc_real(p, n);
+}
+
 ML__API void *reallocarray(void *p, size_t a, size_t b)
 {
 	size_t n;
@@ -363,14 +392,26 @@ ML__API void *reallocarray(void *p, size_t a, size_t b)
 	return realloc(p, n);
 }
 
-static void *aligned(size_t align, size_t n)
+static inline void *aligned_real(size_t align, size_t n)
 {
-	if (sample(n))
-		return enomem();
 	void *p = real.memalign(align, n);
 	if (ml__unlikely(ML__METER_ON))
 		meter(p, 1);
 	return p;
+}
+
+static ML__COLD void *aligned_slow(size_t align, size_t n)
+{
+	if (sample_slow(n))
+		return enomem();
+	return settled(aligned_real(align, n), n);
+}
+
+static void *aligned(size_t align, size_t n)
+{
+	if (ml__unlikely(borrow(n)))
+		return aligned_slow(align, n);
+	return aligned_real(align, n);
 }
 
 ML__API void *memalign(size_t align, size_t n)
@@ -426,14 +467,41 @@ ML__API int posix_memalign(void **out, size_t align, size_t n)
 	return 0;
 }
 
-ML__API void *valloc(size_t n)
+static inline void *valloc_real(size_t n)
 {
-	if (sample(n))
-		return enomem();
 	void *p = real.valloc(n);
 	if (ml__unlikely(ML__METER_ON))
 		meter(p, 1);
 	return p;
+}
+
+static ML__COLD void *valloc_slow(size_t n)
+{
+	if (sample_slow(n))
+		return enomem();
+	return settled(valloc_real(n), n);
+}
+
+ML__API void *valloc(size_t n)
+{
+	if (ml__unlikely(borrow(n)))
+		return valloc_slow(n);
+	return valloc_real(n);
+}
+
+static inline void *pvalloc_real(size_t n)
+{
+	void *p = real.pvalloc(n);
+	if (ml__unlikely(ML__METER_ON))
+		meter(p, 1);
+	return p;
+}
+
+static ML__COLD void *pvalloc_slow(size_t n, size_t rounded)
+{
+	if (sample_slow(rounded))
+		return enomem();
+	return settled(pvalloc_real(n), rounded);
 }
 
 ML__API void *pvalloc(size_t n)
@@ -442,12 +510,9 @@ ML__API void *pvalloc(size_t n)
 	size_t page = (size_t)getpagesize(), rounded = n;
 	if (n <= SIZE_MAX - page)
 		rounded = (n + page - 1) & ~(page - 1);
-	if (sample(rounded))
-		return enomem();
-	void *p = real.pvalloc(n);
-	if (ml__unlikely(ML__METER_ON))
-		meter(p, 1);
-	return p;
+	if (ml__unlikely(borrow(rounded)))
+		return pvalloc_slow(n, rounded);
+	return pvalloc_real(n);
 }
 
 /* Mirrors glibc's musable(): no __libc_ entry point exists for it. */

@@ -77,6 +77,23 @@ void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s)
 	}
 }
 
+/* An allocation counted above that the allocator then failed. */
+void ml__stats_failed(struct ml__thread *t, uint64_t n, uint64_t s)
+{
+	struct tstats *st = t->stats;
+	if (!st)
+		return;
+	unsigned b = bucket(n);
+	BUMP(st->c.allocs, -1);
+	BUMP(st->c.bytes, -n);
+	BUMP(st->c.hist[b], -1);
+	if (s) {
+		BUMP(st->c.sampled_allocs, -1);
+		BUMP(st->c.samples, -s);
+		BUMP(st->c.hist_sampled[b], -1);
+	}
+}
+
 static void fold(struct counts *into, const struct counts *c)
 {
 	into->allocs += LOAD(c->allocs);

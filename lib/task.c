@@ -176,6 +176,31 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	return verdict;
 }
 
+void ml__alloc_failed(uint64_t n)
+{
+	struct ml__thread *t = &ml__self;
+	if (!t->charged || t->busy)
+		return;
+	t->charged = 0;
+	uint64_t s = t->charged_samples;
+	int e = errno;
+	t->busy = 1;
+	if (s) {
+		/* As a refused allocation (ml__tasks_sample): the samples
+		 * go; a limit they reached stays reached. */
+		for (struct ml__task *k = t->top; k; k = k->outer)
+			k->samples -= s;
+		if (t->root)
+			atomic_fetch_sub(&ml__run.samples, s);
+		if (ml__unlikely(ml__run.profiling))
+			ml__profile_refused(t, s);
+	}
+	if (ml__unlikely(ml__run.stats))
+		ml__stats_failed(t, n, s);
+	t->busy = 0;
+	errno = e;
+}
+
 void ml__tasks_recheck(struct ml__thread *t)
 {
 	update_pending(t);

@@ -173,6 +173,7 @@ int ml__alloc_slow(uint64_t n)
 	if (t->busy) {
 		/* Our own allocation: no sample, no decision. */
 		t->countdown = 0;
+		t->charged = 0;
 		return 0;
 	}
 	t->busy = 1;
@@ -213,6 +214,8 @@ int ml__alloc_slow(uint64_t n)
 	} else if (t->pending) {
 		verdict = ml__tasks_pending(t, n);
 	}
+	t->charged = verdict == 0;
+	t->charged_samples = s;
 	t->busy = 0;
 	ml__unforce(t);
 	return verdict;

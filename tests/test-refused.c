@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define HUGE_REQUEST (SIZE_MAX / 2)
@@ -207,6 +208,49 @@ static void test_alignments(void)
 	}
 }
 
+/* A request small enough to be granted in principle, failed by the
+ * allocator for lack of memory (RLIMIT_AS): no probe catches it, the
+ * failure after sampling must give the samples back.  In a child, which
+ * keeps the limit to itself. */
+#define SMALL_FAIL ((size_t)16 << 20)
+
+static void *small_body(void *arg)
+{
+	struct body *b = arg;
+	b->got = request(b->f, 64, SMALL_FAIL, false);
+	return NULL;
+}
+
+static void child_out_of_memory(void *arg)
+{
+	(void)arg;
+	long vm = tap_proc_kb("VmSize");
+	struct rlimit rl;
+	if (vm < 0)
+		_exit(100);
+	rl.rlim_cur = rl.rlim_max = (rlim_t)vm * 1024 + (4 << 20);
+	if (setrlimit(RLIMIT_AS, &rl) != 0)
+		_exit(101);
+	int bad = 0;
+	for (int f = 0; f < NFN; f++) {
+		ml_limits lim = ML_LIMITS_INIT;
+		lim.alloc_bytes = TIB;
+		lim.delivery = ML_DELIVER_FLAG;
+		struct body b = {(enum fn)f, {NULL, 0, 0}, NULL};
+		ml_outcome out;
+		ml_status st = ml_run(&lim, small_body, &b, &out);
+		if (st != ML_OK || b.got.p || out.allocated >= SMALL_FAIL / 4) {
+			tap_write("# %s(16 MiB) out of memory: status %s, %s, "
+			          "%llu bytes charged\n",
+			          fn_name[f], ml_status_str(st),
+			          b.got.p ? "allocated" : "NULL",
+			          (unsigned long long)out.allocated);
+			bad++;
+		}
+	}
+	_exit(bad);
+}
+
 int main(void)
 {
 	find_libc();
@@ -234,5 +278,8 @@ int main(void)
 		test_huge_in_task((enum fn)f, "heap-limited", global);
 	ml_set_global_memory_limit(ML_NO_LIMIT);
 	test_alignments();
+	tap_is(tap_child(child_out_of_memory, NULL, 60), 0,
+	       "a 16 MiB request failed by the allocator (RLIMIT_AS) is "
+	       "charged to nothing, for each of the 8 functions");
 	return tap_done();
 }
