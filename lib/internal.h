@@ -141,6 +141,9 @@ uint64_t ml__meter_peak(void);
 /* An allocator below or in front of ours whose heap the meter cannot read
  * (its object's name), or NULL.  Found once, at start. */
 const char *ml__meter_blind(void);
+/* The object whose malloc the program calls when it is not ours (no
+ * allocation reaches the library), or NULL. */
+const char *ml__malloc_in_front(void);
 size_t ml__chunk_bytes(const void *p);
 /* Route malloc and free through the metered variants, or not. */
 void ml__meter_switch(bool on);

@@ -111,7 +111,7 @@ __attribute__((constructor(102))) static void meter_init(void)
  * of ours (preloaded earlier, or in the program) never reaches us.  Found
  * once at start, without allocating (dladdr, dl_iterate_phdr and a dlsym
  * that finds its symbol allocate nothing). */
-static const char *blind;
+static const char *blind, *in_front;
 static bool blind_checked;
 
 static const char *object_of(const void *addr)
@@ -149,6 +149,9 @@ const char *ml__meter_blind(void)
 	if (blind_checked)
 		return blind;
 	blind_checked = true;
+	const void *m = dlsym(RTLD_DEFAULT, "malloc");
+	if (m && base_of(m) != base_of((const void *)ml__meter_blind))
+		in_front = object_of(m);
 	const void *libc = base_of((const void *)gnu_get_libc_version);
 	const void *under = (const void *)__libc_malloc;
 	if (libc && base_of(under) != libc) {
@@ -161,11 +164,16 @@ const char *ml__meter_blind(void)
 			ml__foreign_allocator(usable);
 		return blind;
 	}
-	const void *m = dlsym(RTLD_DEFAULT, "malloc");
-	if (m && base_of(m) != base_of((const void *)ml__meter_blind))
-		return blind = object_of(m);
+	if (in_front)
+		return blind = in_front;
 	dl_iterate_phdr(known_allocator, &blind);
 	return blind;
+}
+
+const char *ml__malloc_in_front(void)
+{
+	ml__meter_blind();
+	return in_front;
 }
 
 ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)

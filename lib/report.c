@@ -617,6 +617,10 @@ static void put_limits(struct out *o)
 	put(o, "allocation limit: ");
 	if (ml__run.alloc_limit == ML_NO_LIMIT) {
 		put(o, "none\n");
+	} else if (ml__malloc_in_front()) {
+		put(o, "off (");
+		put_size(o, ml__run.alloc_limit);
+		put(o, " asked): no allocation seen\n");
 	} else {
 		put_size(o, ml__run.alloc_limit);
 		put(o, ", reached at ");
@@ -689,6 +693,13 @@ static void write_report(struct symbols *sy, char *buf)
 	put(&o, sy->exe);
 	put(&o, "\n");
 	put_limits(&o);
+	if (ml__malloc_in_front()) {
+		/* Nothing reached us: no figure. */
+		put(&o, "no allocation seen: the malloc of ");
+		put(&o, ml__malloc_in_front());
+		put(&o, " comes before the library's\n");
+		goto end;
+	}
 	put(&o, "estimated bytes allocated: ");
 	put_size(&o, total);
 	put(&o, " (");
@@ -742,6 +753,7 @@ static void write_report(struct symbols *sy, char *buf)
 		put(&o, ":\n");
 		put_stack(&o, sy, trip.ip, trip.depth, MAX_DEPTH);
 	}
+end:
 	put(&o, "==== end of memlimits report\n");
 	finish(&o, "report", path, ml__run.report_path != NULL);
 }

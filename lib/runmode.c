@@ -174,12 +174,20 @@ void ml__run_configure(void)
 		if (!r->k)
 			r->k = 1;
 	}
+	const char *front = ml__malloc_in_front();
 	if (r->heap_limit != ML_NO_LIMIT && (r->heap_blind = ml__meter_blind()))
 		ml__diag("the heap limit is off: the allocator in use (%s) is "
-		         "not glibc's, whose heap is all the meter can read",
-		         r->heap_blind);
+		         "not glibc's, whose heap is all the meter can read%s",
+		         r->heap_blind,
+		         front ? "; its malloc comes before the library's: "
+		                 "no allocation is seen"
+		               : "");
 	else if (r->heap_limit != ML_NO_LIMIT)
 		ml_set_global_memory_limit(r->heap_limit);
+	if (front && r->heap_limit == ML_NO_LIMIT)
+		ml__diag("the malloc of %s comes before the library's: no "
+		         "allocation is seen, no limit applies",
+		         front);
 	struct ml__thread *t = &ml__self;
 	if (t->state == ML__T_LIVE)
 		ml__run_thread_start(t);

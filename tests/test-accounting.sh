@@ -144,9 +144,16 @@ for so in libtcmalloc_minimal.so.4 libjemalloc.so.2 libmimalloc.so.2; do
 				MEMLIMITS_REPORT=$tmp/h.txt "$A" usable >"$tmp/out" 2>"$tmp/err"
 		fi
 		st=$?
+		# In front of the library, no allocation reaches it: the
+		# report gives no estimate either.
+		if test $order = after; then
+			seen=$(grep -c '^estimated bytes allocated' "$tmp/h.txt")
+		else
+			seen=$(grep -c '^no allocation seen' "$tmp/h.txt")
+		fi
 		if test "$st" = 0 && test "$(wc -l <"$tmp/err")" = 1 &&
 			grep -q 'heap limit is off' "$tmp/err" && grep -q "$so" "$tmp/err" &&
-			grep -q '^heap limit: off' "$tmp/h.txt" &&
+			grep -q '^heap limit: off' "$tmp/h.txt" && test "$seen" = 1 &&
 			! grep -q 'heap in use\|peak heap' "$tmp/h.txt"; then
 			ok "$so preloaded $order the library: heap limit off, said once and in the report"
 		else
@@ -155,6 +162,26 @@ for so in libtcmalloc_minimal.so.4 libjemalloc.so.2 libmimalloc.so.2; do
 		fi
 	done
 done
+# An allocation limit alone, with an allocator's malloc in front of the
+# library's: nothing reaches it, and nothing is reported as counted.
+lib=$(libpath libjemalloc.so.2)
+if test -n "$lib"; then
+	rm -f "$tmp/f.txt"
+	LD_PRELOAD=$lib:$L MEMLIMITS_ALLOC_LIMIT=1073741824 MEMLIMITS_REPORT=$tmp/f.txt \
+		"$A" usable >"$tmp/out" 2>"$tmp/err"
+	st=$?
+	if test "$st" = 0 && test "$(wc -l <"$tmp/err")" = 1 &&
+		grep -q 'no allocation is seen' "$tmp/err" &&
+		grep -q '^allocation limit: off' "$tmp/f.txt" &&
+		! grep -q 'counted so far\|^estimated bytes' "$tmp/f.txt"; then
+		ok "a malloc in front of the library's: said once, no figure reported"
+	else
+		notok "a malloc in front of the library's: status $st"
+		diag "$tmp/err" "$tmp/f.txt"
+	fi
+else
+	skip "libjemalloc.so.2 is not installed"
+fi
 if test -x /usr/bin/python3 && lib=$(libpath libtcmalloc_minimal.so.4) && test -n "$lib"; then
 	LD_PRELOAD=$lib "$M" run --heap-limit 16GiB -- /usr/bin/python3 -c \
 		'x = [bytearray(1000) for i in range(100000)]; print(len(x))' \
