@@ -7,20 +7,26 @@
  *   test-stacks-retry SHALLOW DEEP N    prints "ratio R shallow_ns S deep_ns D"
  *                                       (exit 1: no allocation was refused)
  *   test-stacks-retry SHALLOW DEEP N task   the same inside ml_run, with an
- *                                       allocation limit and fail delivery */
+ *                                       allocation limit and fail delivery
+ *   test-stacks-retry SHALLOW DEEP N capture   allocations that succeed
+ *                                       (under --interval 1 each captures a
+ *                                       stack); prints "frame_ns F ..." too,
+ *                                       the cost of capturing one frame */
 #include <memlimits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 void *volatile sink; /* keeps the allocations from being optimised out */
 static long retries;
+static int want_refused = 1;
 
 static double now_ns(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID,
-	              &ts); /* not the time others ran */
+	/* Not the time others ran. */
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
@@ -35,7 +41,8 @@ static double retry_here(void)
 		free(p);
 	}
 	double t = now_ns() - t0;
-	return refused == retries ? t / (double)retries : -1;
+	return refused == (want_refused ? retries : 0) ? t / (double)retries
+	                                               : -1;
 }
 
 /* Recursion the compiler may neither flatten nor turn into a loop. */
@@ -55,20 +62,25 @@ static void *measure(void *arg)
 {
 	(void)arg;
 	/* Spend the budget: the first sample trips the limit. */
-	for (int i = 0; i < 1 << 20 && (sink = malloc(4096)) != NULL; i++)
+	for (int i = 0; want_refused && i < 1 << 20 && (sink = malloc(4096));
+	     i++)
 		;
 	/* Interleaved rounds, the best of each (cache misses only add). */
 	double s = 1e300, d = 1e300;
 	for (int round = 0; round < 3; round++) {
 		double a = at_depth(shallow), b = at_depth(deep);
 		if (a < 0 || b < 0) {
-			printf("allocations were not refused\n");
+			printf(want_refused ? "allocations were not refused\n"
+			                    : "allocations were refused\n");
 			return NULL;
 		}
 		s = a < s ? a : s;
 		d = b < d ? b : d;
 	}
-	printf("ratio %.2f shallow_ns %.0f deep_ns %.0f\n", d / s, s, d);
+	printf("ratio %.2f shallow_ns %.0f deep_ns %.0f", d / s, s, d);
+	if (!want_refused)
+		printf(" frame_ns %.1f", (d - s) / (deep - shallow));
+	printf("\n");
 	return &shallow;
 }
 
@@ -79,7 +91,9 @@ int main(int argc, char **argv)
 	shallow = atoi(argv[1]);
 	deep = atoi(argv[2]);
 	retries = atol(argv[3]);
-	if (argc == 4)
+	if (argc == 5 && !strcmp(argv[4], "capture"))
+		want_refused = 0;
+	if (argc == 4 || !want_refused)
 		return measure(NULL) ? 0 : 1;
 	ml_limits l = ML_LIMITS_INIT;
 	l.alloc_bytes = 1;
