@@ -30,8 +30,8 @@ static void put(size_t off, const void *p, size_t n)
 
 int main(int argc, char **argv)
 {
-	if (argc != 3 || (strcmp(argv[1], "malloc") &&
-	                  strcmp(argv[1], "sanitizer"))) {
+	if (argc != 3 ||
+	    (strcmp(argv[1], "malloc") && strcmp(argv[1], "sanitizer"))) {
 		fprintf(stderr, "usage: make-elf malloc|sanitizer FILE\n");
 		return 2;
 	}
@@ -62,15 +62,13 @@ int main(int argc, char **argv)
 	static const char str[STRSIZE] = "\0malloc\0libasan.so.8";
 	put(STROFF, str, sizeof str);
 
-	Elf64_Shdr sh[SHNUM] = {{0},
-	                        {.sh_type = SHT_STRTAB,
-	                         .sh_offset = STROFF,
-	                         .sh_size = STRSIZE},
-	                        {.sh_type = san ? SHT_DYNAMIC : SHT_SYMTAB,
-	                         .sh_offset = TABOFF,
-	                         .sh_size = san ? 2 * sizeof(Elf64_Dyn)
-	                                        : TABSIZE,
-	                         .sh_link = 1}};
+	Elf64_Shdr sh[SHNUM] = {
+	    {0},
+	    {.sh_type = SHT_STRTAB, .sh_offset = STROFF, .sh_size = STRSIZE},
+	    {.sh_type = san ? SHT_DYNAMIC : SHT_SYMTAB,
+	     .sh_offset = TABOFF,
+	     .sh_size = san ? 2 * sizeof(Elf64_Dyn) : TABSIZE,
+	     .sh_link = 1}};
 	put(SHOFF, sh, sizeof sh);
 	if (san) {
 		Elf64_Dyn d[2] = {{.d_tag = DT_NEEDED, .d_un.d_val = 8},
