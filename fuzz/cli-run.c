@@ -12,11 +12,12 @@ void fuzz_run_parse(int argc, char **argv)
 {
 	struct opts o;
 	parse(argc, argv, &o);
-	/* Accepted: the sizes convert for the environment. */
-	if (o.alloc)
-		(void)size_env(o.alloc);
-	if (o.heap)
-		(void)size_env(o.heap);
+	/* Accepted: the sizes convert for the environment, and a limit is
+	 * never 2^64-1 (ML_NO_LIMIT, which would mean none). */
+	if (o.alloc && !strcmp(size_env(o.alloc), "18446744073709551615"))
+		abort();
+	if (o.heap && !strcmp(size_env(o.heap), "18446744073709551615"))
+		abort();
 	if (o.interval && !strcmp(size_env(o.interval), "0"))
 		abort(); /* --interval 0 must have been refused */
 	if (optind >= argc || !argv[optind][0])
