@@ -88,10 +88,10 @@ static int usable(void)
 			continue;
 		}
 		memset(p, 2, n);
-		p = realloc(p, n * 2);
-		if (!p || malloc_usable_size(p) < n * 2)
+		char *q = realloc(p, n * 2);
+		if (!q || malloc_usable_size(q) < n * 2)
 			bad++;
-		free(p);
+		free(q ? q : p);
 	}
 	printf("usable: %d bad\n", bad);
 	return bad != 0;
