@@ -78,6 +78,11 @@ void ml__pool_put(struct ml__pool *p, void *slot)
 	(void)p;
 	(void)slot;
 }
+void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank)
+{
+	(void)l;
+	(void)rank;
+}
 void ml__stats_thread_exit(struct ml__thread *t)
 {
 	(void)t;

@@ -103,10 +103,6 @@ void ml__thread_refresh(struct ml__thread *t);
 void ml__force_slow(struct ml__thread *t);
 void ml__unforce(struct ml__thread *t);
 
-/* Samples carried by an allocation of n bytes that overran the countdown.
- * Restores the countdown.  Called with busy set. */
-uint64_t ml__take_samples(struct ml__thread *t, uint64_t n);
-
 /* The slow path of every allocation: 0 = allocate, -1 = fail with ENOMEM.
  * May not return (JUMP delivery). */
 int ml__alloc_slow(uint64_t n);
@@ -224,24 +220,68 @@ void ml__stats_failed(struct ml__thread *t, uint64_t n, uint64_t s);
 void ml__stats_thread_exit(struct ml__thread *t);
 void ml__stats_write(void);
 
+/* ---- Locks ------------------------------------------------------------
+ *
+ * Every lock of the library is a spin lock made with ML__LOCK or ML__POOL,
+ * which also add it to the fork registry (forklock.c): the fork handlers
+ * hold every registered lock around fork, so that a child never inherits
+ * one held by a thread it does not have.  They are taken in rank order,
+ * then in the order they were registered; code that nests two locks must
+ * take them in that order.  tests/test-locks.sh rejects any other lock. */
+enum ml__lock_rank {
+	ML__RANK_UNWIND, /* around a stack walk, which may allocate  */
+	ML__RANK_METER,  /* the meter switch (mallinfo2 under it)    */
+	ML__RANK_STATS,  /* run-mode statistics: live list, totals   */
+	ML__RANK_POOL,   /* a pool's free list: nothing taken inside */
+};
+struct ml__lock {
+	atomic_flag flag;
+};
+void ml__spin_lock(struct ml__lock *l);
+void ml__spin_unlock(struct ml__lock *l);
+/* Called before main by the constructors ML__LOCK and ML__POOL make. */
+void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank);
+void ml__fork_locks_acquire(void); /* fork: prepare */
+void ml__fork_locks_release(void); /* fork: parent and child */
+/* pthread_atfork, or one diagnostic saying what a fork loses without. */
+void ml__atfork(void (*prepare)(void), void (*parent)(void),
+                void (*child)(void), const char *lost);
+
+#define ML__CAT_(a, b) a##b
+#define ML__CAT(a, b) ML__CAT_(a, b)
+#define ML__LOCK_REGISTER_(lockp, rank, fn)                    \
+	__attribute__((constructor(101))) static void fn(void) \
+	{                                                      \
+		ml__fork_lock_register((lockp), (rank));       \
+	}
+#define ML__LOCK_REGISTER(lockp, rank)  \
+	ML__LOCK_REGISTER_(lockp, rank, \
+	                   ML__CAT(ml__fork_register_, __COUNTER__))
+/* ML__LOCK(static, name, rank) or ML__LOCK(, name, rank): define a lock. */
+#define ML__LOCK(storage, name, rank)                      \
+	storage struct ml__lock name = {ATOMIC_FLAG_INIT}; \
+	ML__LOCK_REGISTER(&name, rank)
+
 /* ---- Own memory ------------------------------------------------------- */
 
 /* Fixed-size slots from mmap'd slabs; never touches the malloc family. */
 struct ml__pool {
 	size_t slot;
-	atomic_flag lock;
+	struct ml__lock lock;
 	void *free;
-	size_t live;
 };
+/* ML__POOL(static, name, slot bytes) or ML__POOL(, name, bytes): define a
+ * pool, its lock registered for fork. */
+#define ML__POOL(storage, name, slot_bytes)                          \
+	storage struct ml__pool name = {.slot = (slot_bytes),        \
+	                                .lock = {ATOMIC_FLAG_INIT}}; \
+	ML__LOCK_REGISTER(&name.lock, ML__RANK_POOL)
 void *ml__pool_get(struct ml__pool *p);
 void ml__pool_put(struct ml__pool *p, void *slot);
 void *ml__raw_alloc(size_t bytes); /* mmap; NULL on failure */
 void ml__raw_free(void *p, size_t bytes);
-void ml__spin_lock(atomic_flag *l);
-void ml__spin_unlock(atomic_flag *l);
 extern struct ml__pool ml__token_pool, ml__cleanup_pool, ml__root_pool;
-extern atomic_flag ml__meter_switch_lock;
-uint64_t ml__pool_pages(void);
+extern struct ml__lock ml__meter_switch_lock;
 
 /* ---- Unwinding -------------------------------------------------------- */
 

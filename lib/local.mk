@@ -10,6 +10,7 @@ lib_libmemlimits_la_SOURCES = \
 	lib/task.c \
 	lib/token.c \
 	lib/pool.c \
+	lib/forklock.c \
 	lib/config.c \
 	lib/parse.c lib/parse.h \
 	lib/unwind.c \

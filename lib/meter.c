@@ -27,7 +27,7 @@ static _Atomic int64_t total;
  * total (ML__METER_BATCH per other thread), and it costs one comparison
  * per fold, nothing per allocation. */
 static _Atomic int64_t peak;
-atomic_flag ml__meter_switch_lock = ATOMIC_FLAG_INIT;
+ML__LOCK(, ml__meter_switch_lock, ML__RANK_METER)
 
 static void raise_peak(int64_t v)
 {

@@ -4,24 +4,11 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
-#include <sched.h>
 #include <sys/mman.h>
 
 #define SLAB_BYTES ((size_t)64 * 1024)
 
-static _Atomic uint64_t pages;
 bool ml__fault_pool;
-
-void ml__spin_lock(atomic_flag *l)
-{
-	while (atomic_flag_test_and_set_explicit(l, memory_order_acquire))
-		sched_yield();
-}
-
-void ml__spin_unlock(atomic_flag *l)
-{
-	atomic_flag_clear_explicit(l, memory_order_release);
-}
 
 void *ml__raw_alloc(size_t bytes)
 {
@@ -29,21 +16,13 @@ void *ml__raw_alloc(size_t bytes)
 		return NULL;
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 	               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	atomic_fetch_add(&pages, bytes / 4096);
-	return p;
+	return p == MAP_FAILED ? NULL : p;
 }
 
 void ml__raw_free(void *p, size_t bytes)
 {
-	if (p && munmap(p, bytes) == 0)
-		atomic_fetch_sub(&pages, bytes / 4096);
-}
-
-uint64_t ml__pool_pages(void)
-{
-	return atomic_load(&pages);
+	if (p)
+		munmap(p, bytes);
 }
 
 void *ml__pool_get(struct ml__pool *p)
@@ -64,7 +43,6 @@ void *ml__pool_get(struct ml__pool *p)
 	}
 	void *s = p->free;
 	p->free = *(void **)s;
-	p->live++;
 	ml__spin_unlock(&p->lock);
 	return s;
 }
@@ -76,6 +54,5 @@ void ml__pool_put(struct ml__pool *p, void *s)
 	ml__spin_lock(&p->lock);
 	*(void **)s = p->free;
 	p->free = s;
-	p->live--;
 	ml__spin_unlock(&p->lock);
 }

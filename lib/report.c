@@ -197,7 +197,9 @@ __attribute__((constructor(102))) static void report_init(void)
 	 * and not at the first sample, where pthread_atfork could meet its
 	 * own lock held (a fork handler that allocates). */
 	if (ml__run.profiling)
-		pthread_atfork(NULL, NULL, atfork_child);
+		ml__atfork(NULL, NULL, atfork_child,
+		           "a forked child's profile and report include its "
+		           "parent's samples");
 }
 
 /* ---- Output without stdio --------------------------------------------- */

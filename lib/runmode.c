@@ -17,9 +17,7 @@
 struct ml__run ml__run = {.alloc_limit = ML_NO_LIMIT,
                           .heap_limit = ML_NO_LIMIT};
 
-struct ml__pool ml__root_pool = {.slot = (sizeof(struct ml__task) + 63) &
-                                         ~(size_t)63,
-                                 .lock = ATOMIC_FLAG_INIT};
+ML__POOL(, ml__root_pool, (sizeof(struct ml__task) + 63) & ~(size_t)63)
 
 static bool read_size(const char *name, uint64_t *out)
 {

@@ -30,9 +30,8 @@ struct tstats {
 	struct counts c;
 };
 
-static struct ml__pool stats_pool = {.slot = sizeof(struct tstats),
-                                     .lock = ATOMIC_FLAG_INIT};
-static atomic_flag lock = ATOMIC_FLAG_INIT; /* live list, totals */
+ML__POOL(static, stats_pool, sizeof(struct tstats))
+ML__LOCK(static, lock, ML__RANK_STATS) /* live list, totals */
 static struct tstats *live;
 static struct counts done; /* of exited threads */
 static uint64_t nthreads;
@@ -125,17 +124,8 @@ void ml__stats_thread_exit(struct ml__thread *t)
 }
 
 /* fork: the child is a new process with one thread and its own file;
- * everything counted so far was the parent's. */
-static void atfork_prepare(void)
-{
-	ml__spin_lock(&lock);
-}
-
-static void atfork_parent(void)
-{
-	ml__spin_unlock(&lock);
-}
-
+ * everything counted so far was the parent's.  `lock` was held across the
+ * fork (forklock.c), so the list is whole. */
 static void atfork_child(void)
 {
 	struct tstats *mine = ml__self.stats;
@@ -149,14 +139,14 @@ static void atfork_child(void)
 		memset(&mine->c, 0, sizeof mine->c);
 		mine->since_sample = 0;
 	}
-	ml__spin_unlock(&lock);
 }
 
 __attribute__((constructor(102))) static void stats_init(void)
 {
 	/* After the environment is read (config.c, priority 101). */
 	if (ml__run.stats)
-		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+		ml__atfork(NULL, NULL, atfork_child,
+		           "a forked child's statistics include its parent's");
 }
 
 /* ---- JSON without stdio ----------------------------------------------- */

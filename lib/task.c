@@ -28,8 +28,7 @@ struct ml__cleanup {
 	uint32_t holes; /* failed pushes just below this record */
 };
 
-struct ml__pool ml__cleanup_pool = {.slot = sizeof(struct ml__cleanup),
-                                    .lock = ATOMIC_FLAG_INIT};
+ML__POOL(, ml__cleanup_pool, sizeof(struct ml__cleanup))
 
 /* Bytes a pending JUMP task may allocate inside runtime frames before
  * those allocations start failing: bounds the overshoot of a jump that

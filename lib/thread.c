@@ -15,6 +15,7 @@
 ML__TLS struct ml__thread ml__self;
 
 static pthread_key_t exit_key;
+static bool have_key; /* pthread_key_create succeeded */
 static _Atomic uint32_t thread_count;
 /* Which process of a fork tree this is: 0 in the first, a fresh value in
  * every child (the parent keeps its own, so its runs stay reproducible). */
@@ -82,24 +83,13 @@ static void on_thread_exit(void *arg)
 	t->busy = 0;
 }
 
-/* Around fork, hold every lock of ours (a child must not inherit one held
- * by a thread that does not exist there), including the one that keeps
- * libunwind's own locks out of fork (unwind.c).  The generation advances
- * in the parent, so that every child of a process gets its own stream. */
-static atomic_flag *const fork_locks[] = {
-    &ml__meter_switch_lock,
-    &ml__token_pool.lock,
-    &ml__cleanup_pool.lock,
-    &ml__root_pool.lock,
-};
-#define NLOCKS (sizeof fork_locks / sizeof fork_locks[0])
-
+/* Around fork, hold every lock of ours (forklock.c): a child must not
+ * inherit one held by a thread that does not exist there.  The generation
+ * advances in the parent, so that every child of a process gets its own
+ * stream. */
 static void atfork_prepare(void)
 {
-	/* The unwind lock first: a walk may allocate, never the reverse. */
-	ml__unwind_lock();
-	for (size_t i = 0; i < NLOCKS; i++)
-		ml__spin_lock(fork_locks[i]);
+	ml__fork_locks_acquire();
 	uint64_t x =
 	    ((uint64_t)lineage << 32) | (atomic_fetch_add(&forks, 1) + 1);
 	next_lineage = (uint32_t)ml__splitmix64(&x) | 1;
@@ -107,9 +97,7 @@ static void atfork_prepare(void)
 
 static void atfork_parent(void)
 {
-	for (size_t i = NLOCKS; i-- > 0;)
-		ml__spin_unlock(fork_locks[i]);
-	ml__unwind_unlock();
+	ml__fork_locks_release();
 }
 
 static void atfork_child(void)
@@ -151,8 +139,17 @@ void ml__global_init(void)
 			sched_yield();
 		return;
 	}
-	pthread_key_create(&exit_key, on_thread_exit);
-	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	int rc = pthread_key_create(&exit_key, on_thread_exit);
+	if (rc)
+		ml__diag("cannot create a thread key (error %d): the state of "
+		         "exiting threads is not reclaimed",
+		         rc);
+	else
+		have_key = true;
+	ml__atfork(atfork_prepare, atfork_parent, atfork_child,
+	           "a child forked while another thread is inside the "
+	           "library may hang, and children repeat the parent's "
+	           "samples");
 	atomic_store_explicit(&global_state, 2, memory_order_release);
 }
 
@@ -164,7 +161,13 @@ void ml__thread_init(struct ml__thread *t)
 	t->state = ML__T_LIVE;
 	ml__run_thread_start(t);
 	/* Any non-NULL value makes the destructor run at thread exit. */
-	pthread_setspecific(exit_key, t);
+	if (have_key && pthread_setspecific(exit_key, t) != 0) {
+		static _Atomic bool said;
+		if (!atomic_exchange(&said, true))
+			ml__diag(
+			    "cannot set a thread-specific value: the state "
+			    "of some exiting threads is not reclaimed");
+	}
 }
 
 int ml__alloc_slow(uint64_t n)

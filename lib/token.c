@@ -3,21 +3,17 @@
 
 struct ml_token {
 	_Atomic int set;
-	uint32_t magic; /* catches a freed or foreign pointer in debug */
 };
 
-#define TOKEN_MAGIC 0x6d6c746bu
-struct ml__pool ml__token_pool = {.slot = 64, .lock = ATOMIC_FLAG_INIT};
+ML__POOL(, ml__token_pool, 64)
 
 ML_EXPORT ml_token *ml_token_new(void)
 {
 	/* 64-byte slots: one token per cache line, so a token set from another
 	 * thread does not bounce its neighbours' lines. */
 	ml_token *t = ml__pool_get(&ml__token_pool);
-	if (t) {
+	if (t)
 		atomic_init(&t->set, 0);
-		t->magic = TOKEN_MAGIC;
-	}
 	return t;
 }
 
@@ -36,8 +32,5 @@ ML_EXPORT bool ml_token_is_set(const ml_token *t)
 
 ML_EXPORT void ml_token_free(ml_token *t)
 {
-	if (t) {
-		t->magic = 0;
-		ml__pool_put(&ml__token_pool, t);
-	}
+	ml__pool_put(&ml__token_pool, t);
 }

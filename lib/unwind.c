@@ -585,9 +585,13 @@ int ml__backtrace(void **ip, int max)
 {
 	if (!ml__unwind_loaded())
 		return 0;
+	/* Under the walk lock, so that a fork never finds the unwinder's own
+	 * mutex held (_Unwind_Find_FDE, _Unwind_Backtrace; see walk_lock). */
+	ml__unwind_lock();
+	int n = -1;
 #if FAST_UNWIND
 	if (U.find_fde) {
-		int n = fast_backtrace(ip, max);
+		n = fast_backtrace(ip, max);
 #ifdef ML_UNWIND_VERIFY
 		/* Development check: the slow walk must agree (frame 0 is
 		 * this function, at two call sites). */
@@ -604,13 +608,15 @@ int ml__backtrace(void **ip, int max)
 				         i, ip[i], slow[i]),
 				    abort();
 #endif
-		if (n >= 0)
-			return n;
 	}
 #endif
-	struct capture c = {ip, 0, max};
-	U.backtrace(capture_frame, &c);
-	return c.n;
+	if (n < 0) {
+		struct capture c = {ip, 0, max};
+		U.backtrace(capture_frame, &c);
+		n = c.n;
+	}
+	ml__unwind_unlock();
+	return n;
 }
 
 /* ---- Frame safety ----------------------------------------------------- */
@@ -670,9 +676,9 @@ void ml__unwind_init(void)
 
 /* libgcc keeps the frames registered at run time (JIT code) behind its own
  * mutex; a fork while another thread holds it would leave it held in the
- * child.  This lock is taken around every walk and by fork's prepare
- * handler (thread.c). */
-static atomic_flag walk_lock = ATOMIC_FLAG_INIT;
+ * child.  This lock is taken around every walk and backtrace, and by fork
+ * (forklock.c). */
+ML__LOCK(static, walk_lock, ML__RANK_UNWIND)
 
 void ml__unwind_lock(void)
 {

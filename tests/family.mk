@@ -13,3 +13,21 @@ tests_test_threads_SOURCES = tests/test-threads.c
 tests_test_threads_LDADD = $(ML_TEST_LIBS)
 tests_test_threads_LDFLAGS = $(ML_TEST_LINK)
 tests_test_threads_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+
+# fork while threads allocate in run mode (every lock held around fork).
+check_PROGRAMS += tests/test-fork
+TESTS += tests/test-fork
+tests_test_fork_SOURCES = tests/test-fork.c
+tests_test_fork_LDADD = $(ML_TEST_LIBS)
+tests_test_fork_LDFLAGS = $(ML_TEST_LINK)
+tests_test_fork_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+# Every lock in lib/ goes through the fork registry's macros.
+TESTS += tests/test-locks.sh
+EXTRA_DIST += tests/test-locks.sh
+# pthread_key_create, pthread_atfork, pthread_setspecific failing.
+check_PROGRAMS += tests/test-pthread-fail
+TESTS += tests/test-pthread-fail
+tests_test_pthread_fail_SOURCES = tests/test-pthread-fail.c
+tests_test_pthread_fail_LDADD = $(ML_TEST_LIBS)
+tests_test_pthread_fail_LDFLAGS = $(ML_TEST_LINK)
+tests_test_pthread_fail_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
