@@ -97,7 +97,8 @@ static void atfork_child(void)
 
 __attribute__((constructor(102))) static void meter_init(void)
 {
-	pthread_atfork(NULL, NULL, atfork_child);
+	ml__atfork(NULL, NULL, atfork_child,
+	           "a forked child's peak heap starts at its parent's peak");
 	/* Also when no heap limit is set: malloc_usable_size must know. */
 	ml__meter_blind();
 }

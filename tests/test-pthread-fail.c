@@ -151,6 +151,22 @@ static int lines(const char *s)
 	return count(s, "\n");
 }
 
+/* Every line is one of the library's and none is repeated (__register_atfork
+ * fails in both modes: one line per module with fork handlers). */
+static bool once_each(const char *s)
+{
+	for (const char *l = s; *l; l = strchr(l, '\n') + 1) {
+		const char *end = strchr(l, '\n');
+		if (!end || strncmp(l, "memlimits: cannot ", 18) != 0)
+			return false;
+		size_t len = (size_t)(end - l + 1);
+		for (const char *m = end + 1; *m; m++)
+			if (!strncmp(m, l, len) && (m == s || m[-1] == '\n'))
+				return false;
+	}
+	return true;
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -164,10 +180,11 @@ int main(int argc, char **argv)
 	       "a task and a fork still work");
 	int key = count(err, "memlimits: cannot create a thread key");
 	int fork = count(err, "memlimits: cannot register fork handlers");
-	tap_ok(key == 1 && fork == 1 && lines(err) == 2,
-	       "each failure said once on stderr (%d and %d times, %d lines)",
+	tap_ok(key == 1 && fork >= 1 && once_each(err),
+	       "each failure said once on stderr (key %d, fork handlers %d, "
+	       "%d lines)",
 	       key, fork, lines(err));
-	if (lines(err) != 2)
+	if (!once_each(err))
 		tap_diag("stderr: %s", err);
 
 	st = run(argv, "setspecific", err, sizeof err);
@@ -175,11 +192,10 @@ int main(int argc, char **argv)
 	       "pthread_setspecific fails: threads, a task and a fork "
 	       "still work");
 	int set = count(err, "memlimits: cannot set a thread-specific value");
-	/* The other line: __register_atfork fails in both modes. */
-	tap_ok(set == 1 && lines(err) == 2,
+	tap_ok(set == 1 && once_each(err),
 	       "said once on stderr for 9 threads (%d times, %d lines)", set,
 	       lines(err));
-	if (lines(err) != 2)
+	if (!once_each(err))
 		tap_diag("stderr: %s", err);
 	return tap_done();
 }
