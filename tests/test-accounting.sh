@@ -47,6 +47,17 @@ else
 	diag "$tmp/huge.txt"
 fi
 
+mkdir "$tmp/st"
+"$M" run --stats "$tmp/st" -- "$A" huge >/dev/null 2>&1
+bytes=$(sed -n 's/^  "bytes": \([0-9]*\),$/\1/p' "$tmp/st"/memlimits.*.json)
+# 200 MiB and a stdout buffer; the huge request alone would be 2^63 bytes.
+if test -n "$bytes" && test "$bytes" -lt 1099511627776; then
+	ok "the refused request is not in the statistics: $bytes bytes"
+else
+	notok "the statistics count '$bytes' bytes"
+	diag "$tmp/st"/memlimits.*.json
+fi
+
 # ---- the report's figures ------------------------------------------------
 # An allocation limit reached in hog_until_refused; then refused_function's
 # allocations are all refused: a stack with no bytes.
