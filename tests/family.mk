@@ -31,3 +31,6 @@ tests_test_pthread_fail_SOURCES = tests/test-pthread-fail.c
 tests_test_pthread_fail_LDADD = $(ML_TEST_LIBS)
 tests_test_pthread_fail_LDFLAGS = $(ML_TEST_LINK)
 tests_test_pthread_fail_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+# Every file the README and docs/ name exists and is in the tarball.
+TESTS += tests/test-dist-docs.sh
+EXTRA_DIST += tests/test-dist-docs.sh

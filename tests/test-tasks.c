@@ -454,6 +454,23 @@ static void *mask_then_spend(void *arg)
 	return m;
 }
 
+/* A token set while masked, with no allocation after it: the outermost
+ * ml_unmask must look at it (ml_mask(3)) and jump. */
+struct token_mask {
+	ml_token *token;
+	volatile int after_unmask;
+};
+
+static void *token_while_masked(void *arg)
+{
+	struct token_mask *m = arg;
+	ml_mask();
+	ml_token_set(m->token);
+	ml_unmask(); /* safe point: polls the token, jumps */
+	m->after_unmask = 1;
+	return m;
+}
+
 static void test_masking(void)
 {
 	struct masked m = {.s = {.bytes = 4u << 20, .block = 1000}};
@@ -464,6 +481,17 @@ static void test_masking(void)
 	       "no delivery while masked; samples still counted");
 	tap_ok(m.unmasked == 1, "delivered at the outermost ml_unmask");
 	tap_ok(!ml_is_masked(), "mask depth restored after the jump");
+
+	struct token_mask tm = {.token = ml_token_new()};
+	ml_limits lt = ML_LIMITS_INIT;
+	lt.token = tm.token;
+	ml_status ts =
+	    tm.token ? ml_run(&lt, token_while_masked, &tm, NULL) : ML_ENOMEM;
+	tap_ok(ts == ML_CANCELLED && tm.after_unmask == 0,
+	       "a token set while masked: the outermost ml_unmask jumps "
+	       "(status %d, returned %d)",
+	       ts, tm.after_unmask);
+	ml_token_free(tm.token);
 
 	/* FAIL: allocations succeed while masked, fail after. */
 	m = (struct masked){.s = {.bytes = 4u << 20, .block = 1000}};

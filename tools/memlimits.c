@@ -16,11 +16,8 @@
 #include "memlimits.h"
 #include "tool.h"
 
-extern const struct ml__tool_cmd ml__tool_cmd_bounds;
-/* Not written yet, or written in their own files later: weak, so that the
- * command links without them and lists them once they are linked in. */
-extern const struct ml__tool_cmd ml__tool_cmd_run __attribute__((weak));
-extern const struct ml__tool_cmd ml__tool_cmd_stats __attribute__((weak));
+extern const struct ml__tool_cmd ml__tool_cmd_bounds, ml__tool_cmd_run,
+    ml__tool_cmd_stats;
 
 static const struct ml__tool_cmd *const commands[] = {
     &ml__tool_cmd_run,
@@ -65,14 +62,12 @@ static void usage(FILE *to)
 	fprintf(to, "Usage: memlimits COMMAND [OPTION]...\n"
 	            "       memlimits --help | --version\n\nCommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		if (commands[i])
-			fprintf(to, "  %-7s %s\n", commands[i]->name,
-			        commands[i]->summary);
+		fprintf(to, "  %-7s %s\n", commands[i]->name,
+		        commands[i]->summary);
 	fprintf(to, "\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		if (commands[i])
-			fprintf(to, "memlimits %s %s\n", commands[i]->name,
-			        commands[i]->synopsis);
+		fprintf(to, "memlimits %s %s\n", commands[i]->name,
+		        commands[i]->synopsis);
 	fprintf(to, "\nSIZE: bytes, or with a binary suffix k/K/KB/KiB, "
 	            "M/MB/MiB, G/GB/GiB (64MiB, 1.5G).\n"
 	            "'memlimits COMMAND --help' describes a command; "
@@ -94,7 +89,7 @@ int main(int argc, char **argv)
 		return ML__TOOL_OK;
 	}
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		if (commands[i] && !strcmp(name, commands[i]->name))
+		if (!strcmp(name, commands[i]->name))
 			return commands[i]->main(argc - 1, argv + 1);
 	if (name[0] == '-')
 		ml__tool_usage_error(NULL, "unknown option '%s' (try --help)",
