@@ -424,7 +424,11 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, struct row *r,
 static uint64_t build_rule(uintptr_t pc)
 {
 	struct ml_eh_bases bases;
+	/* The walk lock keeps fork away from libgcc's own mutex (taken when
+	 * frames were registered at run time). */
+	ml__unwind_lock();
 	const uint8_t *fde = U.find_fde((void *)pc, &bases);
+	ml__unwind_unlock();
 	if (!fde)
 		return pack(RK_END, 0, 0, 1, 0, 0);
 	uint32_t len, cie_id;
@@ -585,11 +589,10 @@ int ml__backtrace(void **ip, int max)
 {
 	if (!ml__unwind_loaded())
 		return 0;
-	/* Under the walk lock, so that a fork never finds the unwinder's own
-	 * mutex held (_Unwind_Find_FDE, _Unwind_Backtrace; see walk_lock). */
-	ml__unwind_lock();
 	int n = -1;
 #if FAST_UNWIND
+	/* No lock: the rules are read lock-free, and a rule is built under
+	 * the walk lock (build_rule). */
 	if (U.find_fde) {
 		n = fast_backtrace(ip, max);
 #ifdef ML_UNWIND_VERIFY
@@ -597,7 +600,9 @@ int ml__backtrace(void **ip, int max)
 		 * this function, at two call sites). */
 		void *slow[256];
 		struct capture v = {slow, 0, max < 256 ? max : 256};
+		ml__unwind_lock();
 		U.backtrace(capture_frame, &v);
+		ml__unwind_unlock();
 		if (n >= 0 && n != v.n)
 			ml__diag("fast walk: %d frames, slow: %d", n, v.n),
 			    abort();
@@ -611,11 +616,14 @@ int ml__backtrace(void **ip, int max)
 	}
 #endif
 	if (n < 0) {
+		/* Under the walk lock, so that a fork never finds the
+		 * unwinder's own mutex held (see walk_lock). */
 		struct capture c = {ip, 0, max};
+		ml__unwind_lock();
 		U.backtrace(capture_frame, &c);
+		ml__unwind_unlock();
 		n = c.n;
 	}
-	ml__unwind_unlock();
 	return n;
 }
 
