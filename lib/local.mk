@@ -23,6 +23,7 @@ lib_libmemlimits_la_SOURCES = \
 lib_libmemlimits_la_CPPFLAGS = $(AM_CPPFLAGS) -DMEMLIMITS_BUILDING
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_LDFLAGS = -version-info $(ML_LT_VERSION) $(LIB_LDFLAGS) \
-	-export-symbols $(srcdir)/lib/exported-symbols.txt
+	$(SAN_LDFLAGS) -export-symbols $(srcdir)/lib/exported-symbols.txt
+lib_libmemlimits_la_LIBADD = $(LIBM)
 EXTRA_DIST += lib/exported-symbols.txt
 EXTRA_lib_libmemlimits_la_DEPENDENCIES = lib/exported-symbols.txt

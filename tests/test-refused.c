@@ -78,6 +78,12 @@ struct result {
 	int ret; /* posix_memalign's result */
 };
 
+/* The library's memalign and aligned_alloc through pointers: their
+ * declarations promise the alignment asked for (alloc_align), which an
+ * invalid one cannot keep, and -fsanitize=alignment checks that promise. */
+static void *(*volatile lib_memalign)(size_t, size_t) = memalign;
+static void *(*volatile lib_aligned_alloc)(size_t, size_t) = aligned_alloc;
+
 /* One request of n bytes through the library (glibc = false) or glibc. */
 static struct result request(enum fn f, size_t align, size_t n, bool glibc)
 {
@@ -99,11 +105,11 @@ static struct result request(enum fn f, size_t align, size_t n, bool glibc)
 		r.p = glibc ? libc.realloc(old, n) : realloc(old, n);
 		break;
 	case F_MEMALIGN:
-		r.p = glibc ? libc.memalign(align, n) : memalign(align, n);
+		r.p = glibc ? libc.memalign(align, n) : lib_memalign(align, n);
 		break;
 	case F_ALIGNED_ALLOC:
 		r.p = glibc ? libc.aligned_alloc(align, n)
-		            : aligned_alloc(align, n);
+		            : lib_aligned_alloc(align, n);
 		break;
 	case F_POSIX_MEMALIGN:
 		r.ret = glibc ? libc.posix_memalign(&r.p, align, n)
