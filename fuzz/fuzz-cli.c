@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fuzz-cli.h"
+#include "tool.h"
 
 static jmp_buf back;
 static int usage_errors;

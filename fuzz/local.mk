@@ -1,5 +1,6 @@
 # Fuzz targets (libFuzzer, clang): every parser of outside input.  Not
-# built by `make` or `make check`; see docs/reliability.md.
+# built by `make`; `make check` replays their seeds without libFuzzer (at
+# the end of this file); see docs/reliability.md.
 #   make fuzz [FUZZ_SECONDS=60]   fuzz each target that long, new inputs
 #                                 go to fuzz/work/TARGET in the build tree
 #   make fuzz-replay              run every input of the seed corpus once
@@ -16,7 +17,7 @@ CLEANFILES += $(FUZZ_TARGETS)
 
 EXTRA_DIST += fuzz/fuzz-parse.c fuzz/fuzz-env.c fuzz/fuzz-cli.c \
 	fuzz/fuzz-cli.h fuzz/cli-run.c fuzz/cli-bounds.c fuzz/fuzz-stats.c \
-	fuzz/fuzz-elf.c fuzz/corpus
+	fuzz/fuzz-elf.c fuzz/replay.c fuzz/corpus
 
 fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/parse.c \
 		$(top_srcdir)/lib/parse.h $(FUZZ_DEPS)
@@ -84,3 +85,33 @@ clean-fuzz:
 	-rm -rf fuzz/work fuzz/replay-*.log
 
 .PHONY: fuzz fuzz-build fuzz-replay clean-fuzz
+
+# The same targets without libFuzzer or clang, in every `make check`:
+# fuzz/replay.c passes each seed once to the target (tests/
+# test-fuzz-replay.sh), so a target that no longer links (a stub missing
+# after a library change) or a seed that now fails a target's checks is
+# seen by the test suite, not only by CI's fuzz stage.
+FUZZ_REPLAY_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib \
+	-I$(top_srcdir)/tools -DML_LIBDIR='"$(libdir)"' \
+	-DML_BINDIR='"$(bindir)"'
+check_PROGRAMS += fuzz/replay-parse fuzz/replay-env fuzz/replay-cli \
+	fuzz/replay-stats fuzz/replay-elf
+TESTS += tests/test-fuzz-replay.sh
+EXTRA_DIST += tests/test-fuzz-replay.sh
+fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/parse.c
+fuzz_replay_parse_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_parse_LDADD = -lm
+fuzz_replay_env_SOURCES = fuzz/replay.c fuzz/fuzz-env.c lib/parse.c \
+	lib/diag.c
+fuzz_replay_env_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_env_LDADD = -ldl -lm
+fuzz_replay_cli_SOURCES = fuzz/replay.c fuzz/fuzz-cli.c fuzz/cli-run.c \
+	fuzz/cli-bounds.c lib/parse.c lib/bounds.c
+fuzz_replay_cli_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_cli_LDADD = -lm
+fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c lib/parse.c
+fuzz_replay_stats_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_stats_LDADD = -lm
+fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c lib/parse.c
+fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_elf_LDADD = -lm
