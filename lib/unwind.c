@@ -211,7 +211,8 @@ static uint64_t uleb(const uint8_t **p, const uint8_t *end, bool *bad)
 }
 static int64_t sleb(const uint8_t **p, const uint8_t *end, bool *bad)
 {
-	int64_t v = 0;
+	/* Unsigned arithmetic: no shift into the sign bit. */
+	uint64_t v = 0;
 	unsigned s = 0;
 	uint8_t b;
 	do {
@@ -220,13 +221,20 @@ static int64_t sleb(const uint8_t **p, const uint8_t *end, bool *bad)
 			return 0;
 		}
 		b = *(*p)++;
-		v |= (int64_t)(b & 0x7f) << s;
+		v |= (uint64_t)(b & 0x7f) << s;
 		s += 7;
 	} while (b & 0x80);
 	if (s < 64 && (b & 0x40))
-		v |= -((int64_t)1 << s);
-	return v;
+		v |= ~(uint64_t)0 << s;
+	return (int64_t)v;
 }
+/* a * b, wrapping (malformed CFI must not be undefined behaviour; the
+ * rule's range checks reject what wrapped). */
+static int64_t mul(int64_t a, int64_t b)
+{
+	return (int64_t)((uint64_t)a * (uint64_t)b);
+}
+
 /* Size of a pointer in this DW_EH_PE encoding; -1: variable or unknown. */
 static int enc_size(uint8_t enc)
 {
@@ -285,7 +293,7 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, struct row *r,
 			goto advance;
 		case 2:
 			reg = op & 0x3f;
-			off = (int64_t)uleb(&p, end, &bad) * data_align;
+			off = mul((int64_t)uleb(&p, end, &bad), data_align);
 			goto offset;
 		case 3:
 			reg = op & 0x3f;
@@ -320,15 +328,15 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, struct row *r,
 		}
 		case 0x05:
 			reg = uleb(&p, end, &bad);
-			off = (int64_t)uleb(&p, end, &bad) * data_align;
+			off = mul((int64_t)uleb(&p, end, &bad), data_align);
 			goto offset;
 		case 0x11:
 			reg = uleb(&p, end, &bad);
-			off = sleb(&p, end, &bad) * data_align;
+			off = mul(sleb(&p, end, &bad), data_align);
 			goto offset;
 		case 0x2f:
 			reg = uleb(&p, end, &bad);
-			off = -(int64_t)uleb(&p, end, &bad) * data_align;
+			off = mul((int64_t)uleb(&p, end, &bad), -data_align);
 			goto offset;
 		case 0x06:
 			reg = uleb(&p, end, &bad);
@@ -361,7 +369,7 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, struct row *r,
 			continue;
 		case 0x12:
 			r->cfa_reg = (unsigned)uleb(&p, end, &bad);
-			r->cfa_off = sleb(&p, end, &bad) * data_align;
+			r->cfa_off = mul(sleb(&p, end, &bad), data_align);
 			continue;
 		case 0x0d:
 			r->cfa_reg = (unsigned)uleb(&p, end, &bad);
@@ -370,7 +378,7 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, struct row *r,
 			r->cfa_off = (int64_t)uleb(&p, end, &bad);
 			continue;
 		case 0x13:
-			r->cfa_off = sleb(&p, end, &bad) * data_align;
+			r->cfa_off = mul(sleb(&p, end, &bad), data_align);
 			continue;
 		case 0x10: /* expression */
 		case 0x16: /* val_expression */
