@@ -149,13 +149,27 @@ static int known_allocator(struct dl_phdr_info *info, size_t size, void *data)
 	return 0;
 }
 
+/* dlsym finds "malloc" at m, outside the library.  A program built
+ * without PIE that takes malloc's address (python3.11 does) holds a
+ * canonical PLT entry for it: an undefined symbol with an address, which
+ * dlsym returns although the program defines no malloc.  dladdr skips
+ * undefined symbols, so it finds a symbol starting at m only for a real
+ * definition (under any name: tcmalloc's malloc is also tc_malloc).
+ * Reached only in that rare case: dladdr is slow, not unsafe. */
+static bool defines_malloc(const void *m)
+{
+	Dl_info info;
+	return dladdr(m, &info) && info.dli_saddr == m;
+}
+
 const char *ml__meter_blind(void)
 {
 	if (blind_checked)
 		return blind;
 	blind_checked = true;
 	const void *m = dlsym(RTLD_DEFAULT, "malloc");
-	if (m && base_of(m) != base_of((const void *)ml__meter_blind))
+	if (m && base_of(m) != base_of((const void *)ml__meter_blind) &&
+	    defines_malloc(m))
 		in_front = object_of(m);
 	const void *libc = base_of((const void *)gnu_get_libc_version);
 	const void *under = (const void *)__libc_malloc;

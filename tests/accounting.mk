@@ -13,3 +13,9 @@ tests_test_refused_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
 tests_test_run_alloc_SOURCES = tests/test-run-alloc.c
 tests_test_run_alloc_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_test_run_alloc_LDFLAGS = -no-install -rdynamic
+
+# -no-pie: a canonical PLT entry for malloc in the program.
+check_PROGRAMS += tests/test-run-nopie
+tests_test_run_nopie_SOURCES = tests/test-run-nopie.c
+tests_test_run_nopie_CFLAGS = $(AM_CFLAGS) -fno-builtin -fno-pie
+tests_test_run_nopie_LDFLAGS = -no-install -no-pie
