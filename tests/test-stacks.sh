@@ -124,6 +124,49 @@ for opts in "" "$STACKS --report $tmp/r"; do
 	fi
 done
 
+# ---- the cached walk agrees with libgcc's --------------------------------
+# The library built with -DML_UNWIND_VERIFY walks every captured stack both
+# ways and aborts on a difference; every allocation samples (interval 1).
+VLIB=$top_builddir/tests/.libs/libmemlimits-verify.so
+if test "$(uname -m)" != x86_64; then
+	skip "cached walk = libgcc's walk: the cached walk is x86-64 only"
+elif ! test -f "$VLIB"; then
+	skip "cached walk = libgcc's walk: $VLIB not built"
+else
+	verify() { # verify DESCRIPTION COMMAND...
+		what=$1
+		shift
+		LD_PRELOAD=$VLIB MEMLIMITS_HEAP_LIMIT=64G \
+			MEMLIMITS_SAMPLE_INTERVAL=${VINTERVAL:-1} "$@" \
+			>"$tmp/verify.out" 2>&1
+		st=$?
+		if test "$st" = 0 && ! grep -q 'walk' "$tmp/verify.out"; then
+			ok "cached walk = libgcc's walk: $what"
+		else
+			notok "cached walk = libgcc's walk: $what (status $st)"
+			tail -n 5 "$tmp/verify.out" | sed 's/^/# /'
+		fi
+	}
+	verify "sh" sh -c 'for i in 1 2 3; do x=$(echo $i | sort); done'
+	verify "deep recursion" "$RETRY" 5 45 200 capture
+	if have_py; then
+		VINTERVAL=64 verify "python3 json and regex" "$PY" -c '
+import json, re
+d = [{"k%d" % i: list(range(i % 50))} for i in range(3000)]
+s = json.dumps(d)
+assert json.loads(s) == d
+print(len(re.findall(r"k\d+", s)))'
+	else
+		skip "cached walk = libgcc's walk: python3: not found"
+	fi
+	if command -v perl >/dev/null 2>&1; then
+		VINTERVAL=64 verify "perl" perl -e \
+			'my %h; $h{$_} = "x" x ($_ % 300) for 1..20000; print scalar(keys %h), "\n"'
+	else
+		skip "cached walk = libgcc's walk: perl: not found"
+	fi
+fi
+
 # ---- start-up -----------------------------------------------------------
 # What the preload adds to a program that does nothing (`memlimits run --
 # true` cost 22 % more than `true`), in instructions (callgrind: exact,
