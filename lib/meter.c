@@ -152,14 +152,17 @@ static int known_allocator(struct dl_phdr_info *info, size_t size, void *data)
 /* dlsym finds "malloc" at m, outside the library.  A program built
  * without PIE that takes malloc's address (python3.11 does) holds a
  * canonical PLT entry for it: an undefined symbol with an address, which
- * dlsym returns although the program defines no malloc.  dladdr skips
- * undefined symbols, so it finds a symbol starting at m only for a real
- * definition (under any name: tcmalloc's malloc is also tc_malloc).
+ * dlsym returns although the program defines no malloc.  A definition
+ * is a defined symbol starting at m (under any name: tcmalloc's malloc is
+ * also tc_malloc); dladdr1 gives the symbol it found, so its section
+ * tells the two apart.
  * Reached only in that rare case: dladdr is slow, not unsafe. */
 static bool defines_malloc(const void *m)
 {
 	Dl_info info;
-	return dladdr(m, &info) && info.dli_saddr == m;
+	const ElfW(Sym) *sym = NULL;
+	return dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
+	       sym->st_shndx != SHN_UNDEF && info.dli_saddr == m;
 }
 
 const char *ml__meter_blind(void)

@@ -6,11 +6,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void *(*volatile alloc_fn)(size_t) = malloc;
-void (*volatile free_fn)(void *) = free;
+void *(*volatile alloc_fn)(size_t);
+void (*volatile free_fn)(void *);
 
 int main(void)
 {
+	/* Taken in code, not in an initializer: non-PIE code loads the
+	 * address as an immediate, and the linker makes the program's PLT
+	 * entry the canonical address of malloc (an initializer would get a
+	 * dynamic relocation instead). */
+	alloc_fn = malloc;
+	free_fn = free;
 	void *p = alloc_fn(100000);
 	if (!p)
 		return 1;
