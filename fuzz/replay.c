@@ -26,8 +26,12 @@ static int one(const char *path)
 	uint8_t *buf = malloc(cap);
 	for (size_t n; buf && (n = fread(buf + len, 1, cap - len, f)) > 0;) {
 		len += n;
-		if (len == cap)
-			buf = realloc(buf, cap *= 2);
+		if (len == cap) {
+			uint8_t *more = realloc(buf, cap *= 2);
+			if (!more)
+				free(buf);
+			buf = more;
+		}
 	}
 	fclose(f);
 	if (!buf) {

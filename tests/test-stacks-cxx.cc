@@ -4,7 +4,8 @@
 #include <cstdlib>
 #include <vector>
 
-namespace stacks_test {
+namespace stacks_test
+{
 struct Hog {
 	std::vector<char *> kept;
 	__attribute__((noinline)) void grow(int mib);
