@@ -124,12 +124,18 @@ void ml__diag(const char *fmt, ...)
 	}
 }
 
-/* Our own close-on-exec copy of the stderr the process started with, far
- * above the low descriptors: a program that closes stderr before exit
- * (coreutils' close_stdout) still gets its report, and no child inherits
- * it.  Before ml__diag_init runs (an allocation before our constructor):
- * fd 2. */
-static int err_fd = 2;
+/* Where diagnostics and a report on stderr go.  The stderr the process
+ * started with is remembered (its device and inode), and copied only once
+ * a report on stderr is due (a limit reached in run mode, or --report
+ * /dev/stderr): a close-on-exec copy far above the low descriptors, so that
+ * a program that closes stderr before exit (coreutils' close_stdout) still
+ * gets its report and no child inherits it.  Until then the library holds
+ * no descriptor at all: a program that lists every descriptor it has
+ * (CPython's test_subprocess) sees only its own.  Before ml__diag_init runs
+ * (an allocation before our constructor): fd 2. */
+static bool err_known; /* stderr's identity was taken at start */
+static bool err_none;  /* started without stderr: nowhere to write */
+static _Atomic int err_copy = -1;
 static dev_t err_dev;
 static ino_t err_ino;
 
@@ -137,32 +143,47 @@ void ml__diag_init(void)
 {
 	struct stat st;
 	if (fstat(2, &st) != 0) {
-		err_fd = -1; /* started without stderr: nowhere to write */
+		err_none = true;
 		return;
 	}
-	/* From 100 up, or lower when RLIMIT_NOFILE is small; fd 2 itself
-	 * when not even that is possible. */
+	err_dev = st.st_dev;
+	err_ino = st.st_ino;
+	err_known = true;
+}
+
+/* fd is (still) the stderr the process started with. */
+static bool is_start_stderr(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && st.st_dev == err_dev &&
+	       st.st_ino == err_ino;
+}
+
+void ml__diag_keep(void)
+{
+	if (!err_known || atomic_load(&err_copy) >= 0 || !is_start_stderr(2))
+		return;
+	/* From 100 up, or lower when RLIMIT_NOFILE is small. */
 	int lo = 100;
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur <= (rlim_t)lo * 2)
 		lo = rl.rlim_cur > 20 ? (int)(rl.rlim_cur / 2) : 10;
-	int fd = fcntl(2, F_DUPFD_CLOEXEC, lo);
-	if (fd < 0)
-		return;
-	err_fd = fd;
-	err_dev = st.st_dev;
-	err_ino = st.st_ino;
+	int fd = fcntl(2, F_DUPFD_CLOEXEC, lo), none = -1;
+	/* Two threads reaching a limit at once: one copy is kept. */
+	if (fd >= 0 && !atomic_compare_exchange_strong(&err_copy, &none, fd))
+		close(fd);
 }
 
 int ml__diag_fd(void)
 {
-	if (err_fd <= 2)
-		return err_fd;
-	/* A program that closed every descriptor may have reused ours for
-	 * a file of its own: never write into that. */
-	struct stat st;
-	if (fstat(err_fd, &st) != 0 || st.st_dev != err_dev ||
-	    st.st_ino != err_ino)
+	if (err_none)
 		return -1;
-	return err_fd;
+	if (!err_known)
+		return 2;
+	/* A program that closed a descriptor may have reused its number
+	 * for a file of its own: never write into that. */
+	int fd = atomic_load(&err_copy);
+	if (fd >= 0)
+		return is_start_stderr(fd) ? fd : -1;
+	return is_start_stderr(2) ? 2 : -1;
 }

@@ -316,10 +316,13 @@ void ml__unwind_unlock(void);
 /* ---- Diagnostics ------------------------------------------------------ */
 
 void ml__diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* At start: keep a close-on-exec copy of stderr above the low descriptors
- * (diag.c).  ml__diag_fd: where diagnostics and a report on stderr go, or
- * -1 (stderr was closed at start, or our copy was closed since). */
+/* At start: remember which file stderr is (diag.c).  ml__diag_keep: a
+ * report on stderr is due, keep a close-on-exec copy of it above the low
+ * descriptors (none is held before).  ml__diag_fd: where diagnostics and a
+ * report on stderr go, or -1 (stderr was closed at start, or is another
+ * file now and no copy was kept). */
 void ml__diag_init(void);
+void ml__diag_keep(void);
 int ml__diag_fd(void);
 
 #endif

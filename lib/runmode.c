@@ -85,11 +85,17 @@ static bool is_stdio(const struct stat *st)
 	return false;
 }
 
+static bool names_stderr(const char *path)
+{
+	return path &&
+	       (!strcmp(path, "/dev/stderr") || !strcmp(path, "/dev/fd/2") ||
+	        !strcmp(path, "/proc/self/fd/2"));
+}
+
 int ml__out_open(const char *what, const char *path, int flags)
 {
 	/* Our copy of stderr: works after the program closed fd 2. */
-	if (!strcmp(path, "/dev/stderr") || !strcmp(path, "/dev/fd/2") ||
-	    !strcmp(path, "/proc/self/fd/2")) {
+	if (names_stderr(path)) {
 		int fd = ml__diag_fd();
 		return fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, fd) : -1;
 	}
@@ -160,6 +166,10 @@ void ml__run_configure(void)
 	r->report_path = read_path("MEMLIMITS_REPORT", report_path);
 	r->profile_path = read_path("MEMLIMITS_PROFILE", profile_path);
 	r->stats_dir = read_path("MEMLIMITS_STATS_DIR", stats_dir);
+	/* A report or profile on stderr is sure to be written: keep a copy
+	 * of stderr from now on (diag.c). */
+	if (names_stderr(r->report_path) || names_stderr(r->profile_path))
+		ml__diag_keep();
 	r->active =
 	    r->alloc_limit != ML_NO_LIMIT || r->heap_limit != ML_NO_LIMIT;
 	r->profiling = r->active || r->profile_path || r->report_path;
@@ -230,8 +240,10 @@ void ml__run_thread_exit(struct ml__thread *t)
 static void fire(ml_status why, uint64_t n)
 {
 	int expect = ML_OK;
-	if (atomic_compare_exchange_strong(&ml__run.fired, &expect, why))
+	if (atomic_compare_exchange_strong(&ml__run.fired, &expect, why)) {
+		ml__diag_keep(); /* the report on stderr is due at exit */
 		ml__profile_trip(why, n);
+	}
 	if (ml__run.on_limit == ML__ON_LIMIT_ABORT) {
 		ml__report_write();
 		if (ml__run.stats)

@@ -4,7 +4,8 @@
  * statistics.
  *
  *   test-output-prog alloc MIB     allocate MIB MiB in 1 MiB blocks, kept
- *   test-output-prog closeerr MIB  close stderr first (as sort does)
+ *   test-output-prog closeerr MIB  close stderr after allocating, before
+ *                                  exit (as sort's close_stdout does)
  *   test-output-prog wipeenv MIB   overwrite every environment string first
  *                                  (as setproctitle does: redis, nginx)
  * Prints "secure=S euid=U failed=F": AT_SECURE, the effective uid, and how
@@ -24,7 +25,7 @@ int main(int argc, char **argv)
 		return 2;
 	long mib = atol(argv[2]), failed = 0;
 	if (!strcmp(argv[1], "closeerr")) {
-		close(2);
+		/* below, after the allocations */
 	} else if (!strcmp(argv[1], "wipeenv")) {
 		/* The strings lie end to end: clear them as one area, as
 		 * setproctitle does to make room for a long title. */
@@ -46,6 +47,8 @@ int main(int argc, char **argv)
 		memset(p, 1, 4096);
 		sink = p;
 	}
+	if (!strcmp(argv[1], "closeerr"))
+		close(2);
 	printf("secure=%lu euid=%u failed=%ld\n", getauxval(AT_SECURE),
 	       (unsigned)geteuid(), failed);
 	return 0;

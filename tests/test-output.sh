@@ -107,6 +107,21 @@ fds_same() {
 }
 fds_same "stdio open" ""
 fds_same "stdin and stderr closed" "<&- 2>&-"
+# A program that lists every descriptor it has (CPython's
+# test_pass_fds_redirected scans them all with fstat) sees only its own
+# under limits that are not reached: the library holds none until a report
+# on stderr is due.
+for lim in "--heap-limit 1GiB" "--alloc-limit 1TiB"; do
+	ls /proc/self/fd >"$tmp/plain"
+	# shellcheck disable=SC2086 # $lim is two words on purpose
+	$T "$M" run $lim -- ls /proc/self/fd >"$tmp/run"
+	if test -s "$tmp/plain" && cmp -s "$tmp/plain" "$tmp/run"; then
+		ok "$lim, not reached: the program lists the descriptors it lists without memlimits"
+	else
+		notok "$lim, not reached: the program lists other descriptors"
+		diag "$tmp/plain" "$tmp/run"
+	fi
+done
 
 # ---- settings read once: a program that overwrites its environment -----
 rm -rf "$tmp/st" && mkdir "$tmp/st"
