@@ -107,6 +107,21 @@ else
 	diag "$tmp/p.txt"
 fi
 
+# ---- fork: a budget of its own ------------------------------------------
+# The parent reaches a 32 MiB allocation limit (sticky: it stays refused),
+# then forks; the child's 16 MiB all succeed, as memlimits(1) says.  Were
+# the child to continue from its parent's count, all 16 would fail; with its
+# own budget, 16 MiB reaching a 32 MiB limit (k = 420 samples, 210 expected)
+# has probability below 1e-30.
+"$M" run --alloc-limit 32MiB --seed 3 -- "$A" fork 200 >"$tmp/out" 2>"$tmp/err"
+st=$?
+if test "$st" = 0 && grep -q 'child, 0 of 16 refused' "$tmp/out"; then
+	ok "a forked child starts a budget of its own: $(head -n 1 "$tmp/out")"
+else
+	notok "forked child: status $st"
+	diag "$tmp/out"
+fi
+
 # ---- allocators the meter cannot read ------------------------------------
 libpath() { # the path of a shared library the loader knows, or nothing
 	/sbin/ldconfig -p 2>/dev/null | sed -n "s/^[[:space:]]*$1 (.*) => //p" | head -1

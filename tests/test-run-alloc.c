@@ -8,6 +8,9 @@
  *                             MIB), then refused_function asks for 16 more
  *   test-run-alloc usable     blocks of many sizes, each checked with
  *                             malloc_usable_size, realloc'd and freed
+ *   test-run-alloc fork MIB   1 MiB blocks until one is refused (at most
+ *                             MIB), then fork: exit 0 when the child's 16
+ *                             blocks of 1 MiB all succeed (its own budget)
  * Linked -rdynamic: the report names the functions through dladdr. */
 #include <errno.h>
 #include <malloc.h>
@@ -15,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 void hog_until_refused(long mib);
 void refused_function(void);
@@ -78,6 +83,38 @@ __attribute__((noinline)) void refused_function(void)
 	}
 }
 
+/* memlimits(1): a child created by fork alone has a budget of its own,
+ * as an exec'd one does, even when its parent has spent its own. */
+static int forked(long mib)
+{
+	hog_until_refused(mib);
+	errno = 0;
+	sink = malloc(1 << 20);
+	int parent_refused = sink == NULL;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fails = 0;
+		for (int i = 0; i < 16; i++) {
+			char *p = malloc(1 << 20);
+			if (!p)
+				fails++;
+			else
+				p[0] = 1;
+			sink = p;
+			free(p);
+		}
+		printf("fork: child, %d of 16 refused\n", fails);
+		exit(fails != 0);
+	}
+	int st = 0;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		return 1;
+	printf("fork: parent %s refused after the limit\n",
+	       parent_refused ? "still" : "not");
+	return parent_refused && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
 static int usable(void)
 {
 	int bad = 0;
@@ -105,6 +142,8 @@ int main(int argc, char **argv)
 		return usable();
 	if (argc == 3 && !strcmp(argv[1], "peak"))
 		return peak(atol(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "fork"))
+		return forked(atol(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "refused")) {
 		hog_until_refused(atol(argv[2]));
 		refused_function();
@@ -112,6 +151,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "usage: test-run-alloc huge | usable | peak MIB | "
-	                "refused MIB\n");
+	                "refused MIB | fork MIB\n");
 	return 2;
 }
