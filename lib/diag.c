@@ -68,10 +68,11 @@ void ml__diag(const char *fmt, ...)
 			const char *s = va_arg(ap, const char *);
 			/* Values from outside: control characters
 			 * escaped, never sent to the terminal raw. */
-			for (s = s ? s : "(null)"; *s; s++) {
-				char e[4];
-				put_n(&o, e,
-				      ml__show_byte((unsigned char)*s, e));
+			for (s = s ? s : "(null)"; *s;) {
+				char e[8];
+				unsigned used;
+				put_n(&o, e, ml__show_char(s, e, &used));
+				s += used;
 			}
 			break;
 		}

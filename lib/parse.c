@@ -1,7 +1,9 @@
 #include "parse.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 static int is_digit(char c)
 {
@@ -164,15 +166,36 @@ int ml__parse_prob(const char *s, double *out)
 	return 0;
 }
 
-unsigned ml__show_byte(unsigned char c, char out[4])
+unsigned ml__show_char(const char *s, char out[8], unsigned *used)
 {
-	if (c >= 0x20 && c != 0x7f) {
-		out[0] = (char)c;
-		return 1;
+	const unsigned char *u = (const unsigned char *)s;
+	/* The length a well-formed UTF-8 sequence starting with u[0] has (no
+	 * overlong form, surrogate or value past U+10FFFF); 0: none. */
+	unsigned n = u[0] < 0x80                    ? 1
+	             : u[0] >= 0xc2 && u[0] <= 0xdf ? 2
+	             : u[0] >= 0xe0 && u[0] <= 0xef ? 3
+	             : u[0] >= 0xf0 && u[0] <= 0xf4 ? 4
+	                                            : 0;
+	for (unsigned i = 1; i < n; i++)
+		if ((u[i] & 0xc0) != 0x80) /* the NUL ends it too */
+			n = 0;
+	if ((n == 3 && ((u[0] == 0xe0 && u[1] < 0xa0) ||
+	                (u[0] == 0xed && u[1] >= 0xa0))) ||
+	    (n == 4 &&
+	     ((u[0] == 0xf0 && u[1] < 0x90) || (u[0] == 0xf4 && u[1] >= 0x90))))
+		n = 0;
+	bool control = n == 0 || (n == 1 && (u[0] < 0x20 || u[0] == 0x7f)) ||
+	               (n == 2 && u[0] == 0xc2 && u[1] < 0xa0);
+	*used = n ? n : 1;
+	if (!control) {
+		memcpy(out, s, n);
+		return n;
 	}
-	out[0] = '\\';
-	out[1] = 'x';
-	out[2] = "0123456789abcdef"[c >> 4];
-	out[3] = "0123456789abcdef"[c & 15];
-	return 4;
+	for (unsigned i = 0; i < *used; i++) {
+		out[4 * i] = '\\';
+		out[4 * i + 1] = 'x';
+		out[4 * i + 2] = "0123456789abcdef"[u[i] >> 4];
+		out[4 * i + 3] = "0123456789abcdef"[u[i] & 15];
+	}
+	return 4 * *used;
 }

@@ -201,6 +201,22 @@ noctl() {
 	fi
 }
 noctl "$tmp/err" "run --on-limit with escape sequences"
+# C1 controls: U+009B (CSI, which terminals take as ESC [) written in UTF-8,
+# and a lone byte 0x9b (CSI to an 8-bit terminal).  A printable non-ASCII
+# character (U+00E9) is left as it is.
+c1=$(printf 'a\302\233[2Jb\233c\303\251')
+# noc1 FILE WHAT: FILE holds no byte 0x9b, shows both as \xHH, keeps U+00E9.
+noc1() {
+	if ! grep -q "$(printf '\233')" "$1" && grep -qF 'a\xc2\x9b[2Jb\x9bc' "$1" &&
+		grep -q "$(printf '\303\251')" "$1"; then
+		ok "$2: C1 controls escaped, UTF-8 kept"
+	else
+		notok "$2: C1 controls reach the terminal"
+		od -c "$1" | head -5 | diag
+	fi
+}
+bad "run --on-limit with C1 controls" run --on-limit "$c1" -- sh -c "$ran"
+noc1 "$tmp/err" "run --on-limit with C1 controls"
 
 # The library's own diagnostics, about its environment.
 lib=${MEMLIMITS_LIB:-$top_builddir/lib/.libs/libmemlimits.so}
@@ -221,6 +237,8 @@ if test -f "$lib"; then
 	fi
 	envdiag MEMLIMITS_ON_LIMIT "$esc"
 	noctl "$tmp/err" "library: MEMLIMITS_ON_LIMIT with escape sequences"
+	envdiag MEMLIMITS_ON_LIMIT "$c1"
+	noc1 "$tmp/err" "library: MEMLIMITS_ON_LIMIT with C1 controls"
 	envdiag MEMLIMITS_ON_LIMIT "$(printf 'a\nb')"
 	test "$(wc -l <"$tmp/err")" = 2 && ok "library: a newline in a value stays on its line" ||
 		notok "library: a newline in a value: $(wc -l <"$tmp/err") lines"
@@ -274,6 +292,16 @@ stfile "$tmp/ctl" 1 '/bin/\u001b]0;owned\u0007x\u001b[2J' 100
 $TO "$M" stats "$tmp/ctl" >"$tmp/out" 2>"$tmp/err"
 test $? = 0 && grep -q '^1 ' "$tmp/out" && noctl "$tmp/out" "stats: a program name with escape sequences" ||
 	notok "stats on a program name with escape sequences: $(cat "$tmp/err")"
+mkdir "$tmp/c1"
+stfile "$tmp/c1" 1 'a\u009b[2Jb\u00e9' 100
+$TO "$M" stats "$tmp/c1" >"$tmp/out" 2>"$tmp/err"
+if test $? = 0 && ! grep -q "$(printf '\233')" "$tmp/out" &&
+	grep -qF 'a\xc2\x9b[2Jb' "$tmp/out" && grep -q "$(printf 'b\303\251')" "$tmp/out"; then
+	ok "stats: a program name with a C1 control (U+009B) is escaped, U+00E9 kept"
+else
+	notok "stats: a program name with a C1 control: $(cat "$tmp/err")"
+	od -c "$tmp/out" | head -5 | diag
+fi
 # 10 000 processes: the TOTAL label keeps its closing bracket.
 mkdir "$tmp/many"
 i=1

@@ -467,19 +467,20 @@ static void human(char *out, size_t cap, double d)
 		snprintf(out, cap, "%.1f %s", d, unit[u]);
 }
 
-/* A program name from a file, as a table cell: at most 16 columns, its
+/* A program name from a file, as a table cell: at most 16 bytes, its
  * control characters escaped (never sent to the terminal raw), never cut
- * inside an escape. */
+ * inside an escape or a character. */
 static void program_cell(char out[17], const char *prog)
 {
 	size_t n = 0;
-	for (const char *p = prog; *p; p++) {
-		char e[4];
-		unsigned k = ml__show_byte((unsigned char)*p, e);
+	for (const char *p = prog; *p;) {
+		char e[8];
+		unsigned used, k = ml__show_char(p, e, &used);
 		if (n + k > 16)
 			break;
 		memcpy(out + n, e, k);
 		n += k;
+		p += used;
 	}
 	out[n] = 0;
 }

@@ -37,15 +37,16 @@ _Noreturn void ml__tool_usage_error(const char *cmd, const char *fmt, ...)
 	 * value the user gave) escaped, a message too long cut with "...". */
 	size_t len = 0;
 	bool cut = n < 0 || (size_t)n >= sizeof msg;
-	for (const char *p = msg; *p; p++) {
-		char e[4];
-		unsigned k = ml__show_byte((unsigned char)*p, e);
+	for (const char *p = msg; *p;) {
+		char e[8];
+		unsigned used, k = ml__show_char(p, e, &used);
 		if (len + k > sizeof shown - 4) {
 			cut = true;
 			break;
 		}
 		memcpy(shown + len, e, k);
 		len += k;
+		p += used;
 	}
 	if (cut) {
 		memcpy(shown + len, "...", 3);
