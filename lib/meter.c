@@ -165,15 +165,37 @@ static bool defines_malloc(const void *m)
 	       sym->st_shndx != SHN_UNDEF && info.dli_saddr == m;
 }
 
+/* With only a canonical PLT entry in the program, the program's malloc is
+ * the first definition after it in the global scope, which the loader
+ * searches in link-map order (dl_iterate_phdr's): in front of ours when a
+ * known allocator comes before the library (python3.11 under
+ * LD_PRELOAD="libtcmalloc... libmemlimits..."). */
+static int allocator_before_us(struct dl_phdr_info *info, size_t size,
+                               void *data)
+{
+	const char **front = data;
+	uintptr_t ours = (uintptr_t)ml__meter_blind;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type == PT_LOAD &&
+		    ours - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz)
+			return 1; /* the library first: nothing in front */
+	}
+	return known_allocator(info, size, front);
+}
+
 const char *ml__meter_blind(void)
 {
 	if (blind_checked)
 		return blind;
 	blind_checked = true;
 	const void *m = dlsym(RTLD_DEFAULT, "malloc");
-	if (m && base_of(m) != base_of((const void *)ml__meter_blind) &&
-	    defines_malloc(m))
-		in_front = object_of(m);
+	if (m && base_of(m) != base_of((const void *)ml__meter_blind)) {
+		if (defines_malloc(m))
+			in_front = object_of(m);
+		else
+			dl_iterate_phdr(allocator_before_us, &in_front);
+	}
 	const void *libc = base_of((const void *)gnu_get_libc_version);
 	const void *under = (const void *)__libc_malloc;
 	if (libc && base_of(under) != libc) {

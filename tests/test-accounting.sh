@@ -221,7 +221,24 @@ if test -n "$lib"; then
 		notok "a malloc in front of the library's: status $st"
 		diag "$tmp/err" "$tmp/f.txt"
 	fi
+	# The same in front of a non-PIE program taking malloc's address
+	# (python3.11): dlsym finds only the program's canonical PLT entry,
+	# whose calls go to the allocator in front, not to the library.
+	rm -f "$tmp/f.txt"
+	LD_PRELOAD=$lib:$L MEMLIMITS_ALLOC_LIMIT=1073741824 MEMLIMITS_REPORT=$tmp/f.txt \
+		"$NOPIE" >"$tmp/out" 2>"$tmp/err"
+	st=$?
+	if test "$st" = 0 && test "$(wc -l <"$tmp/err")" = 1 &&
+		grep -q 'no allocation is seen' "$tmp/err" &&
+		grep -q '^allocation limit: off' "$tmp/f.txt" &&
+		! grep -q 'counted so far\|^estimated bytes' "$tmp/f.txt"; then
+		ok "a malloc in front of a non-PIE program's canonical PLT entry: said once, no figure reported"
+	else
+		notok "a malloc in front of a non-PIE program: status $st"
+		diag "$tmp/err" "$tmp/f.txt"
+	fi
 else
+	skip "libjemalloc.so.2 is not installed"
 	skip "libjemalloc.so.2 is not installed"
 fi
 if test -x /usr/bin/python3 && lib=$(libpath libtcmalloc_minimal.so.4) && test -n "$lib"; then
