@@ -7,6 +7,7 @@
  * bounds").  It depends on nothing else in the library: the memlimits
  * command compiles it in directly. */
 #include "memlimits.h"
+#include "sampler.h"
 
 #include <math.h>
 
@@ -20,12 +21,6 @@
 struct lpq {
 	double lp, lq, ld;
 };
-
-static uint64_t samples_needed(uint64_t limit, uint64_t s)
-{
-	uint64_t k = limit / s + (limit % s != 0);
-	return k ? k : 1;
-}
 
 /* log(x/k) - (x - k)/k, without cancellation near x = k (Loader's bd0,
  * through log(1+s) = 2 atanh(s / (2 + s))). */
@@ -164,7 +159,7 @@ ML_EXPORT double ml_bound_alloc(uint64_t n, uint64_t limit, uint64_t interval)
 		return NAN;
 	if (limit == ML_NO_LIMIT)
 		return 0; /* never interrupted, as in ml_run */
-	double k = (double)samples_needed(limit, interval);
+	double k = (double)ml__samples_needed(limit, interval);
 	return exp(gamma_p(k, (double)n / (double)interval).lp);
 }
 
@@ -175,7 +170,7 @@ ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
 		return 0; /* also NaN; for t <= 0 only n = 0 is safe */
 	if (t >= 1 || limit == ML_NO_LIMIT)
 		return UINT64_MAX;
-	double k = (double)samples_needed(limit, interval), s = interval;
+	double k = (double)ml__samples_needed(limit, interval), s = interval;
 	double lt = log(t);
 	/* Newton on y = log x: log P(k, e^y) is concave (the log-gamma
 	 * density is log-concave), so after the first step the iterates rise

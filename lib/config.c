@@ -8,9 +8,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 
-#define ML_DEFAULT_INTERVAL 80000u
-
-_Atomic uint64_t ml__interval = ML_DEFAULT_INTERVAL;
+_Atomic uint64_t ml__interval = ML__DEFAULT_INTERVAL;
 _Atomic uint64_t ml__seed = 0x6d656d6c696d6974u; /* "memlimit" */
 _Atomic uint32_t ml__seed_epoch;
 _Atomic uint32_t ml__interval_epoch;

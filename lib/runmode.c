@@ -177,11 +177,8 @@ void ml__run_configure(void)
 	if (!r->active && !r->profiling && !r->stats)
 		return;
 	uint64_t s = atomic_load(&ml__interval);
-	if (r->alloc_limit != ML_NO_LIMIT) {
-		r->k = r->alloc_limit / s + (r->alloc_limit % s != 0);
-		if (!r->k)
-			r->k = 1;
-	}
+	if (r->alloc_limit != ML_NO_LIMIT)
+		r->k = ml__samples_needed(r->alloc_limit, s);
 	const char *front = ml__malloc_in_front();
 	if (r->heap_limit != ML_NO_LIMIT && (r->heap_blind = ml__meter_blind()))
 		ml__diag("the heap limit is off: the allocator in use (%s) is "

@@ -14,6 +14,18 @@
 
 #include <stdint.h>
 
+/* The mean sample interval S when none is set (MEMLIMITS_INTERVAL,
+ * ml_set_interval, memlimits --interval). */
+#define ML__DEFAULT_INTERVAL 80000u
+
+/* Samples that reach a limit of `limit` bytes at interval s > 0:
+ * k = max(1, ceil(limit / s)). */
+static inline uint64_t ml__samples_needed(uint64_t limit, uint64_t s)
+{
+	uint64_t k = limit / s + (limit % s != 0);
+	return k ? k : 1;
+}
+
 struct ml__sampler {
 	uint64_t rng[4]; /* xoshiro256** */
 	double frac;     /* ceil(r) - r for the current countdown */

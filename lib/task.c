@@ -246,8 +246,7 @@ static uint64_t samples_needed(uint64_t bytes, uint64_t s)
 {
 	if (bytes == ML_NO_LIMIT)
 		return UINT64_MAX;
-	uint64_t k = bytes / s + (bytes % s != 0);
-	return k ? k : 1;
+	return ml__samples_needed(bytes, s);
 }
 
 /* Give back what a task owns on its thread, as at its start: the cleanup

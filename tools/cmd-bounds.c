@@ -11,11 +11,11 @@
 #include <string.h>
 
 #include "../lib/parse.h"
+#include "../lib/sampler.h"
 #include "memlimits.h"
 #include "tool.h"
 
 #define CMD "bounds"
-#define DEFAULT_INTERVAL 80000
 #define MAX_TARGETS 32
 #define MAX_CURVE 100000
 
@@ -101,7 +101,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
 	};
-	*o = (struct opts){.interval = DEFAULT_INTERVAL, .format = TEXT};
+	*o = (struct opts){.interval = ML__DEFAULT_INTERVAL, .format = TEXT};
 	bool has_curve = false;
 	opterr = 0;
 	optind = 1;
@@ -210,12 +210,6 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 }
 
-static uint64_t samples_needed(uint64_t limit, uint64_t s)
-{
-	uint64_t k = limit / s + (limit % s != 0);
-	return k ? k : 1;
-}
-
 /* "64 MiB", "1.50 GiB", "512 bytes". */
 static const char *human(uint64_t n, char *buf, size_t len)
 {
@@ -266,7 +260,7 @@ static void json_num(double v)
 
 static void print_limit(const struct opts *o)
 {
-	uint64_t s = o->interval, l = o->limit, k = samples_needed(l, s);
+	uint64_t s = o->interval, l = o->limit, k = ml__samples_needed(l, s);
 	unsigned npoints =
 	    o->curve ? o->curve + 1
 	             : sizeof default_fractions / sizeof default_fractions[0];
