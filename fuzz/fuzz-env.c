@@ -131,7 +131,7 @@ static char *env_arr[NVARS + 1];
 
 static void reset(void)
 {
-	atomic_store(&ml__interval, ML_DEFAULT_INTERVAL);
+	atomic_store(&ml__interval, ML__DEFAULT_INTERVAL);
 	atomic_store(&ml__default_delivery, ML_DELIVER_JUMP);
 	ml__run = (struct ml__run){.alloc_limit = ML_NO_LIMIT,
 	                           .heap_limit = ML_NO_LIMIT};
@@ -188,7 +188,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (val[0] && *val[0] && ml__parse_size(val[0], &x) == 0 && x > 0)
 		CHECK(s == x);
 	else
-		CHECK(s == ML_DEFAULT_INTERVAL);
+		CHECK(s == ML__DEFAULT_INTERVAL);
 	int d = atomic_load(&ml__default_delivery);
 	CHECK(d >= ML_DELIVER_JUMP && d <= ML_DELIVER_FLAG);
 	CHECK(ml__run.on_limit == ML__ON_LIMIT_FAIL ||
