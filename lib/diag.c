@@ -38,14 +38,9 @@ static void put(struct out *o, char c)
 
 static void put_u(struct out *o, unsigned long long v, unsigned base)
 {
-	char tmp[24];
-	int i = 0;
-	do {
-		tmp[i++] = "0123456789abcdef"[v % base];
-		v /= base;
-	} while (v);
-	while (i)
-		put(o, tmp[--i]);
+	char tmp[ML__UTOA_BYTES];
+	const char *p = ml__utoa(v, base, tmp);
+	put_n(o, p, (size_t)(tmp + sizeof tmp - 1 - p));
 }
 
 void ml__diag(const char *fmt, ...)

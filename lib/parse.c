@@ -199,3 +199,14 @@ unsigned ml__show_char(const char *s, char out[8], unsigned *used)
 	}
 	return 4 * *used;
 }
+
+char *ml__utoa(uint64_t v, unsigned base, char buf[ML__UTOA_BYTES])
+{
+	char *p = buf + ML__UTOA_BYTES - 1;
+	*p = 0;
+	do {
+		*--p = "0123456789abcdef"[v % base];
+		v /= base;
+	} while (v);
+	return p;
+}

@@ -27,6 +27,12 @@ int ml__parse_prob(const char *s, double *out);
  * ESC [ does) or not UTF-8 (a lone byte 0x80-0x9f is a C1 control to an
  * 8-bit terminal).  Sets *used to the bytes of s it took (1 to 4); writes
  * at most 8 bytes to out; returns how many. */
+/* v as text in base 10 or 16 (lower case, no prefix), without stdio or
+ * locale: written at the end of buf, NUL-terminated; returns where the
+ * digits start.  The library's one integer-to-text loop. */
+#define ML__UTOA_BYTES 24
+char *ml__utoa(uint64_t v, unsigned base, char buf[ML__UTOA_BYTES]);
+
 unsigned ml__show_char(const char *s, char out[8], unsigned *used);
 
 #endif

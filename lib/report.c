@@ -11,6 +11,7 @@
  * object's own .symtab for the rest, object+offset when stripped. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "parse.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -253,25 +254,15 @@ static void put(struct out *o, const char *s)
 
 static void put_u(struct out *o, uint64_t v)
 {
-	char tmp[24];
-	int i = sizeof tmp;
-	do {
-		tmp[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	put_mem(o, tmp + i, sizeof tmp - (size_t)i);
+	char tmp[ML__UTOA_BYTES];
+	put(o, ml__utoa(v, 10, tmp));
 }
 
 static void put_x(struct out *o, uint64_t v)
 {
-	char tmp[24];
-	int i = sizeof tmp;
-	do {
-		tmp[--i] = "0123456789abcdef"[v & 15];
-		v >>= 4;
-	} while (v);
+	char tmp[ML__UTOA_BYTES];
 	put(o, "0x");
-	put_mem(o, tmp + i, sizeof tmp - (size_t)i);
+	put(o, ml__utoa(v, 16, tmp));
 }
 
 /* v/d with one decimal, rounded: "12.5". */
@@ -315,26 +306,21 @@ static int open_out(const char *what, const char *path, char *buf, size_t cap)
 {
 	size_t n = 0;
 	for (const char *p = path; *p; p++) {
-		char tmp[24];
-		int i = sizeof tmp;
+		char tmp[ML__UTOA_BYTES] = {*p};
+		const char *s = tmp;
 		if (p[0] == '%' && p[1] == 'p') {
-			uint64_t v = (uint64_t)getpid();
-			do {
-				tmp[--i] = (char)('0' + v % 10);
-				v /= 10;
-			} while (v);
+			s = ml__utoa((uint64_t)getpid(), 10, tmp);
 			p++;
-		} else {
-			tmp[--i] = *p;
 		}
-		if (n + sizeof tmp - (size_t)i >= cap) {
+		size_t k = strlen(s);
+		if (n + k >= cap) {
 			ml__diag("cannot write the %s to %s: the name is "
 			         "longer than %zu bytes",
 			         what, path, cap - 1);
 			return -1;
 		}
-		memcpy(buf + n, tmp + i, sizeof tmp - (size_t)i);
-		n += sizeof tmp - (size_t)i;
+		memcpy(buf + n, s, k);
+		n += k;
 	}
 	buf[n] = 0;
 	/* Appended: processes of one run share the file, memlimits run

@@ -7,6 +7,7 @@
  * that `memlimits stats` never sees half a file.  Format: memlimits(1). */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "parse.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -170,14 +171,8 @@ static void put(struct out *o, const char *s)
 
 static void put_u(struct out *o, uint64_t v)
 {
-	char tmp[24];
-	int i = sizeof tmp - 1;
-	tmp[i] = 0;
-	do {
-		tmp[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	put(o, tmp + i);
+	char tmp[ML__UTOA_BYTES];
+	put(o, ml__utoa(v, 10, tmp));
 }
 
 /* A non-negative fraction with 9 decimals: "0.012500000". */
@@ -289,14 +284,8 @@ static size_t append(char *dst, size_t at, size_t cap, const char *s)
 
 static size_t append_u(char *dst, size_t at, size_t cap, uint64_t v)
 {
-	char tmp[24];
-	int i = sizeof tmp - 1;
-	tmp[i] = 0;
-	do {
-		tmp[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	return append(dst, at, cap, tmp + i);
+	char tmp[ML__UTOA_BYTES];
+	return append(dst, at, cap, ml__utoa(v, 10, tmp));
 }
 
 void ml__stats_write(void)
