@@ -98,6 +98,14 @@ check "--interval 4KiB = 4096" test \
 	"$("$ML" bounds --limit 1G --interval 4KiB --format=tsv)" = \
 	"$("$ML" bounds --limit 1073741824 --interval 4096 --format=tsv)"
 
+# 100 % of a limit is the limit itself, exactly, also above 2^53 (where a
+# double holds only even numbers, or coarser).
+for l in 18446744073709551614 18446744073709000000 9007199254740993; do
+	"$ML" bounds --limit $l --format=tsv >"$tmp/big" 2>"$tmp/err"
+	check "--limit $l: the 100 % row is $l bytes" \
+		test "$(awk -F '\t' '$1 == "alloc" && $2 == 1 { print $3 }' "$tmp/big")" = $l
+done
+
 # ---- JSON -----------------------------------------------------------------
 "$ML" bounds --limit 64MiB --format=json >"$tmp/json"
 "$ML" bounds --limit 100 --target 1e-300 --format json >"$tmp/json-null"

@@ -230,10 +230,13 @@ static const char *human(uint64_t n, char *buf, size_t len)
 	return buf;
 }
 
+/* limit * f to the nearest byte; in long double, whose 64-bit (x86-64) or
+ * wider mantissa holds every limit exactly: in double, 100 % of a limit
+ * above 2^53 printed another number (2^64-2 showed as 2^64-1). */
 static uint64_t scaled(uint64_t limit, double f)
 {
-	double v = floor((double)limit * f + 0.5);
-	return v >= 0x1p64 ? UINT64_MAX : (uint64_t)v;
+	long double v = floorl((long double)limit * f + 0.5L);
+	return v >= 0x1p64L ? UINT64_MAX : (uint64_t)v;
 }
 
 /* Probabilities below the documented range print as 0. */
