@@ -203,6 +203,8 @@ int ml__out_open(const char *what, const char *path, int flags);
 int ml__out_write(int fd, const char *buf, size_t len);
 void ml__out_failed(const char *what, const char *path, int err);
 const char *ml__strerror(int err); /* no allocation, no locale */
+/* This program's path (/proc/self/exe) in buf, or "?"; cap >= 2. */
+void ml__self_exe(char *buf, size_t cap);
 void ml__run_thread_start(struct ml__thread *t);
 void ml__run_thread_exit(struct ml__thread *t);
 /* A sample of a root task: 0 = allocate, -1 = fail (heap limit). */

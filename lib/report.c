@@ -798,11 +798,7 @@ void ml__report_write(void)
 	}
 	sy->cache = ml__raw_alloc(NSYMS * sizeof *sy->cache);
 	sy->objs = ml__raw_alloc(NOBJS * sizeof *sy->objs);
-	ssize_t n = readlink("/proc/self/exe", sy->exe, sizeof sy->exe - 1);
-	if (n > 0)
-		sy->exe[n] = 0;
-	else
-		memcpy(sy->exe, "?", 2);
+	ml__self_exe(sy->exe, sizeof sy->exe);
 	find_demangler(sy);
 	write_report(sy, buf);
 	if (ml__run.profile_path)

@@ -65,6 +65,15 @@ const char *ml__strerror(int err)
 	return s ? s : "unknown error";
 }
 
+void ml__self_exe(char *buf, size_t cap)
+{
+	ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+	if (n > 0)
+		buf[n] = 0;
+	else
+		memcpy(buf, "?", 2);
+}
+
 void ml__out_failed(const char *what, const char *path, int err)
 {
 	ml__diag("cannot write the %s to %s: %s", what, path,

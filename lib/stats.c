@@ -302,11 +302,7 @@ void ml__stats_write(void)
 	ml__spin_unlock(&lock);
 
 	char exe[1024];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n > 0)
-		exe[n] = 0;
-	else
-		memcpy(exe, "?", 2);
+	ml__self_exe(exe, sizeof exe);
 	struct out o;
 	o.len = 0;
 	o.overflow = false;
