@@ -1,51 +1,87 @@
-/* Diagnostics without stdio: format into a stack buffer, write(2) it.
+/* Output without stdio: the library's one writer (struct ml__out, which
+ * the report and the statistics use too) and diagnostics, formatted into
+ * a stack buffer and written with write(2).
  * Understands %s %c %d %u %ld %lu %lld %llu %zu %x %lx %llx %p %%, which is
  * all the library prints.  A %s argument is a value from outside: its
  * control characters are escaped.  The line always ends with a newline. */
 #include "internal.h"
 #include "parse.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-struct out {
-	char buf[512];
-	size_t len;
-	bool cut;
-};
-
-/* Room is kept for "...\n": a message too long for the buffer is cut,
- * says so, and still ends its line. */
-#define ROOM (sizeof((struct out *)0)->buf - 4)
-
-static void put_n(struct out *o, const char *s, size_t n)
+int ml__out_write(int fd, const char *buf, size_t len)
 {
-	if (o->cut || o->len + n > ROOM) {
-		o->cut = true;
+	while (len) {
+		ssize_t w = write(fd, buf, len);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? errno : EIO;
+		buf += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+void ml__out_flush(struct ml__out *o, size_t upto)
+{
+	if (!o->err)
+		o->err = ml__out_write(o->fd, o->buf, upto);
+	memmove(o->buf, o->buf + upto, o->len - upto);
+	o->len -= upto;
+	o->line -= upto;
+}
+
+void ml__out_put(struct ml__out *o, const char *s, size_t n)
+{
+	if (o->fd < 0) {
+		if (o->cut || n > o->cap - o->len) {
+			o->cut = true;
+			return;
+		}
+		memcpy(o->buf + o->len, s, n);
+		o->len += n;
 		return;
 	}
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		if (o->len == o->cap) {
+			/* Whole lines go out together. */
+			ml__out_flush(o, o->line ? o->line : o->len);
+		}
 		o->buf[o->len++] = s[i];
+		if (s[i] == '\n')
+			o->line = o->len;
+	}
 }
 
-static void put(struct out *o, char c)
+void ml__out_puts(struct ml__out *o, const char *s)
 {
-	put_n(o, &c, 1);
+	ml__out_put(o, s, strlen(s));
 }
 
-static void put_u(struct out *o, unsigned long long v, unsigned base)
+void ml__out_u(struct ml__out *o, uint64_t v, unsigned base)
 {
 	char tmp[ML__UTOA_BYTES];
-	const char *p = ml__utoa(v, base, tmp);
-	put_n(o, p, (size_t)(tmp + sizeof tmp - 1 - p));
+	ml__out_puts(o, ml__utoa(v, base, tmp));
+}
+
+static void put(struct ml__out *o, char c)
+{
+	ml__out_put(o, &c, 1);
 }
 
 void ml__diag(const char *fmt, ...)
 {
-	struct out o = {.len = 0};
+	/* Room is kept for "...\n": a message too long for the buffer is
+	 * cut, says so, and still ends its line. */
+	char buf[512];
+	struct ml__out o = {.buf = buf, .cap = sizeof buf - 4, .fd = -1};
 	va_list ap;
 	va_start(ap, fmt);
 	for (const char *f = "memlimits: "; *f; f++)
@@ -66,7 +102,7 @@ void ml__diag(const char *fmt, ...)
 			for (s = s ? s : "(null)"; *s;) {
 				char e[8];
 				unsigned used;
-				put_n(&o, e, ml__show_char(s, e, &used));
+				ml__out_put(&o, e, ml__show_char(s, e, &used));
 				s += used;
 			}
 			break;
@@ -79,23 +115,23 @@ void ml__diag(const char *fmt, ...)
 			    lng ? va_arg(ap, long long) : va_arg(ap, int);
 			if (v < 0) {
 				put(&o, '-');
-				put_u(&o, 0ull - (unsigned long long)v, 10);
+				ml__out_u(&o, 0ull - (unsigned long long)v, 10);
 			} else {
-				put_u(&o, (unsigned long long)v, 10);
+				ml__out_u(&o, (unsigned long long)v, 10);
 			}
 			break;
 		}
 		case 'u':
 		case 'x':
-			put_u(&o,
-			      lng ? va_arg(ap, unsigned long long)
-			          : va_arg(ap, unsigned),
-			      *fmt == 'x' ? 16 : 10);
+			ml__out_u(&o,
+			          lng ? va_arg(ap, unsigned long long)
+			              : va_arg(ap, unsigned),
+			          *fmt == 'x' ? 16 : 10);
 			break;
 		case 'p':
 			put(&o, '0');
 			put(&o, 'x');
-			put_u(&o, (uintptr_t)va_arg(ap, void *), 16);
+			ml__out_u(&o, (uintptr_t)va_arg(ap, void *), 16);
 			break;
 		case '%':
 			put(&o, '%');
@@ -107,7 +143,7 @@ void ml__diag(const char *fmt, ...)
 		}
 	}
 	va_end(ap);
-	/* Past ROOM: the 4 bytes kept. */
+	/* Past cap: the 4 bytes kept. */
 	if (o.cut)
 		for (const char *f = "..."; *f; f++)
 			o.buf[o.len++] = *f;

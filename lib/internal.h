@@ -324,6 +324,22 @@ void ml__diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * report on stderr go, or -1 (stderr was closed at start, or is another
  * file now and no copy was kept). */
 void ml__diag_init(void);
+/* The no-stdio writer (diag.c): text into buf[cap].  With fd >= 0 a full
+ * buffer sends its complete lines to fd (O_APPEND keeps the lines of
+ * concurrent processes apart; the first error is kept in err, and nothing
+ * more is written); with fd < 0 a text that does not fit is dropped, and
+ * so is everything after it (cut). */
+struct ml__out {
+	char *buf;
+	size_t len, cap, line; /* line: end of the last complete line */
+	int fd;
+	int err;
+	bool cut;
+};
+void ml__out_put(struct ml__out *o, const char *s, size_t n);
+void ml__out_puts(struct ml__out *o, const char *s);
+void ml__out_u(struct ml__out *o, uint64_t v, unsigned base);
+void ml__out_flush(struct ml__out *o, size_t upto); /* buf[0, upto) to fd */
 void ml__diag_keep(void);
 int ml__diag_fd(void);
 

@@ -205,86 +205,44 @@ __attribute__((constructor(102))) static void report_init(void)
 
 /* ---- Output without stdio --------------------------------------------- */
 
-struct out {
-	int fd;
-	char *buf;
-	size_t len, cap, line; /* line: end of the last complete line */
-	int err;               /* the first write's errno: nothing more */
-};
-
-static void out_flush(struct out *o, size_t upto)
-{
-	if (!o->err)
-		o->err = ml__out_write(o->fd, o->buf, upto);
-	memmove(o->buf, o->buf + upto, o->len - upto);
-	o->len -= upto;
-	o->line -= upto;
-}
-
-static void put_mem(struct out *o, const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (o->len == o->cap) {
-			/* Whole lines go out together (O_APPEND keeps the
-			 * lines of concurrent processes apart). */
-			out_flush(o, o->line ? o->line : o->len);
-		}
-		o->buf[o->len++] = s[i];
-		if (s[i] == '\n')
-			o->line = o->len;
-	}
-}
-
 /* The rest out, the file closed; a failure said once, naming the file
  * (on our stderr, where a report on stderr that failed cannot go). */
-static void finish(struct out *o, const char *what, const char *path,
+static void finish(struct ml__out *o, const char *what, const char *path,
                    bool own_fd)
 {
-	out_flush(o, o->len);
+	ml__out_flush(o, o->len);
 	if (own_fd && close(o->fd) != 0 && !o->err && errno != EINTR)
 		o->err = errno;
 	if (o->err)
 		ml__out_failed(what, path, o->err);
 }
 
-static void put(struct out *o, const char *s)
+static void put_x(struct ml__out *o, uint64_t v)
 {
-	put_mem(o, s, strlen(s));
-}
-
-static void put_u(struct out *o, uint64_t v)
-{
-	char tmp[ML__UTOA_BYTES];
-	put(o, ml__utoa(v, 10, tmp));
-}
-
-static void put_x(struct out *o, uint64_t v)
-{
-	char tmp[ML__UTOA_BYTES];
-	put(o, "0x");
-	put(o, ml__utoa(v, 16, tmp));
+	ml__out_puts(o, "0x");
+	ml__out_u(o, v, 16);
 }
 
 /* v/d with one decimal, rounded: "12.5". */
-static void put_ratio(struct out *o, uint64_t v, uint64_t d)
+static void put_ratio(struct ml__out *o, uint64_t v, uint64_t d)
 {
 	if (!d) {
-		put(o, "0.0");
+		ml__out_puts(o, "0.0");
 		return;
 	}
 	unsigned __int128 tenths = ((unsigned __int128)v * 10 + d / 2) / d;
-	put_u(o, (uint64_t)(tenths / 10));
+	ml__out_u(o, (uint64_t)(tenths / 10), 10);
 	char c[2] = {(char)('0' + (int)(tenths % 10)), 0};
-	put(o, ".");
-	put(o, c);
+	ml__out_puts(o, ".");
+	ml__out_puts(o, c);
 }
 
 /* "67108864 bytes (64.0 MiB)" */
-static void put_size(struct out *o, uint64_t v)
+static void put_size(struct ml__out *o, uint64_t v)
 {
 	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-	put_u(o, v);
-	put(o, " bytes");
+	ml__out_u(o, v, 10);
+	ml__out_puts(o, " bytes");
 	if (v < 1024)
 		return;
 	int u = 0;
@@ -293,11 +251,11 @@ static void put_size(struct out *o, uint64_t v)
 		d *= 1024;
 		u++;
 	}
-	put(o, " (");
+	ml__out_puts(o, " (");
 	put_ratio(o, v, d);
-	put(o, " ");
-	put(o, unit[u]);
-	put(o, ")");
+	ml__out_puts(o, " ");
+	ml__out_puts(o, unit[u]);
+	ml__out_puts(o, ")");
 }
 
 /* Paths may hold "%p": the process id, for one file per process.  A name
@@ -522,24 +480,24 @@ static const char *base_name(const char *path)
 }
 
 /* A name for a profile frame: no ';' (the separator) and no newline. */
-static void put_frame_name(struct out *o, const char *s)
+static void put_frame_name(struct ml__out *o, const char *s)
 {
 	for (; *s; s++) {
 		char c = *s == ';' ? ':' : (*s == '\n' ? ' ' : *s);
-		put_mem(o, &c, 1);
+		ml__out_put(o, &c, 1);
 	}
 }
 
 /* Collapsed-stack frame: the function, else object+offset (a stripped
  * object: resolve offline with addr2line -e OBJECT OFFSET). */
-static void put_short(struct out *o, struct symbols *sy, uintptr_t ip)
+static void put_short(struct ml__out *o, struct symbols *sy, uintptr_t ip)
 {
 	const struct sym *s = lookup(sy, ip);
 	if (s->name) {
 		put_frame_name(o, s->name);
 	} else if (s->object) {
 		put_frame_name(o, base_name(s->object));
-		put(o, "+");
+		ml__out_puts(o, "+");
 		put_x(o, ip - s->base);
 	} else {
 		put_x(o, ip);
@@ -547,112 +505,116 @@ static void put_short(struct out *o, struct symbols *sy, uintptr_t ip)
 }
 
 /* Report frame: "name+0xoff (object)" or "object+0xoff" or the address. */
-static void put_long(struct out *o, struct symbols *sy, uintptr_t ip)
+static void put_long(struct ml__out *o, struct symbols *sy, uintptr_t ip)
 {
 	const struct sym *s = lookup(sy, ip);
-	put(o, "    ");
+	ml__out_puts(o, "    ");
 	if (s->name) {
-		put(o, s->name);
-		put(o, "+");
+		ml__out_puts(o, s->name);
+		ml__out_puts(o, "+");
 		put_x(o, ip - s->start);
-		put(o, " (");
-		put(o, s->object ? s->object : "?");
-		put(o, ")\n");
+		ml__out_puts(o, " (");
+		ml__out_puts(o, s->object ? s->object : "?");
+		ml__out_puts(o, ")\n");
 	} else if (s->object) {
-		put(o, s->object);
-		put(o, "+");
+		ml__out_puts(o, s->object);
+		ml__out_puts(o, "+");
 		put_x(o, ip - s->base);
-		put(o, "\n");
+		ml__out_puts(o, "\n");
 	} else {
 		put_x(o, ip);
-		put(o, "\n");
+		ml__out_puts(o, "\n");
 	}
 }
 
-static void put_stack(struct out *o, struct symbols *sy, const uintptr_t *ip,
-                      uint32_t depth, uint32_t max)
+static void put_stack(struct ml__out *o, struct symbols *sy,
+                      const uintptr_t *ip, uint32_t depth, uint32_t max)
 {
 	uint32_t d = depth & ~TRUNCATED;
 	for (uint32_t i = 0; i < d && i < max; i++)
 		put_long(o, sy, ip[i]);
 	if (d > max) {
-		put(o, "    ... ");
-		put_u(o, d - max);
-		put(o, " more frames (all of them in the profile)\n");
+		ml__out_puts(o, "    ... ");
+		ml__out_u(o, d - max, 10);
+		ml__out_puts(o, " more frames (all of them in the profile)\n");
 	} else if (depth & TRUNCATED) {
-		put(o, "    ... (deeper frames not captured)\n");
+		ml__out_puts(o, "    ... (deeper frames not captured)\n");
 	}
 	if (!(depth & ~TRUNCATED))
-		put(o, "    (no frames)\n");
+		ml__out_puts(o, "    (no frames)\n");
 }
 
 /* ---- Report ----------------------------------------------------------- */
 
-static void put_limits(struct out *o)
+static void put_limits(struct ml__out *o)
 {
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
-	put(o, "limit reached: ");
+	ml__out_puts(o, "limit reached: ");
 	if (why == ML_ALLOC_LIMIT)
-		put(o, "the allocation limit (estimated allocated bytes "
-		       "reached it)\n");
+		ml__out_puts(o,
+		             "the allocation limit (estimated allocated bytes "
+		             "reached it)\n");
 	else if (why == ML_GLOBAL_LIMIT)
-		put(o, "the heap limit (an allocation would have taken the "
+		ml__out_puts(
+		    o, "the heap limit (an allocation would have taken the "
 		       "heap over it)\n");
 	else if (why != ML_OK)
-		put(o, ml_status_str(why)), put(o, "\n");
+		ml__out_puts(o, ml_status_str(why)), ml__out_puts(o, "\n");
 	else
-		put(o, "none\n");
-	put(o, "allocation limit: ");
+		ml__out_puts(o, "none\n");
+	ml__out_puts(o, "allocation limit: ");
 	if (ml__run.alloc_limit == ML_NO_LIMIT) {
-		put(o, "none\n");
+		ml__out_puts(o, "none\n");
 	} else if (ml__malloc_in_front()) {
-		put(o, "off (");
+		ml__out_puts(o, "off (");
 		put_size(o, ml__run.alloc_limit);
-		put(o, " asked): no allocation seen\n");
+		ml__out_puts(o, " asked): no allocation seen\n");
 	} else {
 		put_size(o, ml__run.alloc_limit);
-		put(o, ", reached at ");
-		put_u(o, ml__run.k);
-		put(o, " samples of all threads; counted so far: ");
-		put_u(o, atomic_load(&ml__run.samples));
-		put(o, "\n");
+		ml__out_puts(o, ", reached at ");
+		ml__out_u(o, ml__run.k, 10);
+		ml__out_puts(o, " samples of all threads; counted so far: ");
+		ml__out_u(o, atomic_load(&ml__run.samples), 10);
+		ml__out_puts(o, "\n");
 	}
-	put(o, "heap limit: ");
+	ml__out_puts(o, "heap limit: ");
 	if (ml__run.heap_limit == ML_NO_LIMIT) {
-		put(o, "none\n");
+		ml__out_puts(o, "none\n");
 	} else if (ml__run.heap_blind) {
 		/* Nothing measured: no number. */
-		put(o, "off (");
+		ml__out_puts(o, "off (");
 		put_size(o, ml__run.heap_limit);
-		put(o, " asked): the allocator in use (");
-		put(o, ml__run.heap_blind);
-		put(o, ") is not glibc's, whose heap is all the meter can "
+		ml__out_puts(o, " asked): the allocator in use (");
+		ml__out_puts(o, ml__run.heap_blind);
+		ml__out_puts(
+		    o, ") is not glibc's, whose heap is all the meter can "
 		       "read\n");
 	} else {
 		put_size(o, ml__run.heap_limit);
-		put(o, "\n  heap in use now: ");
+		ml__out_puts(o, "\n  heap in use now: ");
 		put_size(o, ml__meter_usage());
-		put(o, "\n  peak heap: ");
+		ml__out_puts(o, "\n  peak heap: ");
 		put_size(o, ml__meter_peak());
-		put(o, "\n  (the heap is the blocks of the malloc family; "
+		ml__out_puts(
+		    o, "\n  (the heap is the blocks of the malloc family; "
 		       "memory a program maps itself,\n  as the heaps of "
 		       "cc1, the JVM or V8, is not counted)\n");
 	}
 }
 
-static void put_site(struct out *o, struct symbols *sy, const struct site *e,
-                     unsigned rank, uint64_t total)
+static void put_site(struct ml__out *o, struct symbols *sy,
+                     const struct site *e, unsigned rank, uint64_t total)
 {
 	uint64_t b = atomic_load(&e->bytes);
-	put(o, "#");
-	put_u(o, rank);
-	put(o, ": ");
+	ml__out_puts(o, "#");
+	ml__out_u(o, rank, 10);
+	ml__out_puts(o, ": ");
 	put_size(o, b);
-	put(o, ", ");
+	ml__out_puts(o, ", ");
 	put_ratio(o, b * 100, total ? total : 1);
-	put(o, "% of sampled bytes, ");
-	put_u(o, atomic_load(&e->samples));
-	put(o, " samples\n");
+	ml__out_puts(o, "% of sampled bytes, ");
+	ml__out_u(o, atomic_load(&e->samples), 10);
+	ml__out_puts(o, " samples\n");
 	put_stack(o, sy, e->ip, e->depth, SITE_FRAMES);
 }
 
@@ -673,28 +635,28 @@ static void write_report(struct symbols *sy, char *buf)
 			return;
 		memcpy(path, "stderr", 7);
 	}
-	struct out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
+	struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
 	uint64_t total = atomic_load(&total_bytes);
-	put(&o, "==== memlimits report: pid ");
-	put_u(&o, (uint64_t)getpid());
-	put(&o, ", ");
-	put(&o, sy->exe);
-	put(&o, "\n");
+	ml__out_puts(&o, "==== memlimits report: pid ");
+	ml__out_u(&o, (uint64_t)getpid(), 10);
+	ml__out_puts(&o, ", ");
+	ml__out_puts(&o, sy->exe);
+	ml__out_puts(&o, "\n");
 	put_limits(&o);
 	if (ml__malloc_in_front()) {
 		/* Nothing reached us: no figure. */
-		put(&o, "no allocation seen: the malloc of ");
-		put(&o, ml__malloc_in_front());
-		put(&o, " comes before the library's\n");
+		ml__out_puts(&o, "no allocation seen: the malloc of ");
+		ml__out_puts(&o, ml__malloc_in_front());
+		ml__out_puts(&o, " comes before the library's\n");
 		goto end;
 	}
-	put(&o, "estimated bytes allocated: ");
+	ml__out_puts(&o, "estimated bytes allocated: ");
 	put_size(&o, total);
-	put(&o, " (");
-	put_u(&o, atomic_load(&total_samples));
-	put(&o, " samples, interval ");
-	put_u(&o, atomic_load(&ml__interval));
-	put(&o, " bytes)\n");
+	ml__out_puts(&o, " (");
+	ml__out_u(&o, atomic_load(&total_samples), 10);
+	ml__out_puts(&o, " samples, interval ");
+	ml__out_u(&o, atomic_load(&ml__interval), 10);
+	ml__out_puts(&o, " bytes)\n");
 
 	struct site *tab = atomic_load(&sites);
 	const struct site *top[TOP_SITES] = {0};
@@ -719,30 +681,31 @@ static void write_report(struct symbols *sy, char *buf)
 		        (TOP_SITES - 1 - j) * sizeof top[0]);
 		top[j] = e;
 	}
-	put(&o, "top allocation sites by sampled bytes (");
-	put_u(&o, stacks);
-	put(&o, " distinct stacks");
+	ml__out_puts(&o, "top allocation sites by sampled bytes (");
+	ml__out_u(&o, stacks, 10);
+	ml__out_puts(&o, " distinct stacks");
 	uint64_t other = atomic_load(&other_bytes);
 	if (other) {
-		put(&o, "; ");
+		ml__out_puts(&o, "; ");
 		put_size(&o, other);
-		put(&o, " in stacks beyond the table");
+		ml__out_puts(&o, " in stacks beyond the table");
 	}
-	put(&o, "):\n");
+	ml__out_puts(&o, "):\n");
 	for (unsigned j = 0; j < TOP_SITES && top[j]; j++)
 		put_site(&o, sy, top[j], j + 1, total);
 	if (!top[0])
-		put(&o, "    (no samples)\n");
+		ml__out_puts(&o, "    (no samples)\n");
 	if (trip.why != ML_OK) {
-		put(&o, "stack that tripped the ");
-		put(&o, trip.why == ML_ALLOC_LIMIT ? "allocation" : "heap");
-		put(&o, " limit, in an allocation of ");
+		ml__out_puts(&o, "stack that tripped the ");
+		ml__out_puts(&o, trip.why == ML_ALLOC_LIMIT ? "allocation"
+		                                            : "heap");
+		ml__out_puts(&o, " limit, in an allocation of ");
 		put_size(&o, trip.n);
-		put(&o, ":\n");
+		ml__out_puts(&o, ":\n");
 		put_stack(&o, sy, trip.ip, trip.depth, MAX_DEPTH);
 	}
 end:
-	put(&o, "==== end of memlimits report\n");
+	ml__out_puts(&o, "==== end of memlimits report\n");
 	finish(&o, "report", path, ml__run.report_path != NULL);
 }
 
@@ -753,7 +716,7 @@ static void write_profile(struct symbols *sy, char *buf)
 	int fd = open_out("profile", ml__run.profile_path, path, sizeof path);
 	if (fd < 0)
 		return;
-	struct out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
+	struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
 	const char *prog = base_name(sy->exe);
 	struct site *tab = atomic_load(&sites);
 	for (unsigned i = 0; tab && i < NSITES; i++) {
@@ -764,21 +727,21 @@ static void write_profile(struct symbols *sy, char *buf)
 			continue;
 		put_frame_name(&o, prog);
 		if (e->depth & TRUNCATED)
-			put(&o, ";[truncated]");
+			ml__out_puts(&o, ";[truncated]");
 		for (uint32_t d = e->depth & ~TRUNCATED; d-- > 0;) {
-			put(&o, ";");
+			ml__out_puts(&o, ";");
 			put_short(&o, sy, e->ip[d]);
 		}
-		put(&o, " ");
-		put_u(&o, b);
-		put(&o, "\n");
+		ml__out_puts(&o, " ");
+		ml__out_u(&o, b, 10);
+		ml__out_puts(&o, "\n");
 	}
 	uint64_t other = atomic_load(&other_bytes);
 	if (other) {
 		put_frame_name(&o, prog);
-		put(&o, ";[other stacks] ");
-		put_u(&o, other);
-		put(&o, "\n");
+		ml__out_puts(&o, ";[other stacks] ");
+		ml__out_u(&o, other, 10);
+		ml__out_puts(&o, "\n");
 	}
 	finish(&o, "profile", path, true);
 }

@@ -138,20 +138,6 @@ int ml__out_open(const char *what, const char *path, int flags)
 	return -1;
 }
 
-int ml__out_write(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t w = write(fd, buf, len);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? errno : EIO;
-		buf += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
 void ml__run_configure(void)
 {
 	struct ml__run *r = &ml__run;

@@ -152,31 +152,8 @@ __attribute__((constructor(102))) static void stats_init(void)
 
 /* ---- JSON without stdio ----------------------------------------------- */
 
-struct out {
-	char buf[8192];
-	size_t len;
-	bool overflow;
-};
-
-static void put(struct out *o, const char *s)
-{
-	for (; *s; s++) {
-		if (o->len == sizeof o->buf) {
-			o->overflow = true;
-			return;
-		}
-		o->buf[o->len++] = *s;
-	}
-}
-
-static void put_u(struct out *o, uint64_t v)
-{
-	char tmp[ML__UTOA_BYTES];
-	put(o, ml__utoa(v, 10, tmp));
-}
-
 /* A non-negative fraction with 9 decimals: "0.012500000". */
-static void put_frac(struct out *o, double v)
+static void put_frac(struct ml__out *o, double v)
 {
 	if (!(v >= 0) || v > 1e18)
 		v = 0;
@@ -186,61 +163,62 @@ static void put_frac(struct out *o, double v)
 		whole++;
 		nano -= 1000000000u;
 	}
-	put_u(o, whole);
+	ml__out_u(o, whole, 10);
 	char d[11] = ".000000000";
 	for (int i = 9; i >= 1; i--, nano /= 10)
 		d[i] = (char)('0' + nano % 10);
-	put(o, d);
+	ml__out_puts(o, d);
 }
 
-static void put_str(struct out *o, const char *s)
+static void put_str(struct ml__out *o, const char *s)
 {
-	put(o, "\"");
+	ml__out_puts(o, "\"");
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
 		char esc[7] = {'\\', (char)c, 0};
 		if (c == '"' || c == '\\') {
-			put(o, esc);
+			ml__out_puts(o, esc);
 		} else if (c < 0x20) {
 			esc[1] = 'u';
 			memcpy(esc + 2, "00", 2);
 			esc[4] = "0123456789abcdef"[c >> 4];
 			esc[5] = "0123456789abcdef"[c & 15];
 			esc[6] = 0;
-			put(o, esc);
+			ml__out_puts(o, esc);
 		} else {
 			esc[0] = (char)c;
 			esc[1] = 0;
-			put(o, esc);
+			ml__out_puts(o, esc);
 		}
 	}
-	put(o, "\"");
+	ml__out_puts(o, "\"");
 }
 
-static void field_u(struct out *o, const char *name, uint64_t v)
+static void field_u(struct ml__out *o, const char *name, uint64_t v)
 {
-	put(o, ",\n  \"");
-	put(o, name);
-	put(o, "\": ");
-	put_u(o, v);
+	ml__out_puts(o, ",\n  \"");
+	ml__out_puts(o, name);
+	ml__out_puts(o, "\": ");
+	ml__out_u(o, v, 10);
 }
 
-static void field_frac(struct out *o, const char *name, double v)
+static void field_frac(struct ml__out *o, const char *name, double v)
 {
-	put(o, ",\n  \"");
-	put(o, name);
-	put(o, "\": ");
+	ml__out_puts(o, ",\n  \"");
+	ml__out_puts(o, name);
+	ml__out_puts(o, "\": ");
 	put_frac(o, v);
 }
 
-static void format(struct out *o, const struct counts *c, uint64_t threads,
+static void format(struct ml__out *o, const struct counts *c, uint64_t threads,
                    const char *exe)
 {
 	uint64_t interval = atomic_load(&ml__interval);
-	put(o, "{\n  \"format\": \"memlimits-stats\",\n  \"version\": 1");
+	ml__out_puts(o,
+	             "{\n  \"format\": \"memlimits-stats\",\n  \"version\": 1");
 	field_u(o, "pid", (uint64_t)getpid());
 	field_u(o, "ppid", (uint64_t)getppid());
-	put(o, ",\n  \"program\": ");
+	ml__out_puts(o, ",\n  \"program\": ");
 	put_str(o, exe);
 	field_u(o, "interval", interval);
 	field_u(o, "threads", threads);
@@ -257,21 +235,21 @@ static void format(struct out *o, const struct counts *c, uint64_t threads,
 	field_frac(o, "expected_samples", (double)c->bytes / (double)interval);
 	field_u(o, "window", WINDOW);
 	field_u(o, "unsampled_windows", c->dry_windows);
-	put(o, ",\n  \"histogram\": [");
+	ml__out_puts(o, ",\n  \"histogram\": [");
 	bool first = true;
 	for (unsigned i = 0; i < NBUCKETS; i++) {
 		if (!c->hist[i])
 			continue;
-		put(o, first ? "\n    [" : ",\n    [");
+		ml__out_puts(o, first ? "\n    [" : ",\n    [");
 		first = false;
-		put_u(o, i ? (uint64_t)1 << (i - 1) : 0);
-		put(o, ", ");
-		put_u(o, c->hist[i]);
-		put(o, ", ");
-		put_u(o, c->hist_sampled[i]);
-		put(o, "]");
+		ml__out_u(o, i ? (uint64_t)1 << (i - 1) : 0, 10);
+		ml__out_puts(o, ", ");
+		ml__out_u(o, c->hist[i], 10);
+		ml__out_puts(o, ", ");
+		ml__out_u(o, c->hist_sampled[i], 10);
+		ml__out_puts(o, "]");
 	}
-	put(o, first ? "]\n}\n" : "\n  ]\n}\n");
+	ml__out_puts(o, first ? "]\n}\n" : "\n  ]\n}\n");
 }
 
 static size_t append(char *dst, size_t at, size_t cap, const char *s)
@@ -303,9 +281,8 @@ void ml__stats_write(void)
 
 	char exe[1024];
 	ml__self_exe(exe, sizeof exe);
-	struct out o;
-	o.len = 0;
-	o.overflow = false;
+	char buf[8192];
+	struct ml__out o = {.buf = buf, .cap = sizeof buf, .fd = -1};
 	format(&o, &c, threads, exe);
 
 	char tmp[ML__PATH_MAX], path[ML__PATH_MAX];
@@ -318,10 +295,10 @@ void ml__stats_write(void)
 	b = append(path, b, sizeof path, "/memlimits.");
 	b = append_u(path, b, sizeof path, pid);
 	b = append(path, b, sizeof path, ".json");
-	if (a + 1 >= sizeof tmp || b + 1 >= sizeof path || o.overflow) {
+	if (a + 1 >= sizeof tmp || b + 1 >= sizeof path || o.cut) {
 		ml__diag("cannot write the statistics to %s: %s",
 		         ml__run.stats_dir,
-		         o.overflow ? "too much to write" : "path too long");
+		         o.cut ? "too much to write" : "path too long");
 		return;
 	}
 	/* Our own new file: whatever has the name (a stale file of an
