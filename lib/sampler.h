@@ -15,8 +15,9 @@
 #include <stdint.h>
 
 /* The mean sample interval S when none is set (MEMLIMITS_INTERVAL,
- * ml_set_interval, memlimits --interval). */
-#define ML__DEFAULT_INTERVAL 80000u
+ * ml_set_interval, memlimits --interval).  A plain literal: the command's
+ * help texts quote it (ML__INTERVAL_TEXT). */
+#define ML__DEFAULT_INTERVAL 80000
 
 /* Samples that reach a limit of `limit` bytes at interval s > 0:
  * k = max(1, ceil(limit / s)). */

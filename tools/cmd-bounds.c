@@ -45,7 +45,8 @@ static void help(void)
 	    "A task with allocation limit L needs k = max(1, ceil(L/S)) samples "
 	    "to be\ninterrupted; samples are a Poisson process of mean gap S "
 	    "bytes over the\nbytes it allocates.\n\n"
-	    "  --interval SIZE  the sample interval S (default 80000)\n"
+	    "  --interval SIZE  the sample interval S (default " ML__INTERVAL_TEXT
+	    ")\n"
 	    "  --limit SIZE     print k, the probability of interruption before "
 	    "10%%, 50%%,\n"
 	    "                   90%%, 100%%, 110%% and 200%% of the limit, and "

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../lib/parse.h"
+#include "../lib/sampler.h"
 #include "tool.h"
 
 #define CMD "run"
@@ -52,7 +53,8 @@ static void help(void)
 	    "heap of a process\n"
 	    "                      over SIZE bytes (malloc returns NULL, "
 	    "ENOMEM)\n"
-	    "  --interval SIZE     the mean sample interval (default 80000 "
+	    "  --interval SIZE     the mean sample interval (default " ML__INTERVAL_TEXT
+	    " "
 	    "bytes)\n"
 	    "  --seed N            seed the sampler (reproducible runs)\n"
 	    "  --on-limit fail     allocations fail once a limit is reached "

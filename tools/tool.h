@@ -15,6 +15,11 @@ struct ml__tool_cmd {
 	int (*main)(int argc, char **argv);
 };
 
+/* The default interval as a string literal ("80000"), for help texts. */
+#define ML__TOOL_STR_(x) #x
+#define ML__TOOL_STR(x) ML__TOOL_STR_(x)
+#define ML__INTERVAL_TEXT ML__TOOL_STR(ML__DEFAULT_INTERVAL)
+
 /* Exit statuses. */
 enum { ML__TOOL_OK = 0, ML__TOOL_USAGE = 2 };
 
