@@ -262,25 +262,22 @@ static void put_size(struct ml__out *o, uint64_t v)
  * that does not fit in buf is refused, never cut short. */
 static int open_out(const char *what, const char *path, char *buf, size_t cap)
 {
-	size_t n = 0;
-	for (const char *p = path; *p; p++) {
-		char tmp[ML__UTOA_BYTES] = {*p};
-		const char *s = tmp;
+	struct ml__out n = {.buf = buf, .cap = cap - 1, .fd = -1};
+	for (const char *p = path; *p && !n.cut; p++) {
 		if (p[0] == '%' && p[1] == 'p') {
-			s = ml__utoa((uint64_t)getpid(), 10, tmp);
+			ml__out_u(&n, (uint64_t)getpid(), 10);
 			p++;
+		} else {
+			ml__out_put(&n, p, 1);
 		}
-		size_t k = strlen(s);
-		if (n + k >= cap) {
-			ml__diag("cannot write the %s to %s: the name is "
-			         "longer than %zu bytes",
-			         what, path, cap - 1);
-			return -1;
-		}
-		memcpy(buf + n, s, k);
-		n += k;
 	}
-	buf[n] = 0;
+	if (n.cut) {
+		ml__diag("cannot write the %s to %s: the name is longer than "
+		         "%zu bytes",
+		         what, path, cap - 1);
+		return -1;
+	}
+	buf[n.len] = 0;
 	/* Appended: processes of one run share the file, memlimits run
 	 * empties it first. */
 	return ml__out_open(what, buf, O_CREAT | O_APPEND);

@@ -252,18 +252,18 @@ static void format(struct ml__out *o, const struct counts *c, uint64_t threads,
 	ml__out_puts(o, first ? "]\n}\n" : "\n  ]\n}\n");
 }
 
-static size_t append(char *dst, size_t at, size_t cap, const char *s)
+/* DIR PREFIX PID SUFFIX into buf[ML__PATH_MAX]; false when it does not
+ * fit (a name of ML__PATH_MAX - 1 bytes or more is refused). */
+static bool stats_name(char *buf, const char *prefix, uint64_t pid,
+                       const char *suffix)
 {
-	for (; *s && at + 1 < cap; s++)
-		dst[at++] = *s;
-	dst[at] = 0;
-	return at;
-}
-
-static size_t append_u(char *dst, size_t at, size_t cap, uint64_t v)
-{
-	char tmp[ML__UTOA_BYTES];
-	return append(dst, at, cap, ml__utoa(v, 10, tmp));
+	struct ml__out n = {.buf = buf, .cap = ML__PATH_MAX - 2, .fd = -1};
+	ml__out_puts(&n, ml__run.stats_dir);
+	ml__out_puts(&n, prefix);
+	ml__out_u(&n, pid, 10);
+	ml__out_puts(&n, suffix);
+	buf[n.len] = 0;
+	return !n.cut;
 }
 
 void ml__stats_write(void)
@@ -287,15 +287,9 @@ void ml__stats_write(void)
 
 	char tmp[ML__PATH_MAX], path[ML__PATH_MAX];
 	uint64_t pid = (uint64_t)getpid();
-	size_t a = append(tmp, 0, sizeof tmp, ml__run.stats_dir);
-	a = append(tmp, a, sizeof tmp, "/.memlimits.");
-	a = append_u(tmp, a, sizeof tmp, pid);
-	a = append(tmp, a, sizeof tmp, ".json.tmp");
-	size_t b = append(path, 0, sizeof path, ml__run.stats_dir);
-	b = append(path, b, sizeof path, "/memlimits.");
-	b = append_u(path, b, sizeof path, pid);
-	b = append(path, b, sizeof path, ".json");
-	if (a + 1 >= sizeof tmp || b + 1 >= sizeof path || o.cut) {
+	bool named = stats_name(tmp, "/.memlimits.", pid, ".json.tmp") &&
+	             stats_name(path, "/memlimits.", pid, ".json");
+	if (!named || o.cut) {
 		ml__diag("cannot write the statistics to %s: %s",
 		         ml__run.stats_dir,
 		         o.cut ? "too much to write" : "path too long");
