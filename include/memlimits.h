@@ -16,126 +16,182 @@
 extern "C" {
 #endif
 
+// clang-format off
+/* The formatter is kept off the public header so that it reads like a man
+ * page: each item's comment stands above it, and enum lines are not broken. */
+
 #if defined(MEMLIMITS_BUILDING) && defined(__GNUC__)
 #define ML_EXPORT __attribute__((visibility("default")))
 #else
 #define ML_EXPORT
 #endif
 
+/* The version of this header; ml_version() gives the library's. */
 #define ML_VERSION_MAJOR 0
 #define ML_VERSION_MINOR 1
 #define ML_VERSION_PATCH 0
 #define ML_VERSION_STRING "0.1.0"
 
+/* How a task ended (ml_run's result), or why a call was refused. */
 typedef enum ml_status {
-	ML_OK = 0, /* the task ran to its end, no limit reached        */
-	ML_ALLOC_LIMIT = 1, /* interrupted: its allocation limit was reached */
-	ML_GLOBAL_LIMIT =
-	    2, /* interrupted: the global memory limit was exceeded */
-	ML_CANCELLED = 3, /* interrupted: its token was set */
-	ML_EINVAL = -1, /* bad argument: nothing ran                         */
-	ML_ENOMEM = -2, /* the library could not get memory it needed        */
+	/* The task ran to its end, no limit reached. */
+	ML_OK = 0,
+	/* Interrupted: its allocation limit was reached. */
+	ML_ALLOC_LIMIT = 1,
+	/* Interrupted: the global memory limit was exceeded. */
+	ML_GLOBAL_LIMIT = 2,
+	/* Interrupted: its token was set. */
+	ML_CANCELLED = 3,
+	/* Bad argument: nothing ran, nothing changed. */
+	ML_EINVAL = -1,
+	/* The library could not get memory it needed. */
+	ML_ENOMEM = -2,
 } ml_status;
 
+/* How an interruption reaches the task. */
 typedef enum ml_delivery {
-	ML_DELIVER_JUMP = 0, /* longjmp back to ml_run (default) */
-	ML_DELIVER_FAIL =
-	    1, /* the task's further allocations fail: NULL/ENOMEM  */
-	ML_DELIVER_FLAG =
-	    2, /* only the flag: the task polls ml_is_interrupted() */
+	/* longjmp back to ml_run (the default). */
+	ML_DELIVER_JUMP = 0,
+	/* The task's further allocations fail: NULL with errno ENOMEM. */
+	ML_DELIVER_FAIL = 1,
+	/* Only the flag: the task polls ml_is_interrupted(). */
+	ML_DELIVER_FLAG = 2,
 } ml_delivery;
 
-typedef struct ml_token ml_token; /* opaque */
+/* A cancellation token (opaque); see ml_token_new(). */
+typedef struct ml_token ml_token;
 
+/* The limits of one task.  Start from ML_LIMITS_INIT and assign fields by
+ * name: a zero-initialised struct means an allocation limit of 0 bytes. */
 typedef struct ml_limits {
-	uint64_t alloc_bytes; /* allocation limit; ML_NO_LIMIT = none */
-	bool global;          /* subject to the global memory limit   */
-	ml_token *token;      /* interrupt when set; NULL = none      */
+	/* Allocation limit in bytes; ML_NO_LIMIT = none. */
+	uint64_t alloc_bytes;
+	/* Subject to the global memory limit. */
+	bool global;
+	/* Interrupt when set; NULL = none. */
+	ml_token *token;
+	/* How the interruption is delivered. */
 	ml_delivery delivery;
 } ml_limits;
 
+/* No limit, for ml_limits.alloc_bytes and ml_set_global_memory_limit(). */
 #define ML_NO_LIMIT UINT64_MAX
-/* No limits, not global, no token, jump delivery. */
-#define ML_LIMITS_INIT                                    \
-	{                                                 \
-		ML_NO_LIMIT, false, NULL, ML_DELIVER_JUMP \
-	}
 
+/* No limits, not global, no token, jump delivery. */
+#define ML_LIMITS_INIT { ML_NO_LIMIT, false, NULL, ML_DELIVER_JUMP }
+
+/* What ml_run reports about a task. */
 typedef struct ml_outcome {
-	ml_status status;   /* same value ml_run returns                 */
-	void *ret;          /* fn's return value; NULL unless fn returned */
-	uint64_t allocated; /* estimated bytes allocated by the task      */
+	/* The same value ml_run returns. */
+	ml_status status;
+	/* fn's return value; NULL unless fn returned. */
+	void *ret;
+	/* Estimated bytes allocated by the task (samples x interval). */
+	uint64_t allocated;
 } ml_outcome;
 
-/* ---- Running tasks ---------------------------------------------------- */
+/* ---- Running tasks ------------------------------------------------------ */
 
+/* Run fn(arg) as a task under *limits; out may be NULL.  See ml_run(3). */
 ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
                            void *arg, ml_outcome *out);
 
-/* memprof-limits shorthands; delivery is the process default. */
+/* memprof-limits shorthands; the delivery is the process default. */
+
+/* A task with an allocation limit of `bytes`. */
 ML_EXPORT ml_status ml_limit_allocations(uint64_t bytes, void *(*fn)(void *),
                                          void *arg, ml_outcome *out);
+/* A task subject to the global memory limit. */
 ML_EXPORT ml_status ml_limit_global_memory(void *(*fn)(void *), void *arg,
                                            ml_outcome *out);
+/* A task interrupted when token t is set (t must not be NULL). */
 ML_EXPORT ml_status ml_limit_with_token(ml_token *t, void *(*fn)(void *),
                                         void *arg, ml_outcome *out);
 
-/* The delivery the shorthands use (ML_DELIVER_JUMP unless changed here or by
- * MEMLIMITS_DELIVERY=jump|fail|flag). */
+/* The delivery the shorthands use: ML_DELIVER_JUMP unless changed here or by
+ * MEMLIMITS_DELIVERY=jump|fail|flag.  Returns ML_OK or ML_EINVAL. */
 ML_EXPORT int ml_set_default_delivery(ml_delivery d);
 ML_EXPORT ml_delivery ml_default_delivery(void);
 
-/* ---- Global memory ---------------------------------------------------- */
+/* ---- Global memory ------------------------------------------------------ */
 
-/* ML_NO_LIMIT = none (default); 0 = always exceeded. */
+/* Set the global memory limit: ML_NO_LIMIT = none (the default), 0 = always
+ * exceeded.  Returns ML_OK. */
 ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes);
+/* The global memory limit in force. */
 ML_EXPORT uint64_t ml_global_memory_limit(void);
 /* Live heap bytes as the library measures them (see memlimits(3)). */
 ML_EXPORT uint64_t ml_global_memory_usage(void);
 
-/* ---- Inside a task ---------------------------------------------------- */
+/* ---- Inside a task ------------------------------------------------------ */
 
+/* A task on this thread's stack is interrupted. */
 ML_EXPORT bool ml_is_interrupted(void);
+/* A safe point: deliver a pending interruption now. */
 ML_EXPORT void ml_check(void);
+/* Nestable: no interruption is delivered until the matching ml_unmask(). */
 ML_EXPORT void ml_mask(void);
+/* Undo one ml_mask(); a safe point when the last mask goes. */
 ML_EXPORT void ml_unmask(void);
+/* This thread is masked. */
 ML_EXPORT bool ml_is_masked(void);
+/* Run fn(arg) on JUMP delivery, innermost first, masked. */
 ML_EXPORT void ml_cleanup_push(void (*fn)(void *), void *arg);
+/* Drop the innermost cleanup handler, running it first if execute. */
 ML_EXPORT void ml_cleanup_pop(bool execute);
 
-/* ---- Tokens ----------------------------------------------------------- */
+/* ---- Tokens ------------------------------------------------------------- */
 
+/* A new, unset token; NULL when out of memory. */
 ML_EXPORT ml_token *ml_token_new(void);
-ML_EXPORT void ml_token_set(ml_token *t); /* any thread; async-signal-safe */
+/* Set the token: from any thread; async-signal-safe. */
+ML_EXPORT void ml_token_set(ml_token *t);
+/* The token has been set. */
 ML_EXPORT bool ml_token_is_set(const ml_token *t);
+/* Free the token; NULL is a no-op. */
 ML_EXPORT void ml_token_free(ml_token *t);
 
-/* ---- Sampling --------------------------------------------------------- */
+/* ---- Sampling ----------------------------------------------------------- */
 
-ML_EXPORT int ml_set_sample_interval(uint64_t bytes); /* >= 1 */
+/* Mean bytes between samples, >= 1.  Returns ML_OK or ML_EINVAL. */
+ML_EXPORT int ml_set_sample_interval(uint64_t bytes);
+/* The sample interval in force. */
 ML_EXPORT uint64_t ml_sample_interval(void);
+/* Seed the samplers, for reproducible runs. */
 ML_EXPORT void ml_set_seed(uint64_t seed);
 
-/* ---- Custom allocators ------------------------------------------------ */
+/* ---- Custom allocators -------------------------------------------------- */
 
 /* Feed the sampler and the meter with an allocation of `bytes` made by a
  * custom allocator.  false: this allocation should fail (FAIL delivery). */
 ML_EXPORT bool ml_note_alloc(size_t bytes);
+/* Tell the meter that a custom allocator freed `bytes`. */
 ML_EXPORT void ml_note_free(size_t bytes);
 
-/* ---- Documented bounds (pure functions) ------------------------------- */
+/* ---- Documented bounds (pure functions) --------------------------------- */
 
+/* 1 - exp(-n/interval): the least probability that a global task allocating
+ * n bytes over the limit has been interrupted. */
 ML_EXPORT double ml_bound_global(uint64_t n, uint64_t interval);
+/* The probability that a task with this limit is interrupted before it has
+ * allocated n bytes. */
 ML_EXPORT double ml_bound_alloc(uint64_t n, uint64_t limit, uint64_t interval);
+/* The largest n with ml_bound_alloc(n, limit, interval) <= t. */
 ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
                                        uint64_t interval);
+/* The smallest limit (a multiple of interval) whose safe bytes at t reach
+ * `safe`. */
 ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
                                       uint64_t interval);
 
-/* ---- Version ---------------------------------------------------------- */
+/* ---- Version ------------------------------------------------------------ */
 
+/* The library's version, "MAJOR.MINOR.PATCH". */
 ML_EXPORT const char *ml_version(void);
+/* A short description of s; "unknown status" outside the enum. */
 ML_EXPORT const char *ml_status_str(ml_status s);
+
+// clang-format on
 
 #ifdef __cplusplus
 }
