@@ -7,6 +7,7 @@ dist_man_MANS += \
 	docs/ml_cleanup_pop.3 \
 	docs/ml_cleanup_push.3 \
 	docs/ml_default_delivery.3 \
+	docs/ml_global_limit.3 \
 	docs/ml_global_memory_limit.3 \
 	docs/ml_global_memory_usage.3 \
 	docs/ml_is_interrupted.3 \
@@ -20,6 +21,7 @@ dist_man_MANS += \
 	docs/ml_run.3 \
 	docs/ml_sample_interval.3 \
 	docs/ml_set_default_delivery.3 \
+	docs/ml_set_global_limit.3 \
 	docs/ml_set_global_memory_limit.3 \
 	docs/ml_set_sample_interval.3 \
 	docs/ml_set_seed.3 \

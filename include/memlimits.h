@@ -96,7 +96,9 @@ typedef struct ml_outcome {
 ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
                            void *arg, ml_outcome *out);
 
-/* memprof-limits shorthands; the delivery is the process default. */
+/* memprof-limits shorthands; the delivery is the process default.
+ * Setters in this header return int: ML_OK (0) or a negative ml_status
+ * (ML_EINVAL), never a task status. */
 
 /* A task with an allocation limit of `bytes`. */
 ML_EXPORT ml_status ml_limit_allocations(uint64_t bytes, void *(*fn)(void *),
@@ -117,8 +119,13 @@ ML_EXPORT ml_delivery ml_default_delivery(void);
 
 /* Set the global memory limit: ML_NO_LIMIT = none (the default), 0 = always
  * exceeded.  Returns ML_OK. */
-ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes);
+ML_EXPORT int ml_set_global_limit(uint64_t bytes);
 /* The global memory limit in force. */
+ML_EXPORT uint64_t ml_global_limit(void);
+/* The 0.1 names of the two above, kept as aliases (same functions);
+ * ml_global_memory_limit was too easily mistaken for ml_limit_global_memory,
+ * which runs a task. */
+ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes);
 ML_EXPORT uint64_t ml_global_memory_limit(void);
 /* Live heap bytes as the library measures them (see memlimits(3)). */
 ML_EXPORT uint64_t ml_global_memory_usage(void);

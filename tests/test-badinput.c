@@ -413,5 +413,13 @@ int main(void)
 	tap_ok(ml_set_global_memory_limit(ML_NO_LIMIT) == 0 &&
 	           ml_global_memory_limit() == ML_NO_LIMIT,
 	       "global limit back to none");
+	/* The new names and the 0.1 aliases are the same functions. */
+	tap_ok(ml_set_global_limit(12345) == 0 &&
+	           ml_global_memory_limit() == 12345 &&
+	           ml_set_global_memory_limit(54321) == 0 &&
+	           ml_global_limit() == 54321 &&
+	           ml_set_global_limit(ML_NO_LIMIT) == 0 &&
+	           ml_global_limit() == ML_NO_LIMIT,
+	       "ml_set_global_limit/ml_global_limit and their 0.1 aliases");
 	return tap_done();
 }
