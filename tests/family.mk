@@ -1,8 +1,8 @@
 # Malloc-family, symbol, preload, fork and thread tests.
 check_PROGRAMS += tests/test-family tests/test-threads
 TESTS += tests/test-family tests/test-threads tests/test-symbols.sh \
-	tests/test-preload.sh
-EXTRA_DIST += tests/test-symbols.sh tests/test-preload.sh
+	tests/test-preload.sh tests/test-version.sh
+EXTRA_DIST += tests/test-symbols.sh tests/test-preload.sh tests/test-version.sh
 
 # -fno-builtin: gcc must not fold or delete the calls under test.
 tests_test_family_SOURCES = tests/test-family.c

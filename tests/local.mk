@@ -10,7 +10,8 @@ AM_TESTS_ENVIRONMENT = \
 	top_srcdir='$(abs_top_srcdir)'; export top_srcdir; \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so'; export MEMLIMITS_LIB; \
 	NM='$(NM)'; export NM; VALGRIND='$(VALGRIND)'; export VALGRIND; \
-	PYTHON3='$(PYTHON3)'; export PYTHON3;
+	PYTHON3='$(PYTHON3)'; export PYTHON3; \
+	PACKAGE_VERSION='$(PACKAGE_VERSION)'; export PACKAGE_VERSION;
 EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh
 
 check_LTLIBRARIES += tests/tap/libtap.la
