@@ -195,6 +195,18 @@ ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
 
 /* The library's version, "MAJOR.MINOR.PATCH". */
 ML_EXPORT const char *ml_version(void);
+/* A mask of what this process can do, computed once (see
+ * ml_capabilities(3)). */
+ML_EXPORT unsigned ml_capabilities(void);
+/* This library's malloc family is the process's. */
+#define ML_CAP_INTERPOSED 1u
+/* JUMP delivery can tell runtime frames apart. */
+#define ML_CAP_JUMP_SAFE 2u
+/* Call stacks can be captured. */
+#define ML_CAP_STACKS 4u
+/* Held memory is tracked (not yet: always clear). */
+#define ML_CAP_HELD 8u
+
 /* A short description of s; "unknown status" outside the enum. */
 ML_EXPORT const char *ml_status_str(ml_status s);
 

@@ -5,6 +5,30 @@ ML_EXPORT const char *ml_version(void)
 	return ML_VERSION_STRING;
 }
 
+ML_EXPORT unsigned ml_capabilities(void)
+{
+	static _Atomic int cached = -1;
+	int c = atomic_load_explicit(&cached, memory_order_relaxed);
+	if (c >= 0)
+		return (unsigned)c;
+	c = 0;
+	/* ml__malloc_in_front answers once, and knows a non-PIE program's
+	 * canonical PLT entry from a malloc defined in front of ours. */
+	if (!ml__malloc_in_front())
+		c |= ML_CAP_INTERPOSED;
+	struct ml__object o;
+	if (ml__find_object((uintptr_t)ml_capabilities, &o) == 0 &&
+	    o.start <= (uintptr_t)ml_capabilities &&
+	    (uintptr_t)ml_capabilities < o.end)
+		c |= ML_CAP_JUMP_SAFE;
+	void *ip[4];
+	if (ml__backtrace(ip, 4) > 0)
+		c |= ML_CAP_STACKS;
+	/* ML_CAP_HELD: no held-memory tracking yet. */
+	atomic_store_explicit(&cached, c, memory_order_relaxed);
+	return (unsigned)c;
+}
+
 ML_EXPORT const char *ml_status_str(ml_status s)
 {
 	switch (s) {

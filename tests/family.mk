@@ -34,3 +34,14 @@ tests_test_pthread_fail_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
 # Every file the README and docs/ name exists and is in the tarball.
 TESTS += tests/test-dist-docs.sh
 EXTRA_DIST += tests/test-dist-docs.sh
+
+# ml_capabilities(): linked, and with a malloc defined in front.
+check_LTLIBRARIES += tests/libmallocfront.la
+tests_libmallocfront_la_SOURCES = tests/malloc-front.c
+tests_libmallocfront_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+check_PROGRAMS += tests/test-capabilities
+TESTS += tests/test-capabilities
+tests_test_capabilities_SOURCES = tests/test-capabilities.c
+tests_test_capabilities_LDADD = $(ML_TEST_LIBS)
+tests_test_capabilities_LDFLAGS = $(ML_TEST_LINK)
+tests_test_capabilities_CFLAGS = $(ML_TEST_CFLAGS)
