@@ -1,6 +1,7 @@
 /* A malloc family defined in front of libmemlimits (LD_PRELOAD before it):
  * the library is then not the process's allocator.  Forwards to glibc. */
 #include <stddef.h>
+#include <stdlib.h> /* the prototypes these definitions replace */
 
 extern void *__libc_malloc(size_t);
 extern void *__libc_calloc(size_t, size_t);
