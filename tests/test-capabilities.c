@@ -34,7 +34,9 @@ int main(int argc, char **argv)
 	pid_t pid = fork();
 	if (pid == 0) {
 		setenv("LD_PRELOAD", shim, 1);
-		execl("/proc/self/exe", argv[0], "child", (char *)NULL);
+		/* argv[0], not /proc/self/exe: under valgrind that is the
+		 * tool's own binary. */
+		execl(argv[0], argv[0], "child", (char *)NULL);
 		_exit(127);
 	}
 	int st = 0;
