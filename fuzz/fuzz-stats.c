@@ -12,19 +12,7 @@
 
 #include "../tools/cmd-stats.c"
 
-static jmp_buf back;
-
-_Noreturn void ml__tool_usage_error(const char *cmd, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(msg, sizeof msg, fmt, ap);
-	va_end(ap);
-	if (n <= 0 || !cmd)
-		abort();
-	longjmp(back, 1);
-}
+#include "usage-jump.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

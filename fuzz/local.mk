@@ -41,13 +41,14 @@ fuzz/fuzz-cli: $(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/fuzz-cli.h \
 		$(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/cli-run.c \
 		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/lib/parse.c \
 		$(top_srcdir)/lib/bounds.c -lm
-fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c \
+fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h \
 		$(top_srcdir)/tools/cmd-stats.c $(top_srcdir)/lib/parse.c \
 		$(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
 		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/parse.c -lm
-fuzz/fuzz-elf: $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/tools/cmd-run.c \
+fuzz/fuzz-elf: $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/fuzz/usage-jump.h \
+		$(top_srcdir)/tools/cmd-run.c \
 		$(top_srcdir)/lib/parse.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
@@ -109,9 +110,11 @@ fuzz_replay_cli_SOURCES = fuzz/replay.c fuzz/fuzz-cli.c fuzz/cli-run.c \
 	fuzz/cli-bounds.c lib/parse.c lib/bounds.c
 fuzz_replay_cli_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_cli_LDADD = -lm
-fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c lib/parse.c
+fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c fuzz/usage-jump.h \
+	lib/parse.c
 fuzz_replay_stats_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_stats_LDADD = -lm
-fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c lib/parse.c
+fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \
+	lib/parse.c
 fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_elf_LDADD = -lm
