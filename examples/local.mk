@@ -5,7 +5,7 @@ examples_untrusted_task_LDADD = lib/libmemlimits.la
 examples_untrusted_task_LDFLAGS = -no-install
 
 # The guarded server and its demo (examples/guarded-server/README.md); run
-# by tests/test-guarded-server.sh.  noinst: `make` builds it for the demo.
+# by tests/api/test-guarded-server.sh.  noinst: `make` builds it for the demo.
 noinst_PROGRAMS += examples/guarded-server/guarded-server
 examples_guarded_server_guarded_server_SOURCES = \
 	examples/guarded-server/main.c examples/guarded-server/gs.h \
@@ -17,7 +17,7 @@ examples_guarded_server_guarded_server_LDFLAGS = -no-install
 EXTRA_DIST += examples/guarded-server/README.md
 
 # One example per delivery: untrusted-task (JUMP), fail-mode (FAIL),
-# poll-flag (FLAG); run and checked by tests/test-examples.sh.
+# poll-flag (FLAG); run and checked by tests/api/test-examples.sh.
 check_PROGRAMS += examples/fail-mode examples/poll-flag
 examples_fail_mode_SOURCES = examples/fail-mode.c
 examples_fail_mode_LDADD = lib/libmemlimits.la

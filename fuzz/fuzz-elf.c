@@ -4,7 +4,7 @@
  * an odd offset).  A refused file calls ml__tool_usage_error, which here
  * checks that there is one and jumps back (the real one escapes what the
  * file put in it).  Nothing is executed.  Seeds:
- * tests/make-elf.c's files (tables at odd offsets). */
+ * tests/cli/make-elf.c's files (tables at odd offsets). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>

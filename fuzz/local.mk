@@ -97,8 +97,8 @@ FUZZ_REPLAY_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib \
 	-DML_BINDIR='"$(bindir)"'
 check_PROGRAMS += fuzz/replay-parse fuzz/replay-env fuzz/replay-cli \
 	fuzz/replay-stats fuzz/replay-elf
-TESTS += tests/test-fuzz-replay.sh
-EXTRA_DIST += tests/test-fuzz-replay.sh
+TESTS += tests/unit/test-fuzz-replay.sh
+EXTRA_DIST += tests/unit/test-fuzz-replay.sh
 fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/parse.c
 fuzz_replay_parse_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_parse_LDADD = -lm

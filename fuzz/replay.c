@@ -1,7 +1,7 @@
 /* The fuzz targets without libFuzzer: each argument is a file, or a
  * directory whose files are, passed once to LLVMFuzzerTestOneInput.  Built
  * and run by `make check` with the project's own compiler
- * (tests/test-fuzz-replay.sh), so that the seed corpora replay in every
+ * (tests/unit/test-fuzz-replay.sh), so that the seed corpora replay in every
  * build, not only in CI's clang stage: a target that no longer compiles or
  * links (a stub missing after a library change), or an input that now
  * fails a target's checks, fails the test suite. */

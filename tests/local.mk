@@ -12,7 +12,8 @@ AM_TESTS_ENVIRONMENT = \
 	NM='$(NM)'; export NM; VALGRIND='$(VALGRIND)'; export VALGRIND; \
 	PYTHON3='$(PYTHON3)'; export PYTHON3; \
 	PACKAGE_VERSION='$(PACKAGE_VERSION)'; export PACKAGE_VERSION;
-EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh
+EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh tests/valgrind.supp \
+	docs/reliability.md
 
 check_LTLIBRARIES += tests/tap/libtap.la
 tests_tap_libtap_la_SOURCES = tests/tap/tap.c tests/tap/tap.h
@@ -21,13 +22,10 @@ ML_TEST_LIBS = tests/tap/libtap.la lib/libmemlimits.la -lm
 ML_TEST_LINK = -no-install
 ML_TEST_CFLAGS = $(AM_CFLAGS) -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-free -fno-builtin-realloc
 
-include tests/sampler.mk
-include tests/family.mk
-include tests/bounds.mk
-include tests/tasks.mk
-include tests/run.mk
-include tests/accounting.mk
-include tests/stacks.mk
-include tests/server.mk
-include tests/hardening.mk
-include tests/output.mk
+# One folder per kind of test; tests/run-tests lists their cases and runs
+# one by name (docs/internals.md).
+include tests/unit/local.mk
+include tests/api/local.mk
+include tests/concurrency/local.mk
+include tests/stats/local.mk
+include tests/cli/local.mk

@@ -1,0 +1,97 @@
+# The public API's behaviour: tasks and tokens, the malloc family, the
+# bounds functions, capabilities, bad input to every public function, jump
+# safety, C++, the exported symbols, the version, what the README and the
+# examples promise.
+check_PROGRAMS += tests/api/test-tasks tests/api/test-family
+TESTS += tests/api/test-tasks tests/api/test-family tests/api/test-symbols.sh \
+	tests/api/test-preload.sh tests/api/test-version.sh tests/api/test-readme.sh
+EXTRA_DIST += tests/api/test-symbols.sh tests/api/test-preload.sh \
+	tests/api/test-version.sh tests/api/test-readme.sh
+tests_api_test_tasks_SOURCES = tests/api/test-tasks.c
+tests_api_test_tasks_LDADD = $(ML_TEST_LIBS)
+tests_api_test_tasks_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_tasks_CFLAGS = $(ML_TEST_CFLAGS)
+# -fno-builtin: gcc must not fold or delete the calls under test.
+tests_api_test_family_SOURCES = tests/api/test-family.c
+tests_api_test_family_LDADD = $(ML_TEST_LIBS)
+tests_api_test_family_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_family_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+
+# Every file the README and docs/ name exists and is in the tarball.
+TESTS += tests/api/test-dist-docs.sh
+EXTRA_DIST += tests/api/test-dist-docs.sh
+
+# ml_capabilities(): linked, and with a malloc defined in front.
+check_LTLIBRARIES += tests/api/libmallocfront.la
+tests_api_libmallocfront_la_SOURCES = tests/api/malloc-front.c
+tests_api_libmallocfront_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+check_PROGRAMS += tests/api/test-capabilities
+TESTS += tests/api/test-capabilities
+tests_api_test_capabilities_SOURCES = tests/api/test-capabilities.c
+tests_api_test_capabilities_LDADD = $(ML_TEST_LIBS)
+tests_api_test_capabilities_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_capabilities_CFLAGS = $(ML_TEST_CFLAGS)
+
+# The bounds functions against reference values, read at run time from
+# $top_srcdir/tests/data: bounds-reference.tsv is the project's shared
+# reference (60 digits); bounds-mpmath.tsv adds k up to 10^7 and values
+# near 1e-300.
+check_PROGRAMS += tests/api/test-bounds
+TESTS += tests/api/test-bounds
+tests_api_test_bounds_SOURCES = tests/api/test-bounds.c
+tests_api_test_bounds_LDADD = $(ML_TEST_LIBS)
+tests_api_test_bounds_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_bounds_CFLAGS = $(ML_TEST_CFLAGS)
+EXTRA_DIST += tests/data/bounds-reference.tsv tests/data/bounds-mpmath.tsv \
+	tests/data/make-bounds-mpmath.py
+
+# Bad input to every public function (issue 6).
+check_PROGRAMS += tests/api/test-badinput
+TESTS += tests/api/test-badinput
+tests_api_test_badinput_SOURCES = tests/api/test-badinput.c
+tests_api_test_badinput_LDADD = $(ML_TEST_LIBS)
+tests_api_test_badinput_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_badinput_CFLAGS = $(ML_TEST_CFLAGS)
+
+# What is charged: requests glibc refuses.
+check_PROGRAMS += tests/api/test-refused
+TESTS += tests/api/test-refused
+tests_api_test_refused_SOURCES = tests/api/test-refused.c
+tests_api_test_refused_LDADD = $(ML_TEST_LIBS)
+tests_api_test_refused_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_refused_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+
+# Jump safety: JUMP tasks interrupted inside libc, the loader and their
+# callbacks; each case in a child process with a timeout.
+check_LTLIBRARIES += tests/api/libjumpdso.la
+tests_api_libjumpdso_la_SOURCES = tests/api/jump-dso.c
+tests_api_libjumpdso_la_LDFLAGS = -module -avoid-version -shared -rpath /nowhere
+
+check_PROGRAMS += tests/api/test-jump-safety
+TESTS += tests/api/test-jump-safety
+tests_api_test_jump_safety_SOURCES = tests/api/test-jump-safety.c
+tests_api_test_jump_safety_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DJUMP_DSO='"$(abs_top_builddir)/tests/api/.libs/libjumpdso.so"'
+tests_api_test_jump_safety_LDADD = $(ML_TEST_LIBS)
+tests_api_test_jump_safety_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_jump_safety_CFLAGS = $(ML_TEST_CFLAGS)
+
+# C++: std::bad_alloc from operator new under FAIL, and under JUMP once the
+# pending cap is reached; ml_check as the safe point; exceptions out of a
+# task's body.  Skipped (tests/api/test-cxx-skip.sh) without a C++ compiler.
+if HAVE_CXX
+check_PROGRAMS += tests/api/test-cxx
+TESTS += tests/api/test-cxx
+else
+TESTS += tests/api/test-cxx-skip.sh
+endif
+EXTRA_DIST += tests/api/test-cxx-skip.sh
+tests_api_test_cxx_SOURCES = tests/api/test-cxx.cc
+tests_api_test_cxx_CXXFLAGS = -std=c++17 $(ML_CXXFLAGS) -fno-builtin
+tests_api_test_cxx_LDADD = $(ML_TEST_LIBS)
+tests_api_test_cxx_LDFLAGS = $(ML_TEST_LINK)
+
+# The examples (examples/local.mk builds them), run and checked; the
+# guarded server's demo, short version (examples/guarded-server).
+TESTS += tests/api/test-examples.sh tests/api/test-guarded-server.sh
+EXTRA_DIST += tests/api/test-examples.sh tests/api/test-guarded-server.sh

@@ -1,0 +1,95 @@
+# The memlimits command: run mode (issue 5) with real programs under limits,
+# reports, profiles, statistics, its output files (issue 11), stacks in
+# reports, the bounds command, and every kind of bad input to it.
+check_PROGRAMS += tests/cli/test-run-hog tests/cli/test-run-rss
+TESTS += tests/cli/test-run.sh
+EXTRA_DIST += tests/cli/test-run.sh
+
+# -rdynamic: the report test looks for hog_function by name (dladdr).
+tests_cli_test_run_hog_SOURCES = tests/cli/test-run-hog.c
+tests_cli_test_run_hog_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_cli_test_run_hog_LDFLAGS = -no-install -rdynamic
+tests_cli_test_run_rss_SOURCES = tests/cli/test-run-rss.c
+tests_cli_test_run_rss_LDFLAGS = -no-install
+
+# What is charged and what the report says: allocators the meter cannot
+# read, the report's figures.
+check_PROGRAMS += tests/cli/test-run-alloc
+TESTS += tests/cli/test-accounting.sh
+EXTRA_DIST += tests/cli/test-accounting.sh
+# -rdynamic: the report test looks for functions by name (dladdr).
+tests_cli_test_run_alloc_SOURCES = tests/cli/test-run-alloc.c
+tests_cli_test_run_alloc_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_cli_test_run_alloc_LDFLAGS = -no-install -rdynamic
+# -no-pie: a canonical PLT entry for malloc in the program.
+check_PROGRAMS += tests/cli/test-run-nopie
+tests_cli_test_run_nopie_SOURCES = tests/cli/test-run-nopie.c
+tests_cli_test_run_nopie_CFLAGS = $(AM_CFLAGS) -fno-builtin -fno-pie
+tests_cli_test_run_nopie_LDFLAGS = -no-install -no-pie
+
+# Bad input to the command (issue 6); crafted ELF files for memlimits
+# run's checks.
+check_PROGRAMS += tests/cli/make-elf
+TESTS += tests/cli/test-badinput-cli.sh
+EXTRA_DIST += tests/cli/test-badinput-cli.sh
+tests_cli_make_elf_SOURCES = tests/cli/make-elf.c
+tests_cli_make_elf_LDFLAGS = -no-install
+
+# The memlimits bounds command (tools/memlimits, built with `all`).
+TESTS += tests/cli/test-cli-bounds.sh
+EXTRA_DIST += tests/cli/test-cli-bounds.sh
+
+# Run mode's output files (issue 11): the environment of a privileged
+# program is ignored, reports reach a closed stderr, settings survive a
+# rewritten environment, FIFOs and unwritable files are refused with one
+# line, and no descriptor of ours reaches the program's low range or a child.
+check_PROGRAMS += tests/cli/test-output-prog tests/cli/test-output-fds
+TESTS += tests/cli/test-output.sh
+EXTRA_DIST += tests/cli/test-output.sh
+
+tests_cli_test_output_prog_SOURCES = tests/cli/test-output-prog.c
+tests_cli_test_output_prog_LDADD = lib/libmemlimits.la
+tests_cli_test_output_prog_LDFLAGS = -no-install
+tests_cli_test_output_prog_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+tests_cli_test_output_fds_SOURCES = tests/cli/test-output-fds.c
+tests_cli_test_output_fds_LDFLAGS = -no-install
+
+# Stacks (issue 11): captured without opening descriptors, a refusal whose
+# cost does not grow with the stack, C++ names demangled in reports.
+check_PROGRAMS += tests/cli/test-stacks-retry
+# Without a C++ compiler the C++ cases skip (test-stacks-cxx is missing).
+if HAVE_CXX
+check_PROGRAMS += tests/cli/test-stacks-cxx
+endif
+TESTS += tests/cli/test-stacks.sh
+EXTRA_DIST += tests/cli/test-stacks.sh
+
+tests_cli_test_stacks_retry_SOURCES = tests/cli/test-stacks-retry.c
+tests_cli_test_stacks_retry_CFLAGS = $(AM_CFLAGS) -fno-builtin -fno-optimize-sibling-calls
+tests_cli_test_stacks_retry_LDADD = lib/libmemlimits.la
+tests_cli_test_stacks_retry_LDFLAGS = -no-install
+tests_cli_test_stacks_cxx_SOURCES = tests/cli/test-stacks-cxx.cc
+tests_cli_test_stacks_cxx_CXXFLAGS = $(ML_CXXFLAGS) -fno-builtin
+tests_cli_test_stacks_cxx_LDFLAGS = -no-install
+
+# The library again, built with -DML_UNWIND_VERIFY: every capture walks
+# both ways (the cached rules and _Unwind_Backtrace) and aborts when they
+# differ.  test-stacks.sh preloads it into real programs.  -rpath makes it
+# a shared object (a check library is otherwise a static convenience one).
+check_LTLIBRARIES += tests/cli/libmemlimits-verify.la
+tests_cli_libmemlimits_verify_la_SOURCES = $(lib_libmemlimits_la_SOURCES)
+tests_cli_libmemlimits_verify_la_CPPFLAGS = $(lib_libmemlimits_la_CPPFLAGS) -DML_UNWIND_VERIFY
+tests_cli_libmemlimits_verify_la_CFLAGS = $(lib_libmemlimits_la_CFLAGS)
+tests_cli_libmemlimits_verify_la_LDFLAGS = $(lib_libmemlimits_la_LDFLAGS) -rpath /nowhere
+tests_cli_libmemlimits_verify_la_LIBADD = $(lib_libmemlimits_la_LIBADD)
+EXTRA_tests_cli_libmemlimits_verify_la_DEPENDENCIES = lib/exported-symbols.txt
+
+# CPython's own test suite under memlimits run (41 modules, each plain, with
+# --heap-limit 16GiB and with --alloc-limit 1TiB --report): 15-40 minutes on
+# two cores, so outside make check.  CPYTHON_MODULES picks some.
+EXTRA_DIST += tests/cli/cpython-suite.sh
+check-cpython: tools/memlimits$(EXEEXT) lib/libmemlimits.la
+	top_builddir='$(abs_top_builddir)' $(SHELL) $(srcdir)/tests/cli/cpython-suite.sh $(CPYTHON_MODULES) | \
+		tee cpython-suite.log; ! grep -q '^not ok' cpython-suite.log
+CLEANFILES += cpython-suite.log
+.PHONY: check-cpython

@@ -1,0 +1,399 @@
+/* Conformance of the real library to its documented bounds
+ * (docs/statistics.md), at a small sample interval so that it runs fast.
+ *
+ * Every task allocates a fixed sequence of sizes m_0, m_1, ... (the same
+ * for all tasks, independent of the sampler), so allocation j covers the
+ * bytes (b_j, b_{j+1}] with b_j = m_0 + ... + m_{j-1}.  The task is
+ * interrupted by the allocation that holds the k-th point T of the
+ * sampler's Poisson process, T ~ Gamma(k, S); so the index J of the
+ * interrupted allocation has exactly the distribution
+ *     P(J <= j) = P(T <= b_{j+1}) = ml_bound_alloc(b_{j+1}, limit, S),
+ * whatever the sizes (large ones included): no discretisation error to
+ * allow for.  The tests compare the observed J with that distribution by
+ * Kolmogorov-Smirnov.  For n observations the two-sided statistic exceeds
+ * sqrt(ln(2/alpha) / (2n)) with probability at most alpha (Dvoretzky-
+ * Kiefer-Wolfowitz with Massart's constant; for a discrete distribution
+ * such as J's the statistic is only smaller).  Each threshold below sets
+ * alpha = 1e-6: a correct library fails it with probability below 1e-6
+ * over the choice of the seed. */
+#define _GNU_SOURCE
+#include "../tap/tap.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "memlimits.h"
+
+#define S 4096
+#define ALPHA 1e-6
+#define MAX_TASKS 10000
+
+/* ML_TEST_QUICK=1 (valgrind in .ci/run): a tenth of the tasks.  The
+ * critical values are computed from n, so the false-alarm probability stays
+ * below 1e-6; only the power drops. */
+static size_t quick = 1;
+#define N_TASKS(n) ((n) / quick)
+
+/* ---- allocation patterns ----------------------------------------------- */
+
+enum pattern { ONE_SIZE, MIXED };
+
+struct plan {
+	enum pattern pattern;
+	uint64_t size;  /* ONE_SIZE: every allocation; MIXED: the largest */
+	uint64_t limit; /* ML_NO_LIMIT: global-limit tasks */
+	bool global;
+	ml_delivery delivery;
+	uint64_t stop; /* bytes after which the task ends (0: far away) */
+};
+
+/* Size of allocation j: a fixed function of j, never of the sampler. */
+static uint64_t size_of(const struct plan *p, uint64_t j)
+{
+	if (p->pattern == ONE_SIZE)
+		return p->size;
+	/* A hash of j, spread log-uniformly over [1, size]. */
+	uint64_t h = (j + 1) * 0x9e3779b97f4a7c15u;
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9u;
+	h ^= h >> 32;
+	double u = (double)(h >> 11) * 0x1.0p-53;
+	uint64_t m = (uint64_t)exp(u * log((double)p->size + 1));
+	return m < 1 ? 1 : m > p->size ? p->size : m;
+}
+
+/* ---- one task ------------------------------------------------------------ */
+
+/* Where the task was when interrupted.  Written before each allocation,
+ * read after ml_run: volatile, so that a jump cannot lose the stores. */
+static volatile uint64_t cur_index;
+static volatile uint64_t cur_start; /* b_j */
+static volatile bool flagged, failed;
+static void *volatile sink;
+
+static void *task(void *arg)
+{
+	const struct plan *p = arg;
+	/* Without a stop, a cap no correct run reaches: P(Gamma(k, S) >
+	 * 2000 k S) is below 1e-300. */
+	uint64_t k = p->limit == ML_NO_LIMIT ? 1 : p->limit / S + 1;
+	uint64_t total = 0, limit = p->stop ? p->stop : 2000 * k * S;
+	for (uint64_t j = 0; total < limit; j++) {
+		uint64_t m = size_of(p, j);
+		cur_index = j;
+		cur_start = total;
+		void *q = malloc(m);
+		if (!q) {
+			failed = true; /* FAIL delivery: this one was refused */
+			return NULL;
+		}
+		sink = q;
+		free(q);
+		total += m;
+		if (p->delivery == ML_DELIVER_FLAG && ml_is_interrupted()) {
+			flagged = true;
+			return NULL;
+		}
+	}
+	cur_index = UINT64_MAX; /* ran to its end */
+	return NULL;
+}
+
+struct result {
+	uint64_t index, start, end; /* the interrupted allocation */
+	ml_status status;
+	bool interrupted;
+};
+
+static struct result run_one(const struct plan *p)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = p->limit;
+	l.global = p->global;
+	l.delivery = p->delivery;
+	flagged = failed = false;
+	cur_index = 0;
+	ml_outcome out;
+	ml_status st = ml_run(&l, task, (void *)p, &out);
+	struct result r = {.status = st};
+	r.interrupted = cur_index != UINT64_MAX;
+	if (r.interrupted) {
+		r.index = cur_index;
+		r.start = cur_start;
+		r.end = cur_start + size_of(p, cur_index);
+	}
+	/* How the interruption was seen must match the delivery. */
+	if (p->delivery == ML_DELIVER_FLAG && r.interrupted && !flagged)
+		r.status = ML_EINVAL;
+	if (p->delivery == ML_DELIVER_FAIL && r.interrupted && !failed)
+		r.status = ML_EINVAL;
+	return r;
+}
+
+/* ---- statistics ---------------------------------------------------------- */
+
+static uint64_t idx[MAX_TASKS];
+
+static void sort_u64(uint64_t *a, size_t n)
+{
+	/* Shell sort: no allocation (qsort may call malloc). */
+	static const size_t gaps[] = {1750, 701, 301, 132, 57, 23, 10, 4, 1};
+	for (size_t g = 0; g < sizeof gaps / sizeof gaps[0]; g++)
+		for (size_t i = gaps[g]; i < n; i++) {
+			uint64_t v = a[i];
+			size_t j = i;
+			for (; j >= gaps[g] && a[j - gaps[g]] > v; j -= gaps[g])
+				a[j] = a[j - gaps[g]];
+			a[j] = v;
+		}
+}
+
+static double ks_critical(size_t n)
+{
+	return sqrt(log(2 / ALPHA) / (2.0 * (double)n));
+}
+
+/* The CDF of T: Gamma(k, S) through the documented bound itself. */
+static double cdf_t(const struct plan *p, uint64_t x)
+{
+	return p->global ? ml_bound_global(x, S)
+	                 : ml_bound_alloc(x, p->limit, S);
+}
+
+/* KS distance between the observed indices a[0..n) (sorted) and
+ * P(J <= j) = F(b_{j+1}).  Both are step functions on the integers, so
+ * the supremum is a maximum over j = 0 .. max observed. */
+static double ks_index(const struct plan *p, const uint64_t *a, size_t n)
+{
+	double d = 0;
+	uint64_t b = 0;
+	size_t seen = 0;
+	for (uint64_t j = 0; j <= a[n - 1]; j++) {
+		b += size_of(p, j);
+		while (seen < n && a[seen] <= j)
+			seen++;
+		double e = (double)seen / (double)n;
+		d = fmax(d, fabs(e - cdf_t(p, b)));
+	}
+	return d;
+}
+
+/* Run n tasks of plan p with seed `seed`; checks that every one was
+ * interrupted for the right reason, then the KS test.  The indices stay
+ * in idx[] (in task order) for the caller. */
+static double run_ks(const char *name, const struct plan *p, size_t n,
+                     uint64_t seed)
+{
+	ml_set_seed(seed);
+	ml_status want = p->global ? ML_GLOBAL_LIMIT : ML_ALLOC_LIMIT;
+	size_t wrong = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct result r = run_one(p);
+		if (!r.interrupted || r.status != want)
+			wrong++;
+		idx[i] = r.interrupted ? r.index : UINT64_MAX / 2;
+	}
+	/* P(T > 1000 k S) is below 1e-300 for the k used here, so every
+	 * task must have been interrupted, by its own limit. */
+	tap_ok(wrong == 0,
+	       "%s: all %zu tasks interrupted with status %d (%zu not)", name,
+	       n, (int)want, wrong);
+	static uint64_t sorted[MAX_TASKS];
+	memcpy(sorted, idx, n * sizeof idx[0]);
+	sort_u64(sorted, n);
+	double d = wrong ? 1 : ks_index(p, sorted, n), c = ks_critical(n);
+	tap_ok(
+	    d <= c,
+	    "%s: interrupted allocation ~ P(T <= b_j+1): KS D = %.4f <= %.4f "
+	    "(n = %zu, alpha = 1e-6)",
+	    name, d, c, n);
+	return d;
+}
+
+/* ---- (a) allocation limits: Gamma(k, S) --------------------------------- */
+
+static void test_gamma(void)
+{
+	/* k = ceil(limit / S): 10 from a limit just under 10 S. */
+	struct plan one = {ONE_SIZE,        24, 10 * S - 100, false,
+	                   ML_DELIVER_JUMP, 0};
+	run_ks("one size (24 B), k = 10", &one, N_TASKS(10000), 1);
+	/* Mixed sizes from 1 byte to 3 S: many allocations carry a sample
+	 * in the middle, some several. */
+	struct plan mixed = {MIXED, 3 * S, 16 * S, false, ML_DELIVER_JUMP, 0};
+	run_ks("mixed sizes (1 B .. 3 S), k = 16", &mixed, N_TASKS(10000), 2);
+	/* Larger than S: k = 11 from a limit just over 10 S. */
+	struct plan big = {ONE_SIZE, 3 * S + 5,       10 * S + 1,
+	                   false,    ML_DELIVER_JUMP, 0};
+	run_ks("size 3 S + 5, k = 11", &big, N_TASKS(10000), 3);
+	/* Much larger than S: about 8 samples per allocation, so the
+	 * Poisson count inside an allocation decides where it stops. */
+	struct plan huge = {ONE_SIZE, 8 * S + 3,       40 * S,
+	                    false,    ML_DELIVER_JUMP, 0};
+	run_ks("size 8 S + 3, k = 40", &huge, N_TASKS(10000), 4);
+	/* k = 1: the first sample. */
+	struct plan k1 = {ONE_SIZE, 100, 1, false, ML_DELIVER_JUMP, 0};
+	run_ks("size 100 B, k = 1", &k1, N_TASKS(10000), 5);
+}
+
+/* ---- (d) deliveries ------------------------------------------------------ */
+
+static uint64_t by_delivery[3][MAX_TASKS];
+
+static void test_deliveries(void)
+{
+	static const char *names[] = {"JUMP", "FAIL", "FLAG"};
+	const size_t n = N_TASKS(4000);
+	for (int d = 0; d < 3; d++) {
+		struct plan p = {MIXED, 2 * S,          12 * S,
+		                 false, (ml_delivery)d, 0};
+		char name[64];
+		snprintf(name, sizeof name, "%s delivery, mixed sizes, k = 12",
+		         names[d]);
+		/* The same seed for the three: the same points. */
+		run_ks(name, &p, n, 42);
+		memcpy(by_delivery[d], idx, n * sizeof idx[0]);
+	}
+	/* Not a documented guarantee, but with one seed and one allocation
+	 * sequence the sampler sees the same bytes whatever the delivery,
+	 * so the interruption points should coincide exactly. */
+	size_t same_fail = 0, same_flag = 0;
+	for (size_t i = 0; i < n; i++) {
+		same_fail += by_delivery[1][i] == by_delivery[0][i];
+		same_flag += by_delivery[2][i] == by_delivery[0][i];
+	}
+	tap_diag("same seed: FAIL stops where JUMP does in %zu of %zu tasks, "
+	         "FLAG in %zu",
+	         same_fail, n, same_flag);
+}
+
+/* ---- (b) memprof-limits triples ------------------------------------------ */
+
+static void test_triple(uint64_t safe, uint64_t chunk, size_t n)
+{
+	const double t = 1e-9;
+	uint64_t limit = ml_bound_limit_for(safe, t, S);
+	/* stop: every task allocating it is interrupted but with probability
+	 * <= 1e-9 (the smallest n with P(n) > 1 - 1e-9). */
+	uint64_t stop = ml_bound_safe_bytes(limit, 1 - t, S) + 1;
+	struct plan p = {ONE_SIZE, chunk, limit, false, ML_DELIVER_JUMP, stop};
+	ml_set_seed(safe ^ chunk);
+	size_t early = 0, late = 0;
+	uint64_t first_end = UINT64_MAX, last_end = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct result r = run_one(&p);
+		if (!r.interrupted || r.status != ML_ALLOC_LIMIT) {
+			late++;
+			continue;
+		}
+		/* The k-th point lies in (start, end]: end <= safe would put
+		 * it at or before safe bytes. */
+		early += r.end <= safe;
+		first_end = r.end < first_end ? r.end : first_end;
+		last_end = r.end > last_end ? r.end : last_end;
+	}
+	tap_diag("safe %llu, t = 1e-9 -> limit %llu (k = %llu), stop %llu; "
+	         "interrupted between %llu and %llu bytes",
+	         (unsigned long long)safe, (unsigned long long)limit,
+	         (unsigned long long)(limit / S), (unsigned long long)stop,
+	         (unsigned long long)first_end, (unsigned long long)last_end);
+	/* Each: probability <= n * 1e-9 = 4e-7 < 1e-6 for n = 400. */
+	tap_ok(early == 0,
+	       "triple (%llu, %llu, %llu): no task of %zu interrupted before "
+	       "the safe bytes (%zu were)",
+	       (unsigned long long)safe, (unsigned long long)limit,
+	       (unsigned long long)stop, n, early);
+	tap_ok(late == 0,
+	       "triple (%llu, %llu, %llu): every task of %zu interrupted by "
+	       "the stop bytes (%zu were not)",
+	       (unsigned long long)safe, (unsigned long long)limit,
+	       (unsigned long long)stop, n, late);
+}
+
+static void test_triples(void)
+{
+	test_triple(64 << 10, 256, 400);
+	test_triple(1 << 20, 256, 400);
+	test_triple(1 << 20, 3 * S + 1, 400); /* chunks larger than S */
+}
+
+/* ---- (c) the global limit ------------------------------------------------ */
+
+static void test_global(void)
+{
+	/* Keep 8 MiB live and put the limit 4 MiB below the usage: every
+	 * sample of a global task then finds the heap over the limit. */
+	void *volatile ballast = malloc(8 << 20);
+	if (!ballast)
+		tap_bail("no memory for the ballast");
+	memset(ballast, 1, 8 << 20);
+	uint64_t usage = ml_global_memory_usage();
+	ml_set_global_memory_limit(usage - (4 << 20));
+	tap_ok(ml_global_memory_usage() > ml_global_memory_limit(),
+	       "global: usage %llu over the limit %llu",
+	       (unsigned long long)ml_global_memory_usage(),
+	       (unsigned long long)ml_global_memory_limit());
+
+	const size_t n = N_TASKS(10000);
+	struct plan p = {ONE_SIZE, 64, ML_NO_LIMIT, true, ML_DELIVER_JUMP, 0};
+	run_ks("global limit, 64 B: bytes past the limit ~ Exp(S)", &p, n, 7);
+	/* The table: interrupted within x bytes with probability at least
+	 * 1 - exp(-x/S).  x is a multiple of 64, so "interrupted within x"
+	 * is exactly J < x / 64.  One-sided Hoeffding: the observed fraction
+	 * falls eps below its mean with probability <= exp(-2 n eps^2);
+	 * alpha = 1e-6 shared by the three rows. */
+	static const uint64_t xs[] = {S / 10 / 64 * 64, S, 5 * S};
+	double eps = sqrt(log(3 / ALPHA) / (2.0 * (double)n));
+	for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+		uint64_t x = xs[i];
+		size_t within = 0;
+		for (size_t j = 0; j < n; j++)
+			within += idx[j] < x / 64;
+		double frac = (double)within / (double)n,
+		       bound = -expm1(-(double)x / S);
+		tap_ok(frac >= bound - eps,
+		       "global: interrupted within %llu bytes: %.4f >= 1 - "
+		       "exp(-x/S) = %.4f (- %.4f)",
+		       (unsigned long long)x, frac, bound, eps);
+	}
+	/* memprof-limits' "1e-9 after 1.62 MiB" row, at our interval: not
+	 * interrupted within 23 S has probability exp(-23) = 1.0e-10 per
+	 * task, n * 1.0e-10 = 1.0e-6 for all of them: 24 S, 3.8e-7. */
+	size_t late = 0;
+	for (size_t j = 0; j < n; j++)
+		late += idx[j] >= 24 * S / 64;
+	tap_ok(
+	    late == 0,
+	    "global: every task interrupted within 24 S = %d bytes (%zu not)",
+	    24 * S, late);
+	ml_set_global_memory_limit(ML_NO_LIMIT);
+	free(ballast);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(void)
+{
+	double t0 = now();
+	const char *q = getenv("ML_TEST_QUICK");
+	if (q && *q == '1')
+		quick = 10;
+	if (ml_set_sample_interval(S) != 0)
+		tap_bail("cannot set the sample interval");
+	tap_ok(ml_sample_interval() == S, "sample interval %d", S);
+	test_gamma();
+	test_deliveries();
+	test_triples();
+	test_global();
+	tap_diag("conformance tests took %.2f s", now() - t0);
+	return tap_done();
+}

@@ -1,0 +1,23 @@
+# Unit tests: the library's internal pieces one at a time (the sampler's
+# draws, the heap meter, faults injected into libc and the pools, the
+# settings' parsers).  test-fuzz-replay.sh is listed in fuzz/local.mk.
+check_PROGRAMS += tests/unit/test-sampler tests/unit/test-meter
+TESTS += tests/unit/test-sampler tests/unit/test-meter
+tests_unit_test_sampler_SOURCES = tests/unit/test-sampler.c tests/unit/stats.h \
+	lib/sampler.c
+tests_unit_test_sampler_LDADD = $(ML_TEST_LIBS)
+tests_unit_test_sampler_LDFLAGS = $(ML_TEST_LINK)
+tests_unit_test_sampler_CFLAGS = $(ML_TEST_CFLAGS)
+tests_unit_test_meter_SOURCES = tests/unit/test-meter.c
+tests_unit_test_meter_LDADD = $(ML_TEST_LIBS)
+tests_unit_test_meter_LDFLAGS = $(ML_TEST_LINK)
+tests_unit_test_meter_CFLAGS = $(ML_TEST_CFLAGS)
+
+# Faults around the library (issue 6): libc and the pools failing, malformed
+# settings.  See docs/reliability.md.
+check_PROGRAMS += tests/unit/test-faults
+TESTS += tests/unit/test-faults
+tests_unit_test_faults_SOURCES = tests/unit/test-faults.c
+tests_unit_test_faults_LDADD = $(ML_TEST_LIBS)
+tests_unit_test_faults_LDFLAGS = $(ML_TEST_LINK)
+tests_unit_test_faults_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
