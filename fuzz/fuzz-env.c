@@ -1,46 +1,36 @@
 /* libFuzzer target: the environment the library reads at start
- * (lib/config.c: MEMLIMITS_SAMPLE_INTERVAL, _SEED, _FAULT, _DELIVERY;
- * lib/runmode.c: MEMLIMITS_ALLOC_LIMIT, _HEAP_LIMIT, _ON_LIMIT, _REPORT,
- * _PROFILE, _STATS_DIR) and the diagnostics it prints about bad values
- * (lib/diag.c).  The input is up to ten lines, one value per variable.
+ * (lib/core/settings.c: MEMLIMITS_SAMPLE_INTERVAL, _SEED, _FAULT,
+ * _DELIVERY; lib/run/settings.c: MEMLIMITS_ALLOC_LIMIT, _HEAP_LIMIT,
+ * _ON_LIMIT, _REPORT, _PROFILE, _STATS_DIR) and the diagnostics it prints
+ * about bad values (lib/util/diag.c).  The input is up to ten lines, one
+ * value per variable.
  *
- * config.c and runmode.c are compiled in whole (their readers are static);
- * what they call in the rest of the library (threads, the allocator, the
- * pool, reports) is replaced by the recording stubs below: the readers are
- * exercised exactly as at start-up, nothing else runs.  The library's own
- * malloc is not linked: ASan's is in charge. */
-#include "../lib/config.c"
-#include "../lib/runmode.c"
+ * The two readers are linked in with the utilities they use; what they
+ * call further down (the allocator underneath, the meter) is replaced by
+ * the recording stubs below: the readers are exercised exactly as at
+ * start-up, nothing else runs.  The library's own malloc is not linked:
+ * ASan's is in charge. */
+#include "run/run.h"
 
 #include <assert.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* ---- Stubs ------------------------------------------------------------ */
 
-ML__TLS struct ml__thread ml__self;
 bool ml__fault_pool;
+_Atomic bool ml__meter_on_;
 static uint64_t fault_every, global_limit = ML_NO_LIMIT;
-static int refreshes;
 
-void ml__thread_init(struct ml__thread *t)
+void ml__fault_libc(uint64_t every)
 {
-	t->state = ML__T_LIVE;
+	fault_every = every;
 }
-void ml__thread_refresh(struct ml__thread *t)
+void ml__meter_switch(bool on)
 {
-	(void)t;
-	refreshes++;
-}
-void ml__force_slow(struct ml__thread *t)
-{
-	t->forced = 1;
-}
-void ml__unforce(struct ml__thread *t)
-{
-	t->forced = 0;
-}
-void ml__unwind_load(void)
-{
+	(void)on;
 }
 const char *ml__meter_blind(void)
 {
@@ -50,57 +40,16 @@ const char *ml__malloc_in_front(void)
 {
 	return NULL; /* nothing preloaded before the library */
 }
-
-void ml__global_init(void)
-{
-}
-void ml__fault_libc(uint64_t every)
-{
-	fault_every = every;
-}
-void ml__foreign_allocator(size_t (*usable)(void *))
-{
-	(void)usable;
-}
-int ml_set_global_memory_limit(uint64_t bytes)
+int ml_set_global_limit(uint64_t bytes)
 {
 	global_limit = bytes;
 	return 0;
 }
-bool ml__over_global(uint64_t n)
+
+/* As the library's constructor does first (lib/api/init.c). */
+__attribute__((constructor)) static void start(void)
 {
-	(void)n;
-	return false;
-}
-void *ml__pool_get(struct ml__pool *p)
-{
-	(void)p;
-	return NULL;
-}
-void ml__pool_put(struct ml__pool *p, void *slot)
-{
-	(void)p;
-	(void)slot;
-}
-void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank)
-{
-	(void)l;
-	(void)rank;
-}
-void ml__stats_thread_exit(struct ml__thread *t)
-{
-	(void)t;
-}
-void ml__profile_trip(ml_status why, uint64_t n)
-{
-	(void)why;
-	(void)n;
-}
-void ml__report_write(void)
-{
-}
-void ml__stats_write(void)
-{
+	ml__diag_init();
 }
 
 /* ---- Target ----------------------------------------------------------- */
@@ -138,7 +87,6 @@ static void reset(void)
 	ml__fault_pool = false;
 	fault_every = 0;
 	global_limit = ML_NO_LIMIT;
-	ml__self = (struct ml__thread){0};
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -178,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	env_arr[nenv] = NULL;
 	char **saved = environ;
 	environ = env_arr;
-	read_env();
+	ml__settings_read_env();
 	ml__run_configure();
 	environ = saved;
 

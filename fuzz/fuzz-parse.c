@@ -1,7 +1,7 @@
-/* libFuzzer target: the parsers of values from outside (lib/parse.c):
+/* libFuzzer target: the parsers of values from outside (lib/util/parse.c):
  * sizes, unsigned 64-bit integers and probabilities, as used by the
  * environment (MEMLIMITS_*) and the command line.  Each result is checked
- * against a slow reference written from the grammar in lib/parse.h, so an
+ * against a slow reference written from the grammar in lib/util/parse.h, so an
  * off-by-one in an overflow check or a suffix shows as a crash, and ASan
  * catches any read past the string's end (the input is copied into a
  * buffer of exactly its length plus the NUL). */
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parse.h"
+#include "util/parse.h"
 
 #define CHECK(c)                 \
 	do {                     \

@@ -19,41 +19,41 @@ EXTRA_DIST += fuzz/fuzz-parse.c fuzz/fuzz-env.c fuzz/fuzz-cli.c \
 	fuzz/fuzz-cli.h fuzz/cli-run.c fuzz/cli-bounds.c fuzz/fuzz-stats.c \
 	fuzz/fuzz-elf.c fuzz/replay.c fuzz/corpus
 
-fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/parse.c \
-		$(top_srcdir)/lib/parse.h $(FUZZ_DEPS)
+fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c \
+		$(top_srcdir)/lib/util/parse.h $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ \
-		$(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/parse.c -lm
-fuzz/fuzz-env: $(top_srcdir)/fuzz/fuzz-env.c $(top_srcdir)/lib/config.c \
-		$(top_srcdir)/lib/runmode.c $(top_srcdir)/lib/parse.c \
-		$(top_srcdir)/lib/diag.c $(top_srcdir)/lib/internal.h $(FUZZ_DEPS)
+		$(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c -lm
+FUZZ_ENV_SRC = $(top_srcdir)/fuzz/fuzz-env.c $(top_srcdir)/lib/util/parse.c \
+	$(top_srcdir)/lib/util/diag.c $(top_srcdir)/lib/util/system.c \
+	$(top_srcdir)/lib/core/settings.c $(top_srcdir)/lib/run/settings.c
+fuzz/fuzz-env: $(FUZZ_ENV_SRC) $(top_srcdir)/lib/run/run.h $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
-	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ \
-		$(top_srcdir)/fuzz/fuzz-env.c $(top_srcdir)/lib/parse.c \
-		$(top_srcdir)/lib/diag.c -ldl -lm
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/lib -o $@ \
+		$(FUZZ_ENV_SRC) -ldl -lm
 fuzz/fuzz-cli: $(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/fuzz-cli.h \
 		$(top_srcdir)/fuzz/cli-run.c $(top_srcdir)/fuzz/cli-bounds.c \
 		$(top_srcdir)/tools/cmd-run.c $(top_srcdir)/tools/cmd-bounds.c \
-		$(top_srcdir)/lib/parse.c $(top_srcdir)/lib/bounds.c $(FUZZ_DEPS)
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c $(top_srcdir)/lib/sampler/bounds.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
 		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
 		$(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/cli-run.c \
-		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/lib/parse.c \
-		$(top_srcdir)/lib/bounds.c -lm
+		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
+		$(top_srcdir)/lib/sampler/bounds.c -lm
 fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h \
-		$(top_srcdir)/tools/cmd-stats.c $(top_srcdir)/lib/parse.c \
+		$(top_srcdir)/tools/cmd-stats.c $(top_srcdir)/lib/util/parse.c \
 		$(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
-		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/parse.c -lm
+		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/util/parse.c -lm
 fuzz/fuzz-elf: $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/fuzz/usage-jump.h \
 		$(top_srcdir)/tools/cmd-run.c \
-		$(top_srcdir)/lib/parse.c $(FUZZ_DEPS)
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
 		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
-		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/parse.c -lm
+		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c -lm
 
 fuzz-build: $(FUZZ_TARGETS)
 
@@ -99,22 +99,23 @@ check_PROGRAMS += fuzz/replay-parse fuzz/replay-env fuzz/replay-cli \
 	fuzz/replay-stats fuzz/replay-elf
 TESTS += tests/unit/test-fuzz-replay.sh
 EXTRA_DIST += tests/unit/test-fuzz-replay.sh
-fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/parse.c
+fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/util/parse.c
 fuzz_replay_parse_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_parse_LDADD = -lm
-fuzz_replay_env_SOURCES = fuzz/replay.c fuzz/fuzz-env.c lib/parse.c \
-	lib/diag.c
+fuzz_replay_env_SOURCES = fuzz/replay.c fuzz/fuzz-env.c lib/util/parse.c \
+	lib/util/diag.c lib/util/system.c lib/core/settings.c \
+	lib/run/settings.c
 fuzz_replay_env_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_env_LDADD = -ldl -lm
 fuzz_replay_cli_SOURCES = fuzz/replay.c fuzz/fuzz-cli.c fuzz/cli-run.c \
-	fuzz/cli-bounds.c lib/parse.c lib/bounds.c
+	fuzz/cli-bounds.c lib/util/parse.c lib/util/self.c lib/sampler/bounds.c
 fuzz_replay_cli_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_cli_LDADD = -lm
 fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c fuzz/usage-jump.h \
-	lib/parse.c
+	lib/util/parse.c
 fuzz_replay_stats_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_stats_LDADD = -lm
 fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \
-	lib/parse.c
+	lib/util/parse.c lib/util/self.c
 fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_elf_LDADD = -lm

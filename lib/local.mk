@@ -1,29 +1,41 @@
+# The library, in layers from the bottom up (lib/layers.txt; the order
+# and the rules are in docs/internals.md, "Layers").  Nothing in a layer
+# names a higher one: tests/test-layers.sh checks the includes, the
+# objects' symbols and that no two files call each other in a loop.
 lib_LTLIBRARIES = lib/libmemlimits.la
 include_HEADERS = include/memlimits.h
 
+# Layers 1-6, the core: it links and works without run mode
+# (tests/test-core-alone).
+noinst_LTLIBRARIES += lib/libmlcore.la
+lib_libmlcore_la_SOURCES = \
+	lib/util/util.h lib/util/parse.h \
+	lib/util/parse.c lib/util/diag.c lib/util/pool.c \
+	lib/util/forklock.c lib/util/system.c lib/util/self.c \
+	lib/util/objects.c \
+	lib/sampler/sampler.h \
+	lib/sampler/sampler.c lib/sampler/bounds.c \
+	lib/alloc/alloc.h \
+	lib/alloc/underlying.c lib/alloc/meter.c \
+	lib/core/core.h \
+	lib/core/settings.c lib/core/unwind.c \
+	lib/tasks/tasks.h \
+	lib/tasks/thread.c lib/tasks/token.c lib/tasks/task.c \
+	lib/tasks/slow.c \
+	lib/api/api.h \
+	lib/api/interpose.c lib/api/init.c lib/api/version.c
+lib_libmlcore_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/lib -DMEMLIMITS_BUILDING
+lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
+
+# Layer 7, run mode: a consumer of the core's hooks.
 lib_libmemlimits_la_SOURCES = \
-	lib/internal.h \
-	lib/interpose.c \
-	lib/sampler.c lib/sampler.h \
-	lib/thread.c \
-	lib/meter.c \
-	lib/task.c \
-	lib/token.c \
-	lib/pool.c \
-	lib/forklock.c \
-	lib/config.c \
-	lib/parse.c lib/parse.h \
-	lib/unwind.c \
-	lib/runmode.c \
-	lib/report.c \
-	lib/stats.c \
-	lib/diag.c \
-	lib/version.c \
-	lib/bounds.c
-lib_libmemlimits_la_CPPFLAGS = $(AM_CPPFLAGS) -DMEMLIMITS_BUILDING
+	lib/run/run.h \
+	lib/run/settings.c lib/run/report.c lib/run/stats.c \
+	lib/run/runmode.c
+lib_libmemlimits_la_CPPFLAGS = $(lib_libmlcore_la_CPPFLAGS)
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_LDFLAGS = -version-info $(ML_LT_VERSION) $(LIB_LDFLAGS) \
 	$(SAN_LDFLAGS) -export-symbols $(srcdir)/lib/exported-symbols.txt
-lib_libmemlimits_la_LIBADD = $(LIBM)
-EXTRA_DIST += lib/exported-symbols.txt
+lib_libmemlimits_la_LIBADD = lib/libmlcore.la $(LIBM)
+EXTRA_DIST += lib/exported-symbols.txt lib/layers.txt
 EXTRA_lib_libmemlimits_la_DEPENDENCIES = lib/exported-symbols.txt

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/parse.h"
-#include "../lib/sampler.h"
+#include "../lib/util/parse.h"
+#include "../lib/sampler/sampler.h"
 #include "memlimits.h"
 #include "tool.h"
 

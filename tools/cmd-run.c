@@ -1,6 +1,6 @@
 /* memlimits run: an unmodified program under limits.  Sets MEMLIMITS_*,
  * prepends the library to LD_PRELOAD and execs the program, which (with
- * its children) then runs as one task per thread (lib/runmode.c).
+ * its children) then runs as one task per thread (lib/run/runmode.c).
  *
  * Everything that would make the limits silently not apply is refused
  * before anything runs: a static program, a program of another ELF class
@@ -25,8 +25,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "../lib/parse.h"
-#include "../lib/sampler.h"
+#include "../lib/util/util.h"
+#include "../lib/sampler/sampler.h"
 #include "tool.h"
 
 #define CMD "run"
@@ -594,10 +594,9 @@ static bool same_dir(const char *a, const char *b)
 static char *find_library(void)
 {
 	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n <= 0)
+	ml__self_exe(self, sizeof self);
+	if (self[0] != '/')
 		ml__tool_usage_error(CMD, "cannot find this command's path");
-	self[n] = 0;
 	*strrchr(self, '/') = 0;
 	char *c[6];
 	int nc = 0;

@@ -1,5 +1,5 @@
 /* memlimits stats DIR: merge the per-process statistics files that
- * `memlimits run --stats DIR` leaves (lib/stats.c writes them) into one
+ * `memlimits run --stats DIR` leaves (lib/run/stats.c writes them) into one
  * table.
  *
  * The files come from outside, so the reader is strict and bounded: plain
@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../lib/parse.h"
+#include "../lib/util/parse.h"
 #include "tool.h"
 
 #define CMD "stats"

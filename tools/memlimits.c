@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../lib/parse.h"
+#include "../lib/util/parse.h"
 #include "memlimits.h"
 #include "tool.h"
 

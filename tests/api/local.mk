@@ -95,3 +95,11 @@ tests_api_test_cxx_LDFLAGS = $(ML_TEST_LINK)
 # guarded server's demo, short version (examples/guarded-server).
 TESTS += tests/api/test-examples.sh tests/api/test-guarded-server.sh
 EXTRA_DIST += tests/api/test-examples.sh tests/api/test-guarded-server.sh
+
+# The core without run mode (docs/internals.md, "Layers").
+check_PROGRAMS += tests/api/test-core-alone
+TESTS += tests/api/test-core-alone
+tests_api_test_core_alone_SOURCES = tests/api/test-core-alone.c
+tests_api_test_core_alone_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_core_alone_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
+tests_api_test_core_alone_LDFLAGS = $(ML_TEST_LINK)

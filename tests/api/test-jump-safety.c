@@ -923,7 +923,7 @@ static void report(int r, const char *fmt, const char *name, uint64_t s)
 		ok = tap_ok(!(r & ~2), "%s%s", what,
 		            r & ~2 ? " (see diagnostics)" : "");
 	real_failures += !ok;
-	/* Locale loaders are never failed (lib/unwind.c): a load that met
+	/* Locale loaders are never failed (lib/core/unwind.c): a load that met
 	 * ENOMEM half-way would be remembered by glibc as missing for good. */
 	if (r >= 0 && r < 128)
 		real_failures += !tap_ok(!(r & 2),
@@ -933,7 +933,7 @@ static void report(int r, const char *fmt, const char *name, uint64_t s)
 }
 
 /* valgrind (.ci/run, docs/reliability.md) replaces glibc's allocator below
- * ours and preloads its vgpreload_*.so: detected like lib/config.c does. */
+ * ours and preloads its vgpreload_*.so: detected like lib/alloc/underlying.c does. */
 static bool under_valgrind(void)
 {
 	const char *p = getenv("LD_PRELOAD");

@@ -77,11 +77,12 @@ tests_cli_test_stacks_cxx_LDFLAGS = -no-install
 # differ.  test-stacks.sh preloads it into real programs.  -rpath makes it
 # a shared object (a check library is otherwise a static convenience one).
 check_LTLIBRARIES += tests/cli/libmemlimits-verify.la
-tests_cli_libmemlimits_verify_la_SOURCES = $(lib_libmemlimits_la_SOURCES)
+tests_cli_libmemlimits_verify_la_SOURCES = $(lib_libmlcore_la_SOURCES) \
+	$(lib_libmemlimits_la_SOURCES)
 tests_cli_libmemlimits_verify_la_CPPFLAGS = $(lib_libmemlimits_la_CPPFLAGS) -DML_UNWIND_VERIFY
 tests_cli_libmemlimits_verify_la_CFLAGS = $(lib_libmemlimits_la_CFLAGS)
 tests_cli_libmemlimits_verify_la_LDFLAGS = $(lib_libmemlimits_la_LDFLAGS) -rpath /nowhere
-tests_cli_libmemlimits_verify_la_LIBADD = $(lib_libmemlimits_la_LIBADD)
+tests_cli_libmemlimits_verify_la_LIBADD = $(LIBM)
 EXTRA_tests_cli_libmemlimits_verify_la_DEPENDENCIES = lib/exported-symbols.txt
 
 # CPython's own test suite under memlimits run (41 modules, each plain, with

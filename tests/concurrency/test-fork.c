@@ -1,6 +1,6 @@
 /* fork while other threads are inside the library, in run mode.
  *
- * Every lock the library owns must be held around fork (lib/forklock.c):
+ * Every lock the library owns must be held around fork (lib/util/forklock.c):
  * a child inherits a lock held by a thread that does not exist there, and
  * hangs the first time it takes it.  Here 4 threads allocate in run mode
  * with stack capture (a limit, a profile, a report), statistics and a small

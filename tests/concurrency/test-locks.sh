@@ -1,6 +1,6 @@
 #!/bin/sh
-# Every lock in lib/ is made with ML__LOCK or ML__POOL (lib/internal.h),
-# which register it for fork (lib/forklock.c): a lock made any other way
+# Every lock in lib/ is made with ML__LOCK or ML__POOL (lib/util/util.h),
+# which register it for fork (lib/util/forklock.c): a lock made any other way
 # would not be held around fork, and a child could inherit it held.  This
 # rejects the other ways: a raw atomic_flag, a pthread or semaphore lock,
 # or an ml__lock / ml__pool defined without the macros.
@@ -12,9 +12,9 @@ cd "$top_srcdir" || exit 1
 
 # The registry's own flag (forklock.c) and the one inside struct ml__lock.
 grep -nE 'atomic_flag|pthread_(mutex|spin|rwlock)_|sem_t|sem_(wait|post|init)|mtx_t|mtx_lock' \
-	lib/*.c lib/*.h |
-	grep -vE '^lib/forklock\.c:' |
-	grep -vE '^lib/internal\.h:[0-9]+:	atomic_flag flag;$' >"$tmp/raw"
+	lib/*/*.c lib/*/*.h |
+	grep -vE '^lib/util/forklock\.c:' |
+	grep -vE '^lib/util/util\.h:[0-9]+:	atomic_flag flag;$' >"$tmp/raw"
 if test -s "$tmp/raw"; then
 	notok "a lock in lib/ that is not made with ML__LOCK / ML__POOL"
 	diag "$tmp/raw"
@@ -25,7 +25,7 @@ fi
 # A file-scope definition (not a pointer, not extern) of an ml__lock or
 # ml__pool: those are the macros' job.
 grep -nE '^(static[[:space:]]+)?struct ml__(lock|pool)[[:space:]]+[A-Za-z_][A-Za-z_0-9]*[[:space:]]*(=|;|\[)' \
-	lib/*.c lib/*.h >"$tmp/defs"
+	lib/*/*.c lib/*/*.h >"$tmp/defs"
 if test -s "$tmp/defs"; then
 	notok "an ml__lock or ml__pool defined without ML__LOCK / ML__POOL"
 	diag "$tmp/defs"
@@ -34,7 +34,7 @@ else
 fi
 
 # The macros are used at all (the check above would pass on an empty tree).
-uses=$(grep -hcE '^(static )?ML__(LOCK|POOL)\(' lib/*.c | awk '{ s += $1 } END { print s + 0 }')
+uses=$(grep -hcE '^(static )?ML__(LOCK|POOL)\(' lib/*/*.c | awk '{ s += $1 } END { print s + 0 }')
 if test "$uses" -ge 1; then
 	ok "$uses locks defined through the registry's macros"
 else

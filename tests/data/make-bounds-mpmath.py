@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate tests/data/bounds-mpmath.tsv: P(Poisson(n/S) >= k) in 40-digit
 arithmetic (mpmath), at points the shared reference does not cover: k up to
-10^7, both sides of the method switches in lib/bounds.c, and values near
+10^7, both sides of the method switches in lib/sampler/bounds.c, and values near
 1e-300.  Usage: python3 make-bounds-mpmath.py > bounds-mpmath.tsv"""
 import mpmath as mp
 

@@ -4,7 +4,7 @@
 check_PROGRAMS += tests/unit/test-sampler tests/unit/test-meter
 TESTS += tests/unit/test-sampler tests/unit/test-meter
 tests_unit_test_sampler_SOURCES = tests/unit/test-sampler.c tests/unit/stats.h \
-	lib/sampler.c
+	lib/sampler/sampler.c
 tests_unit_test_sampler_LDADD = $(ML_TEST_LIBS)
 tests_unit_test_sampler_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_sampler_CFLAGS = $(ML_TEST_CFLAGS)
@@ -21,3 +21,7 @@ tests_unit_test_faults_SOURCES = tests/unit/test-faults.c
 tests_unit_test_faults_LDADD = $(ML_TEST_LIBS)
 tests_unit_test_faults_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_faults_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+
+# The layers go one way (docs/internals.md, "Layers").
+TESTS += tests/unit/test-layers.sh
+EXTRA_DIST += tests/unit/test-layers.sh

@@ -3,12 +3,12 @@
  *
  * Counts are observed end to end through the library: a task with no limit
  * and FLAG delivery reports samples * S in out.allocated.  The PRNG draws
- * themselves are checked directly on lib/sampler.c, compiled in.
+ * themselves are checked directly on lib/sampler/sampler.c, compiled in.
  *
  * Every statistical check uses a fixed seed and fails for a correct
  * implementation with probability below 1e-6 (chi-square p-value < 1e-6,
  * or a deviation beyond 5 standard deviations: P < 5.7e-7). */
-#include "../../lib/sampler.h"
+#include "../../lib/sampler/sampler.h"
 #include "stats.h"
 #include "../tap/tap.h"
 
@@ -192,7 +192,7 @@ static void test_reproducible(void)
 	tap_ok(memcmp(a, b, sizeof a) != 0, "another seed, other samples");
 }
 
-/* ---- The draws themselves (lib/sampler.c compiled in) ---------------- */
+/* ---- The draws themselves (lib/sampler/sampler.c compiled in) ---------------- */
 
 static void test_poisson_draws(void)
 {

@@ -1,4 +1,4 @@
-#include "parse.h"
+#include "util/parse.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -8,7 +8,7 @@
  * cannot be left out; tests/test-locks.sh rejects a lock made any other
  * way.  Locks are taken in rank order, then definition order: a thread
  * that nests two locks must take them in that same order. */
-#include "internal.h"
+#include "util/util.h"
 
 #include <pthread.h>
 #include <sched.h>

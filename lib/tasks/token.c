@@ -1,5 +1,5 @@
 /* Cancellation tokens: one atomic flag in a pool slot. */
-#include "internal.h"
+#include "tasks/tasks.h"
 
 struct ml_token {
 	_Atomic int set;

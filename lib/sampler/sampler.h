@@ -1,4 +1,6 @@
-/* The per-thread Poisson sampler: pure arithmetic on its own state, it
+/* Layer 2, the sampler (docs/internals.md, "Layers").
+ *
+ * The per-thread Poisson sampler: pure arithmetic on its own state, it
  * knows nothing of tasks, threads or the allocator.
  *
  * Samples are the points of a Poisson process of rate 1/S on the line of
@@ -13,6 +15,8 @@
 #define ML_SAMPLER_H
 
 #include <stdint.h>
+
+#pragma GCC visibility push(hidden)
 
 /* The mean sample interval S when none is set (MEMLIMITS_INTERVAL,
  * ml_set_interval, memlimits --interval).  A plain literal: the command's
@@ -45,5 +49,7 @@ uint64_t ml__rng_next(uint64_t st[4]);
 double ml__rng_unit(uint64_t st[4]); /* uniform in [0, 1) */
 uint64_t ml__poisson(uint64_t st[4], double lambda);
 uint64_t ml__splitmix64(uint64_t *x);
+
+#pragma GCC visibility pop
 
 #endif

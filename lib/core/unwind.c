@@ -17,7 +17,7 @@
  * unsafe: the C library, the loader, libstdc++, libgcc, libunwind, and this
  * library (except its own task frames, which a jump is meant to leave). */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "core/core.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -40,63 +40,6 @@ static struct {
 	const void *(*find_fde)(void *, struct ml_eh_bases *); /* optional */
 } U;
 static _Atomic bool loaded;
-
-/* ---- Which object holds an address ------------------------------------ */
-
-#if HAVE__DL_FIND_OBJECT
-int ml__find_object(uintptr_t addr, struct ml__object *o)
-{
-	/* Lock-free: safe inside malloc, also while another thread is in
-	 * dlopen. */
-	struct dl_find_object fo;
-	if (_dl_find_object((void *)addr, &fo) != 0)
-		return -1;
-	o->start = (uintptr_t)fo.dlfo_map_start;
-	o->end = (uintptr_t)fo.dlfo_map_end;
-	o->name = fo.dlfo_link_map && fo.dlfo_link_map->l_name
-	              ? fo.dlfo_link_map->l_name
-	              : "";
-	return 0;
-}
-#else
-struct find {
-	uintptr_t addr;
-	struct ml__object *o;
-};
-
-static int find_cb(struct dl_phdr_info *info, size_t size, void *arg)
-{
-	struct find *f = arg;
-	uintptr_t lo = UINTPTR_MAX, hi = 0;
-	bool hit = false;
-	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type != PT_LOAD)
-			continue;
-		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
-		if (s < lo)
-			lo = s;
-		if (s + ph->p_memsz > hi)
-			hi = s + ph->p_memsz;
-		hit |= f->addr >= s && f->addr - s < ph->p_memsz;
-	}
-	if (!hit)
-		return 0;
-	f->o->start = lo;
-	f->o->end = hi;
-	f->o->name = info->dlpi_name ? info->dlpi_name : "";
-	return 1;
-}
-
-int ml__find_object(uintptr_t addr, struct ml__object *o)
-{
-	/* Before glibc 2.35: dl_iterate_phdr takes the loader's list lock
-	 * only briefly (dlopen holds it while linking an object in, not
-	 * while it allocates). */
-	struct find f = {addr, o};
-	return dl_iterate_phdr(find_cb, &f) ? 0 : -1;
-}
-#endif
 
 /* ---- Loading ---------------------------------------------------------- */
 
@@ -773,17 +716,8 @@ static enum ml__frames walk(uintptr_t stop)
 
 enum ml__frames ml__frames_check(uintptr_t stop)
 {
-	/* The unwinder may allocate (frames registered at run time): those
-	 * allocations must pass straight through, also when we come from
-	 * ml_check or ml_unmask. */
-	struct ml__thread *t = &ml__self;
-	uint8_t busy = t->busy;
-	t->busy = 1;
-	ml__force_slow(t);
 	ml__unwind_lock();
 	enum ml__frames f = walk(stop);
 	ml__unwind_unlock();
-	t->busy = busy;
-	ml__unforce(t);
 	return f;
 }

@@ -10,8 +10,7 @@
  * written, once per distinct address: dladdr for exported names, the
  * object's own .symtab for the rest, object+offset when stripped. */
 #define _GNU_SOURCE
-#include "internal.h"
-#include "parse.h"
+#include "run/run.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -232,9 +231,8 @@ static void put_ratio(struct ml__out *o, uint64_t v, uint64_t d)
 	}
 	unsigned __int128 tenths = ((unsigned __int128)v * 10 + d / 2) / d;
 	ml__out_u(o, (uint64_t)(tenths / 10), 10);
-	char c[2] = {(char)('0' + (int)(tenths % 10)), 0};
 	ml__out_puts(o, ".");
-	ml__out_puts(o, c);
+	ml__out_u(o, (uint64_t)(tenths % 10), 10);
 }
 
 /* "67108864 bytes (64.0 MiB)" */

@@ -21,18 +21,18 @@ int ml__parse_u64(const char *s, uint64_t *out);
 /* A probability in (0, 1): "1e-9", "0.001". */
 int ml__parse_prob(const char *s, double *out);
 
-/* The next character of a value from outside (s, NUL-terminated) as shown
- * in a message: itself, or \xHH for each of its bytes when it is a control
- * character (C0, DEL, or C1: U+0080-U+009F, whose CSI acts on terminals as
- * ESC [ does) or not UTF-8 (a lone byte 0x80-0x9f is a C1 control to an
- * 8-bit terminal).  Sets *used to the bytes of s it took (1 to 4); writes
- * at most 8 bytes to out; returns how many. */
 /* v as text in base 10 or 16 (lower case, no prefix), without stdio or
  * locale: written at the end of buf, NUL-terminated; returns where the
  * digits start.  The library's one integer-to-text loop. */
 #define ML__UTOA_BYTES 24
 char *ml__utoa(uint64_t v, unsigned base, char buf[ML__UTOA_BYTES]);
 
+/* The next character of a value from outside (s, NUL-terminated) as shown
+ * in a message: itself, or \xHH for each of its bytes when it is a control
+ * character (C0, DEL, or C1: U+0080-U+009F, whose CSI acts on terminals as
+ * ESC [ does) or not UTF-8 (a lone byte 0x80-0x9f is a C1 control to an
+ * 8-bit terminal).  Sets *used to the bytes of s it took (1 to 4); writes
+ * at most 8 bytes to out; returns how many. */
 unsigned ml__show_char(const char *s, char out[8], unsigned *used);
 
 #endif

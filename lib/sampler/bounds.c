@@ -7,7 +7,7 @@
  * bounds").  It depends on nothing else in the library: the memlimits
  * command compiles it in directly. */
 #include "memlimits.h"
-#include "sampler.h"
+#include "sampler/sampler.h"
 
 #include <math.h>
 

@@ -11,7 +11,7 @@
  * per-thread caches; docs/statistics.md ("The global meter") gives the slack.
  */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "alloc/alloc.h"
 
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
@@ -38,25 +38,28 @@ static void raise_peak(int64_t v)
 		;
 }
 
-void ml__meter_flush(struct ml__thread *t)
+ML__TLS struct ml__meter_local ml__meter_self;
+
+void ml__meter_flush(void)
 {
-	int64_t d = (int64_t)(t->meter_down - t->meter_up);
+	struct ml__meter_local *t = &ml__meter_self;
+	int64_t d = (int64_t)(t->down - t->up);
 	if (d > 0)
 		raise_peak(
 		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed) +
 		    d);
 	else if (d)
 		atomic_fetch_add_explicit(&total, d, memory_order_relaxed);
-	t->meter_up = t->meter_down = ML__METER_BATCH;
+	t->up = t->down = ML__METER_BATCH;
 }
 
 void ml__meter_add(int64_t bytes)
 {
-	struct ml__thread *t = &ml__self;
-	uint64_t *c = bytes >= 0 ? &t->meter_up : &t->meter_down;
+	struct ml__meter_local *t = &ml__meter_self;
+	uint64_t *c = bytes >= 0 ? &t->up : &t->down;
 	uint64_t b = bytes >= 0 ? (uint64_t)bytes : -(uint64_t)bytes;
 	if (__builtin_sub_overflow(*c, b, c))
-		ml__meter_flush(t);
+		ml__meter_flush();
 }
 
 static uint64_t glibc_in_use(void)
@@ -76,7 +79,7 @@ uint64_t ml__meter_usage(void)
 	if (!ML__METER_ON)
 		return glibc_in_use();
 	int64_t v = atomic_load_explicit(&total, memory_order_relaxed) +
-	            (int64_t)(ml__self.meter_down - ml__self.meter_up);
+	            (int64_t)(ml__meter_self.down - ml__meter_self.up);
 	return v < 0 ? 0 : (uint64_t)v;
 }
 
@@ -88,10 +91,10 @@ uint64_t ml__meter_peak(void)
 }
 
 /* A forked child's heap starts as the parent's heap now, not at its
- * peak.  (thread.c's child handler, registered first, has folded the
- * thread's delta.) */
+ * peak; its one thread's delta is folded first. */
 static void atfork_child(void)
 {
+	ml__meter_flush();
 	atomic_store(&peak, atomic_load(&total));
 }
 
@@ -101,6 +104,97 @@ __attribute__((constructor(102))) static void meter_init(void)
 	           "a forked child's peak heap starts at its parent's peak");
 	/* Also when no heap limit is set: malloc_usable_size must know. */
 	ml__meter_blind();
+}
+
+/* ---- malloc and free: the hottest pair ---------------------------------
+ *
+ * Their last step goes through a pointer: glibc's own function while no
+ * global limit is set, a metered one while it is.  An indirect jump costs
+ * what the jump through the GOT to glibc would, so the meter costs nothing
+ * until it is switched on (ml__meter_switch). */
+
+/* Subtract v from one of the thread's meter countdowns; true on borrow.
+ * Inline asm for the same reason as borrow(): one memory-operand
+ * subtraction and a branch.  volatile: gcc may drop an asm goto with an
+ * output otherwise.  Outputs in asm goto need GCC 11 or clang (configure
+ * checks). */
+#if defined(__x86_64__) && defined(HAVE_ASM_GOTO_OUTPUT) && \
+    !defined(ML_NO_ASM) && defined(__PIC__)
+#define METER_SUB(field, v)                                                 \
+	({                                                                  \
+		bool borrowed_ = false;                                     \
+		uint64_t tls_;                                              \
+		__asm__ volatile goto(                                      \
+		    "movq ml__meter_self@gottpoff(%%rip), %[t]\n\t"         \
+		    "subq %[val], %%fs:%c[off](%[t])\n\t"                   \
+		    "jb %l[borrow]"                                         \
+		    : [t] "=&r"(tls_)                                       \
+		    : [val] "r"((uint64_t)(v)), [off] "i"(offsetof(         \
+		                                    struct ml__meter_local, \
+		                                    field))                 \
+		    : "cc", "memory"                                        \
+		    : borrow);                                              \
+		(void)tls_;                                                 \
+		if (0) {                                                    \
+		borrow:                                                     \
+			borrowed_ = true;                                   \
+		}                                                           \
+		borrowed_;                                                  \
+	})
+#else
+#define METER_SUB(field, v)                                         \
+	__builtin_sub_overflow(ml__meter_self.field, (uint64_t)(v), \
+	                       &ml__meter_self.field)
+#endif
+
+static ML__COLD void meter_fold(void)
+{
+	ml__meter_flush();
+}
+
+static void *malloc_metered(size_t n)
+{
+	void *p = ml__real.malloc(n);
+	if (ml__likely(p != NULL) &&
+	    ml__unlikely(METER_SUB(up, ml__chunk_word(p) & ~(size_t)7)))
+		meter_fold();
+	return p;
+}
+
+static void free_metered(void *p)
+{
+	if (ml__likely(p != NULL) &&
+	    ml__unlikely(METER_SUB(down, ml__chunk_word(p) & ~(size_t)7)))
+		meter_fold();
+	__libc_free(p);
+}
+
+void *(*ml__malloc_tail)(size_t) = __libc_malloc;
+void (*ml__free_tail)(void *) = __libc_free;
+
+static void *malloc_metered_foreign(size_t n)
+{
+	void *p = ml__real.malloc(n);
+	ml__meter_block(p, 1);
+	return p;
+}
+
+static void free_metered_foreign(void *p)
+{
+	ml__meter_block(p, -1);
+	__libc_free(p);
+}
+
+void ml__meter_switch(bool on)
+{
+	void *(*plain)(size_t) =
+	    ml__real.malloc == __libc_malloc ? __libc_malloc : ml__malloc_plain;
+	bool foreign = ml__allocator_foreign();
+	void *(*m)(size_t) = foreign ? malloc_metered_foreign : malloc_metered;
+	void (*f)(void *) = foreign ? free_metered_foreign : free_metered;
+	__atomic_store_n(&ml__malloc_tail, on ? m : plain, __ATOMIC_RELEASE);
+	__atomic_store_n(&ml__free_tail, on ? f : __libc_free,
+	                 __ATOMIC_RELEASE);
 }
 
 /* ---- An allocator the meter cannot read -------------------------------
@@ -231,7 +325,7 @@ ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 	} else if (!ML__METER_ON) {
 		/* Count from now on, starting from glibc's own figure.  Our
 		 * own delta is stale from an earlier period: drop it. */
-		ml__self.meter_up = ml__self.meter_down = ML__METER_BATCH;
+		ml__meter_self.up = ml__meter_self.down = ML__METER_BATCH;
 		atomic_store_explicit(&ml__meter_on_, true,
 		                      memory_order_relaxed);
 		ml__meter_switch(true);

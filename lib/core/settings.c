@@ -1,9 +1,10 @@
-/* Process-wide settings and the environment, read once at start. */
+/* The core's own settings (sample interval, seed, default delivery) and
+ * the MEMLIMITS_* variables that set them, read once at start.  Threads
+ * pick a change up by its epoch (tasks/thread.c); run mode reads its own
+ * variables (run/settings.c). */
 #define _GNU_SOURCE
-#include "internal.h"
-#include "parse.h"
+#include "core/core.h"
 
-#include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -14,43 +15,21 @@ _Atomic uint32_t ml__seed_epoch;
 _Atomic uint32_t ml__interval_epoch;
 _Atomic int ml__default_delivery = ML_DELIVER_JUMP;
 
-/* Apply a new seed or interval to the calling thread at once (so a
- * single-threaded program is reproducible from this call on); other
- * threads pick it up at their next slow path. */
-static void apply_here(void)
+void ml__set_interval(uint64_t bytes)
 {
-	struct ml__thread *t = &ml__self;
-	if (t->busy)
-		return;
-	t->busy = 1;
-	ml__force_slow(t);
-	if (t->state == ML__T_NEW)
-		ml__thread_init(t);
-	ml__thread_refresh(t);
-	t->busy = 0;
-	ml__unforce(t);
-}
-
-ML_EXPORT int ml_set_sample_interval(uint64_t bytes)
-{
-	if (bytes == 0)
-		return ML_EINVAL;
 	atomic_store(&ml__interval, bytes);
 	atomic_fetch_add(&ml__interval_epoch, 1);
-	apply_here();
-	return 0;
+}
+
+void ml__set_seed(uint64_t seed)
+{
+	atomic_store(&ml__seed, seed);
+	atomic_fetch_add(&ml__seed_epoch, 1);
 }
 
 ML_EXPORT uint64_t ml_sample_interval(void)
 {
 	return atomic_load(&ml__interval);
-}
-
-ML_EXPORT void ml_set_seed(uint64_t seed)
-{
-	atomic_store(&ml__seed, seed);
-	atomic_fetch_add(&ml__seed_epoch, 1);
-	apply_here();
 }
 
 ML_EXPORT int ml_set_default_delivery(ml_delivery d)
@@ -64,15 +43,6 @@ ML_EXPORT int ml_set_default_delivery(ml_delivery d)
 ML_EXPORT ml_delivery ml_default_delivery(void)
 {
 	return (ml_delivery)atomic_load(&ml__default_delivery);
-}
-
-/* Every MEMLIMITS_* variable is read here.  A setuid, setgid or
- * file-capability program (AT_SECURE) ignores them all: otherwise any user
- * could make it write files as its owner or change how it fails
- * (docs/reliability.md). */
-const char *ml__getenv(const char *name)
-{
-	return secure_getenv(name);
 }
 
 /* Say once that the variables are ignored, if any is set. */
@@ -121,8 +91,10 @@ static void read_fault(const char *v)
 		s += len;
 	} while (*s++ == ',');
 	ml__fault_pool = pool;
-	if (every)
+	if (every) {
 		ml__fault_libc(every);
+		ml__meter_switch(ML__METER_ON); /* the tails call the table */
+	}
 	return;
 bad:
 	bad_env("MEMLIMITS_FAULT", v,
@@ -134,21 +106,21 @@ bad:
 #endif
 }
 
-static void read_env(void)
+void ml__settings_read_env(void)
 {
 	const char *v;
 	uint64_t x;
 	note_secure();
 	if ((v = ml__getenv("MEMLIMITS_SAMPLE_INTERVAL"))) {
 		if (ml__parse_size(v, &x) == 0 && x > 0)
-			ml_set_sample_interval(x);
+			ml__set_interval(x);
 		else
 			bad_env("MEMLIMITS_SAMPLE_INTERVAL", v,
 			        "a size in bytes >= 1 (e.g. 80000, 64KiB)");
 	}
 	if ((v = ml__getenv("MEMLIMITS_SEED"))) {
 		if (ml__parse_u64(v, &x) == 0)
-			ml_set_seed(x);
+			ml__set_seed(x);
 		else
 			bad_env("MEMLIMITS_SEED", v,
 			        "an unsigned 64-bit integer");
@@ -165,35 +137,4 @@ static void read_env(void)
 		else
 			bad_env("MEMLIMITS_DELIVERY", v, "jump, fail or flag");
 	}
-}
-
-/* valgrind's heap tools (memcheck, helgrind, drd, massif, dhat) preload
- * vgpreload_<tool>-*.so and replace glibc's allocator; with
- * --soname-synonyms=somalloc=nouserintercepts ours stays on top.  Their
- * blocks have no glibc headers: ask their malloc_usable_size.  (callgrind
- * and cachegrind preload only vgpreload_core and keep glibc's allocator.) */
-static void detect_foreign_allocator(void)
-{
-	const char *pre = getenv("LD_PRELOAD");
-	for (const char *p = pre; p && (p = strstr(p, "/vgpreload_")); p++)
-		if (strncmp(p, "/vgpreload_core", 15) != 0) {
-			size_t (*usable)(void *) = (size_t(*)(void *))dlsym(
-			    RTLD_NEXT, "malloc_usable_size");
-			if (usable)
-				ml__foreign_allocator(usable);
-			return;
-		}
-}
-
-/* The first allocation may come before this (from ld.so or another
- * constructor); it then runs with the defaults, and the settings below take
- * effect before main. */
-__attribute__((constructor(101))) static void ml_constructor(void)
-{
-	ml__diag_init();
-	ml__global_init();
-	ml__unwind_load();
-	detect_foreign_allocator();
-	read_env();
-	ml__run_configure();
 }

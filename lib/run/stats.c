@@ -6,8 +6,7 @@
  * DIR/memlimits.<pid>.json, written to a temporary name and renamed, so
  * that `memlimits stats` never sees half a file.  Format: memlimits(1). */
 #define _GNU_SOURCE
-#include "internal.h"
-#include "parse.h"
+#include "run/run.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,7 +48,7 @@ static unsigned bucket(uint64_t n)
 
 void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s)
 {
-	struct tstats *st = t->stats;
+	struct tstats *st = t->hook_local[ML__RUN_STATS];
 	if (ml__unlikely(!st)) {
 		st = ml__pool_get(&stats_pool);
 		if (!st)
@@ -60,7 +59,7 @@ void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s)
 		live = st;
 		nthreads++;
 		ml__spin_unlock(&lock);
-		t->stats = st;
+		t->hook_local[ML__RUN_STATS] = st;
 	}
 	unsigned b = bucket(n);
 	BUMP(st->c.allocs, 1);
@@ -80,7 +79,7 @@ void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s)
 /* An allocation counted above that the allocator then failed. */
 void ml__stats_failed(struct ml__thread *t, uint64_t n, uint64_t s)
 {
-	struct tstats *st = t->stats;
+	struct tstats *st = t->hook_local[ML__RUN_STATS];
 	if (!st)
 		return;
 	unsigned b = bucket(n);
@@ -109,8 +108,8 @@ static void fold(struct counts *into, const struct counts *c)
 
 void ml__stats_thread_exit(struct ml__thread *t)
 {
-	struct tstats *st = t->stats;
-	t->stats = NULL;
+	struct tstats *st = t->hook_local[ML__RUN_STATS];
+	t->hook_local[ML__RUN_STATS] = NULL;
 	if (!st)
 		return;
 	ml__spin_lock(&lock);
@@ -129,7 +128,7 @@ void ml__stats_thread_exit(struct ml__thread *t)
  * fork (forklock.c), so the list is whole. */
 static void atfork_child(void)
 {
-	struct tstats *mine = ml__self.stats;
+	struct tstats *mine = ml__self.hook_local[ML__RUN_STATS];
 	/* The other threads' records are not theirs any more: leaked, as
 	 * their slots may be anywhere in the pool's free list state. */
 	memset(&done, 0, sizeof done);
@@ -164,9 +163,11 @@ static void put_frac(struct ml__out *o, double v)
 		nano -= 1000000000u;
 	}
 	ml__out_u(o, whole, 10);
-	char d[11] = ".000000000";
-	for (int i = 9; i >= 1; i--, nano /= 10)
-		d[i] = (char)('0' + nano % 10);
+	/* Nine digits with their leading zeros: those of 10^9 + nano after
+	 * its leading 1. */
+	char b[ML__UTOA_BYTES];
+	char *d = ml__utoa(1000000000u + nano, 10, b);
+	d[0] = '.';
 	ml__out_puts(o, d);
 }
 

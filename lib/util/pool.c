@@ -2,7 +2,7 @@
  * that nothing we keep ever goes through the interposed allocator.  Freed
  * slots are reused, so a million tasks in a row leave the footprint flat. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "util/util.h"
 
 #include <sys/mman.h>
 

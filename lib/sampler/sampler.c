@@ -1,7 +1,7 @@
 /* Poisson sampling over allocated bytes.  The math is in
  * docs/statistics.md ("The sampler"); this file only draws numbers. */
 #define _GNU_SOURCE
-#include "sampler.h"
+#include "sampler/sampler.h"
 
 #include <math.h>
 

@@ -4,8 +4,7 @@
  * Understands %s %c %d %u %ld %lu %lld %llu %zu %x %lx %llx %p %%, which is
  * all the library prints.  A %s argument is a value from outside: its
  * control characters are escaped.  The line always ends with a newline. */
-#include "internal.h"
-#include "parse.h"
+#include "util/util.h"
 
 #include <errno.h>
 #include <fcntl.h>

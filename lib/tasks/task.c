@@ -16,7 +16,7 @@
  * While anything is pending the countdown is forced to 0, so the fast path
  * itself never tests for it. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "tasks/tasks.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +43,20 @@ bool ml__over_global(uint64_t n)
 		return false;
 	uint64_t usage = ml__meter_usage();
 	return usage > limit || n > limit - usage;
+}
+
+/* The unwinder may allocate (frames registered at run time): those
+ * allocations must pass straight through, also when we come from
+ * ml_check or ml_unmask. */
+static enum ml__frames frames_check(struct ml__thread *t, uintptr_t stop)
+{
+	uint8_t busy = t->busy;
+	t->busy = 1;
+	ml__force_slow(t);
+	enum ml__frames f = ml__frames_check(stop);
+	t->busy = busy;
+	ml__unforce(t);
+	return f;
 }
 
 /* Anything on the stack that needs to see the next allocations? */
@@ -103,7 +117,7 @@ static int deliver(struct ml__thread *t, uint64_t n)
 	if (t->mask_depth)
 		return 0;
 	if (target) {
-		enum ml__frames f = ml__frames_check(target->frame);
+		enum ml__frames f = frames_check(t, target->frame);
 		if (f == ML__FRAMES_SAFE)
 			jump(t, target);
 		target->pending_bytes += n;
@@ -115,33 +129,27 @@ static int deliver(struct ml__thread *t, uint64_t n)
 	}
 	if (failing && n) {
 		/* Only a loader frame matters here: the short walk. */
-		if (ml__frames_check(0) == ML__FRAMES_LOADER)
+		if (frames_check(t, 0) == ML__FRAMES_LOADER)
 			return 0;
 		return -1;
 	}
 	return 0;
 }
 
-int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
+void ml__tasks_unsample(struct ml__thread *t, uint64_t s)
+{
+	for (struct ml__task *k = t->top; k; k = k->outer)
+		k->samples -= s;
+}
+
+int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
+                     unsigned hook)
 {
 	if (!t->top)
 		return 0;
-	bool tripped = false, refuse = false;
-	const struct ml__task *root = NULL;
+	bool tripped = (hook & ML__HOOK_TRIPPED) != 0;
 	for (struct ml__task *k = t->top; k; k = k->outer) {
 		k->samples += s;
-		if (k->root) {
-			root = k;
-			if (k->status == ML_OK) {
-				refuse |= ml__run_sample(t, k, s, n) != 0;
-				tripped |= k->status != ML_OK;
-			} else {
-				/* Still counted after the trip, as the profile
-				 * counts it: the report's totals agree. */
-				atomic_fetch_add(&ml__run.samples, s);
-			}
-			continue;
-		}
 		if (k->status != ML_OK)
 			continue;
 		if (k->samples >= k->k)
@@ -159,49 +167,40 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	int verdict = 0;
 	if (t->pending)
 		verdict = deliver(t, n);
-	/* The run-mode heap limit refuses this one allocation, unless masked
-	 * or made by the loader (which cannot survive it). */
-	if (refuse && !verdict && !t->mask_depth &&
-	    ml__frames_check(0) != ML__FRAMES_LOADER)
+	/* The consumer refuses this one allocation (run mode's heap limit),
+	 * unless masked or made by the loader (which cannot survive it). */
+	if ((hook & ML__HOOK_REFUSE) && !verdict && !t->mask_depth &&
+	    frames_check(t, 0) != ML__FRAMES_LOADER)
 		verdict = -1;
-	if (verdict) {
-		/* A refused allocation allocated nothing: its samples do not
-		 * count towards the tasks' estimates, nor the process's. */
-		for (struct ml__task *k = t->top; k; k = k->outer)
-			k->samples -= s;
-		if (root)
-			atomic_fetch_sub(&ml__run.samples, s);
-	}
+	/* A refused allocation allocated nothing: its samples do not count
+	 * towards the tasks' estimates. */
+	if (verdict)
+		ml__tasks_unsample(t, s);
 	return verdict;
-}
-
-void ml__alloc_failed(uint64_t n)
-{
-	struct ml__thread *t = &ml__self;
-	if (!t->charged || t->busy)
-		return;
-	t->charged = 0;
-	uint64_t s = t->charged_samples;
-	int e = errno;
-	t->busy = 1;
-	if (s) {
-		/* As a refused allocation (ml__tasks_sample): the samples
-		 * go; a limit they reached stays reached. */
-		for (struct ml__task *k = t->top; k; k = k->outer)
-			k->samples -= s;
-		if (t->root)
-			atomic_fetch_sub(&ml__run.samples, s);
-		if (ml__unlikely(ml__run.profiling))
-			ml__profile_refused(t, s);
-	}
-	if (ml__unlikely(ml__run.stats))
-		ml__stats_failed(t, n, s);
-	t->busy = 0;
-	errno = e;
 }
 
 void ml__tasks_recheck(struct ml__thread *t)
 {
+	update_pending(t);
+}
+
+void ml__tasks_push_bottom(struct ml__thread *t, struct ml__task *task)
+{
+	struct ml__task **bottom = &t->top;
+	while (*bottom)
+		bottom = &(*bottom)->outer;
+	task->outer = NULL;
+	*bottom = task;
+	update_pending(t);
+}
+
+void ml__tasks_remove(struct ml__thread *t, struct ml__task *task)
+{
+	for (struct ml__task **p = &t->top; *p; p = &(*p)->outer)
+		if (*p == task) {
+			*p = task->outer;
+			break;
+		}
 	update_pending(t);
 }
 
@@ -312,7 +311,6 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	task.lost_cleanup = false;
 	task.pending_bytes = 0;
 	task.frame = (uintptr_t)__builtin_frame_address(0);
-	task.root = false;
 	void *volatile ret = NULL;
 	t->top = &task;
 	/* pthread_exit, cancellation or a C++ exception inside fn unwinds

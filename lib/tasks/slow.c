@@ -1,97 +1,45 @@
-/* Per-thread state: creation, the allocation slow path, fork and exit.
+/* The allocation slow path, thread start and exit, and fork.
  *
- * The fast path (interpose.c) only subtracts from `countdown`.  When it
- * borrows, ml__alloc_slow works out how many samples the allocation
- * carried and hands them to the tasks.  Work that must see every
- * allocation for a while (a pending interruption, FAIL delivery, the
- * library's own allocations) "forces" the countdown to 0 and parks the
- * sampler's real countdown in `saved`; the fast path needs no flag for it. */
+ * When the fast path borrows, ml__alloc_slow works out how many samples
+ * the allocation carried, tells the hook consumer, and hands them to the
+ * tasks (task.c). */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "tasks/tasks.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-
-ML__TLS struct ml__thread ml__self;
 
 static pthread_key_t exit_key;
 static bool have_key; /* pthread_key_create succeeded */
 static _Atomic uint32_t thread_count;
-/* Which process of a fork tree this is: 0 in the first, a fresh value in
- * every child (the parent keeps its own, so its runs stay reproducible). */
-static uint32_t lineage;
 static _Atomic uint32_t forks;   /* forks made by this process */
 static uint32_t next_lineage;    /* computed in prepare, taken by the child */
 static _Atomic int global_state; /* 0 new, 1 initialising, 2 ready */
 
-/* The sampler's real countdown lives in `saved` while forced. */
-void ml__force_slow(struct ml__thread *t)
-{
-	if (!t->forced) {
-		t->saved = t->countdown;
-		t->forced = 1;
-	}
-	t->countdown = 0;
-}
-
-void ml__unforce(struct ml__thread *t)
-{
-	if (t->forced && !t->busy && !t->pending && !ml__run.stats) {
-		t->forced = 0;
-		t->countdown = t->saved;
-	}
-}
-
-static void reseed(struct ml__thread *t)
-{
-	uint64_t stream = ((uint64_t)lineage << 32) | t->index;
-	t->seed_epoch = atomic_load(&ml__seed_epoch);
-	t->interval_epoch = atomic_load(&ml__interval_epoch);
-	t->sampler.interval = (double)atomic_load(&ml__interval);
-	ml__sampler_seed(&t->sampler, atomic_load(&ml__seed), stream);
-}
-
-/* A thread's sampler state after a change of seed or interval: by
- * memorylessness a fresh gap at the new rate is exact from here on. */
-static uint64_t refresh(struct ml__thread *t)
-{
-	if (t->seed_epoch != atomic_load(&ml__seed_epoch))
-		reseed(t);
-	t->interval_epoch = atomic_load(&ml__interval_epoch);
-	t->sampler.interval = (double)atomic_load(&ml__interval);
-	return ml__sampler_gap(&t->sampler);
-}
-
-void ml__thread_refresh(struct ml__thread *t)
-{
-	uint64_t c = refresh(t);
-	if (t->forced)
-		t->saved = c;
-	else
-		t->countdown = c;
-}
-
 static void on_thread_exit(void *arg)
 {
 	struct ml__thread *t = &ml__self;
+	const struct ml__hooks *h = ml__hooks_get();
 	(void)arg;
 	t->busy = 1;
 	ml__tasks_thread_exit(t);
-	ml__run_thread_exit(t);
-	ml__meter_flush(t);
+	if (h->thread_exit)
+		h->thread_exit(t);
+	ml__meter_flush();
 	t->state = ML__T_EXITING;
 	t->busy = 0;
 }
 
-/* Around fork, hold every lock of ours (forklock.c): a child must not
- * inherit one held by a thread that does not exist there.  The generation
- * advances in the parent, so that every child of a process gets its own
- * stream. */
+/* Around fork, hold every lock of ours (util/forklock.c): a child must
+ * not inherit one held by a thread that does not exist there.  The
+ * generation advances in the parent, so that every child of a process
+ * gets its own stream. */
 static void atfork_prepare(void)
 {
 	ml__fork_locks_acquire();
 	uint64_t x =
-	    ((uint64_t)lineage << 32) | (atomic_fetch_add(&forks, 1) + 1);
+	    ((uint64_t)ml__lineage << 32) | (atomic_fetch_add(&forks, 1) + 1);
 	next_lineage = (uint32_t)ml__splitmix64(&x) | 1;
 }
 
@@ -103,29 +51,22 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
 	struct ml__thread *t = &ml__self;
+	const struct ml__hooks *h = ml__hooks_get();
 	atfork_parent();
 	/* The child's sampler must not replay the parent's random stream,
 	 * nor a sibling's. */
-	lineage = next_lineage;
+	ml__lineage = next_lineage;
 	atomic_store(&forks, 0);
-	/* Run mode: a process is one budget; a forked child starts its own
-	 * (as an exec'd one does), with its thread's root task fresh. */
-	atomic_store(&ml__run.samples, 0);
-	atomic_store(&ml__run.fired, ML_OK);
-	if (t->root) {
-		t->root->status = ML_OK;
-		t->root->samples = 0;
-		ml__tasks_recheck(t);
-	}
 	if (t->state == ML__T_LIVE) {
-		reseed(t);
+		ml__thread_reseed(t);
 		uint64_t c = ml__sampler_gap(&t->sampler);
 		if (t->forced)
 			t->saved = c;
 		else
 			t->countdown = c;
 	}
-	ml__meter_flush(t);
+	if (h->fork_child)
+		h->fork_child(t);
 }
 
 void ml__global_init(void)
@@ -155,11 +96,14 @@ void ml__global_init(void)
 
 void ml__thread_init(struct ml__thread *t)
 {
+	const struct ml__hooks *h;
 	ml__global_init();
 	t->index = atomic_fetch_add(&thread_count, 1);
-	reseed(t);
+	ml__thread_reseed(t);
 	t->state = ML__T_LIVE;
-	ml__run_thread_start(t);
+	h = ml__hooks_get();
+	if (h->thread_start)
+		h->thread_start(t);
 	/* Any non-NULL value makes the destructor run at thread exit. */
 	if (have_key && pthread_setspecific(exit_key, t) != 0) {
 		static _Atomic bool said;
@@ -188,11 +132,11 @@ int ml__alloc_slow(uint64_t n)
 	if (ml__unlikely(t->state != ML__T_LIVE)) {
 		if (t->state == ML__T_NEW)
 			ml__thread_init(t);
-		c = refresh(t);
+		c = ml__thread_regap(t);
 	} else if (ml__unlikely(
 	               t->interval_epoch != atomic_load(&ml__interval_epoch) ||
 	               t->seed_epoch != atomic_load(&ml__seed_epoch))) {
-		c = refresh(t);
+		c = ml__thread_regap(t);
 	}
 
 	uint64_t s = 0;
@@ -202,18 +146,18 @@ int ml__alloc_slow(uint64_t n)
 		c -= n;
 	t->saved = c;
 
-	if (ml__unlikely(ml__run.stats))
-		ml__stats_alloc(t, n, s);
+	const struct ml__hooks *h = ml__hooks_get();
+	if (ml__unlikely(h->alloc != NULL))
+		h->alloc(t, n, s);
 	int verdict = 0;
 	if (s) {
 		if (ML__METER_ON)
-			ml__meter_flush(t);
-		if (ml__unlikely(ml__run.profiling))
-			ml__profile_sample(t, s, n);
-		verdict = ml__tasks_sample(t, s, n);
+			ml__meter_flush();
+		unsigned hv = h->sample ? h->sample(t, s, n) : 0;
+		verdict = ml__tasks_sample(t, s, n, hv);
 		/* A refused allocation allocated nothing. */
-		if (ml__unlikely(ml__run.profiling) && verdict != 0)
-			ml__profile_refused(t, s);
+		if (verdict != 0 && h->unsample)
+			h->unsample(t, s);
 	} else if (t->pending) {
 		verdict = ml__tasks_pending(t, n);
 	}
@@ -222,4 +166,27 @@ int ml__alloc_slow(uint64_t n)
 	t->busy = 0;
 	ml__unforce(t);
 	return verdict;
+}
+
+void ml__alloc_failed(uint64_t n)
+{
+	struct ml__thread *t = &ml__self;
+	if (!t->charged || t->busy)
+		return;
+	t->charged = 0;
+	uint64_t s = t->charged_samples;
+	const struct ml__hooks *h = ml__hooks_get();
+	int e = errno;
+	t->busy = 1;
+	if (s) {
+		/* As a refused allocation (ml__tasks_sample): the samples
+		 * go; a limit they reached stays reached. */
+		ml__tasks_unsample(t, s);
+		if (h->unsample)
+			h->unsample(t, s);
+	}
+	if (h->failed)
+		h->failed(t, n, s);
+	t->busy = 0;
+	errno = e;
 }

@@ -1,4 +1,4 @@
-#include "internal.h"
+#include "api/api.h"
 
 ML_EXPORT const char *ml_version(void)
 {

@@ -1,0 +1,110 @@
+/* Layer 3, the allocator underneath and the heap meter (docs/internals.md,
+ * "Layers").  The allocator is glibc's today, called through its exported
+ * __libc_* entry points; the meter only counts the bytes its blocks take.
+ * Neither knows of samples or tasks.  Never installed. */
+#ifndef ML_ALLOC_H
+#define ML_ALLOC_H
+
+#include "util/util.h"
+
+/* glibc's allocator, called directly (no dlsym bootstrap). */
+void *__libc_malloc(size_t);
+void *__libc_calloc(size_t, size_t);
+void *__libc_realloc(void *, size_t);
+void *__libc_memalign(size_t, size_t);
+void *__libc_valloc(size_t);
+void *__libc_pvalloc(size_t);
+void __libc_free(void *);
+
+#pragma GCC visibility push(hidden)
+
+/* ---- The allocator underneath (underlying.c) --------------------------
+ *
+ * Every allocating call into it goes through this table: glibc's entry
+ * points, or in a build configured with --enable-fault-injection the
+ * wrappers MEMLIMITS_FAULT=libc:N swaps in (tests only). */
+struct ml__real {
+	void *(*malloc)(size_t);
+	void *(*calloc)(size_t, size_t);
+	void *(*realloc)(void *, size_t);
+	void *(*memalign)(size_t, size_t);
+	void *(*valloc)(size_t);
+	void *(*pvalloc)(size_t);
+};
+extern struct ml__real ml__real;
+/* ml__real.malloc as a plain function (a tail the meter can switch to). */
+void *ml__malloc_plain(size_t n);
+/* Every call into glibc's allocator fails with probability 1/every. */
+void ml__fault_libc(uint64_t every);
+/* The bytes a block of ours takes: glibc's chunk size (the usable bytes
+ * plus its header word), or the foreign allocator's usable size plus one
+ * word. */
+size_t ml__chunk_bytes(const void *p);
+/* glibc's chunk header: the size word just before the block, its low three
+ * bits flags (bit 1: mmapped). */
+static inline size_t ml__chunk_word(const void *p)
+{
+	return ((const size_t *)p)[-1];
+}
+/* malloc_usable_size of a block of ours. */
+size_t ml__usable_size(void *p);
+/* The allocator below us is not glibc's (valgrind): take block sizes from
+ * its malloc_usable_size instead of glibc's chunk headers. */
+void ml__foreign_allocator(size_t (*usable)(void *));
+bool ml__allocator_foreign(void);
+/* At start: valgrind's heap tools replace glibc's allocator below us. */
+void ml__detect_foreign_allocator(void);
+/* Would the allocator refuse a request of n bytes outright (its size)?
+ * Tried on glibc itself; costs one mmap/munmap pair. */
+bool ml__refused_anyway(size_t n);
+/* Requests below this size are never refused for their size: at least
+ * glibc's largest mmap threshold. */
+#define ML__PROBE_MIN ((size_t)4 * 1024 * 1024 * sizeof(long))
+
+/* ---- The meter (meter.c) ---------------------------------------------- */
+
+/* Nonzero while the meter counts every allocation (a global limit is set).
+ * malloc and free do not read it: they jump through the tails instead. */
+extern _Atomic bool ml__meter_on_;
+/* A relaxed load: a plain byte read on x86, and no data race for TSan. */
+#define ML__METER_ON atomic_load_explicit(&ml__meter_on_, memory_order_relaxed)
+extern _Atomic uint64_t ml__global_limit;
+#define ML__METER_BATCH ((int64_t)32768)
+/* Bytes this thread may still allocate / free before its delta
+ * (= down - up) must be folded into the global total.  Two countdowns, so
+ * that malloc and free each need one subtraction and one branch, like the
+ * sampler.  Its own initial-exec TLS block: the meter knows no thread
+ * state above it. */
+struct ml__meter_local {
+	uint64_t up, down;
+};
+extern ML__TLS struct ml__meter_local ml__meter_self;
+void ml__meter_add(int64_t bytes);
+/* Fold this thread's delta into the total. */
+void ml__meter_flush(void);
+uint64_t ml__meter_usage(void);
+/* The highest usage the meter has seen (with the meter on only). */
+uint64_t ml__meter_peak(void);
+/* An allocator below or in front of ours whose heap the meter cannot read
+ * (its object's name), or NULL.  Found once, at start. */
+const char *ml__meter_blind(void);
+/* The object whose malloc the program calls when it is not ours (no
+ * allocation reaches the library), or NULL. */
+const char *ml__malloc_in_front(void);
+/* Where malloc and free end: the allocator's own functions while the
+ * meter is off, metered ones while it is on (ml__meter_switch). */
+extern void *(*ml__malloc_tail)(size_t);
+extern void (*ml__free_tail)(void *);
+/* Route malloc and free through the metered tails, or not. */
+void ml__meter_switch(bool on);
+/* Count a block of ours (sign +1) or its release (-1); NULL is nothing. */
+static inline void ml__meter_block(const void *p, int sign)
+{
+	if (p)
+		ml__meter_add(sign * (int64_t)ml__chunk_bytes(p));
+}
+extern struct ml__lock ml__meter_switch_lock;
+
+#pragma GCC visibility pop
+
+#endif

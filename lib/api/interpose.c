@@ -1,0 +1,312 @@
+/* The malloc family.  Nothing else in the library knows it exists.
+ *
+ * Every allocating entry point runs the same fast path: subtract the size
+ * from the thread's countdown and branch on the borrow.  Everything else —
+ * sampling, tasks, pending interruptions, re-entrancy — lives behind that
+ * branch (ml__alloc_slow), and the global meter behind one flag that is
+ * only set while a global limit is.  The allocator underneath is reached
+ * through alloc/alloc.h (ml__real and the meter's tails). */
+#include "api/api.h"
+
+#include <errno.h>
+#include <gnu/libc-version.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* The countdown subtraction.  True when it borrowed (n > countdown): an
+ * unsigned borrow is taken whatever n is, so even malloc(SIZE_MAX) cannot
+ * wrap the countdown into a huge value.  On x86-64 one memory-operand
+ * subtraction and one branch; gcc would load, subtract and store. */
+static inline __attribute__((always_inline)) bool borrow(uint64_t n)
+{
+#if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
+    defined(__PIC__)
+	_Static_assert(offsetof(struct ml__thread, countdown) == 0,
+	               "the asm below subtracts at offset 0");
+	__asm__ goto("movq ml__self@gottpoff(%%rip), %%rax\n\t"
+	             "subq %0, %%fs:(%%rax)\n\t"
+	             "jb %l[slow]"
+	             :
+	             : "r"(n)
+	             : "rax", "cc", "memory"
+	             : slow);
+	return false;
+slow:
+	return true;
+#else
+	struct ml__thread *t = &ml__self;
+	return __builtin_sub_overflow(t->countdown, n, &t->countdown);
+#endif
+}
+
+/* Returns true when the allocation must fail. */
+static ML__COLD bool sample_slow(size_t n)
+{
+	if (n >= ML__PROBE_MIN && ml__refused_anyway(n)) {
+		/* Not sampled: give the countdown back what the fast path
+		 * took (modulo 2^64, like the subtraction). */
+		ml__self.countdown += n;
+		ml__self.charged = 0;
+		return false;
+	}
+	return ml__alloc_slow(n) != 0;
+}
+
+/* After the real allocator, on the slow path: an allocation that failed
+ * anyway (out of memory for glibc) is charged to nothing. */
+static inline void *settled(void *p, size_t n)
+{
+	if (ml__unlikely(p == NULL))
+		ml__alloc_failed(n);
+	return p;
+}
+
+static void *enomem(void)
+{
+	errno = ENOMEM;
+	return NULL;
+}
+
+static inline void *malloc_tail_call(size_t n)
+{
+	return __atomic_load_n(&ml__malloc_tail, __ATOMIC_RELAXED)(n);
+}
+
+/* Out of line, so that the fast path saves no register for it. */
+static ML__COLD void *malloc_slow(size_t n)
+{
+	if (sample_slow(n))
+		return enomem();
+	return settled(malloc_tail_call(n), n);
+}
+
+ML__API void *malloc(size_t n)
+{
+	if (ml__unlikely(borrow(n)))
+		return malloc_slow(n);
+	return malloc_tail_call(n);
+}
+
+ML__API void free(void *p)
+{
+	__atomic_load_n(&ml__free_tail, __ATOMIC_RELAXED)(p);
+}
+
+ML__API void cfree(void *p);
+ML__API void cfree(void *p)
+{
+	free(p);
+}
+
+/* Each function below: the fast path calls *_real, the slow path (out of
+ * line, so that the fast path saves no register for it) samples, calls
+ * *_real and settles a failure. */
+static inline void *calloc_real(size_t a, size_t b)
+{
+	void *p = ml__real.calloc(a, b);
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_block(p, 1);
+	return p;
+}
+
+static ML__COLD void *calloc_slow(size_t a, size_t b, size_t n)
+{
+	if (sample_slow(n))
+		return enomem();
+	return settled(calloc_real(a, b), n);
+}
+
+ML__API void *calloc(size_t a, size_t b)
+{
+	size_t n;
+	if (__builtin_mul_overflow(a, b, &n))
+		return enomem(); /* as glibc: ENOMEM, nothing sampled */
+	if (ml__unlikely(borrow(n)))
+		return calloc_slow(a, b, n);
+	return calloc_real(a, b);
+}
+
+static inline void *realloc_real(void *p, size_t n)
+{
+	if (ml__likely(!ML__METER_ON))
+		return ml__real.realloc(p, n);
+	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
+	void *q = ml__real.realloc(p, n);
+	if (q)
+		ml__meter_add((int64_t)ml__chunk_bytes(q) - old);
+	else if (p && n == 0)
+		ml__meter_add(-old);
+	return q;
+}
+
+static ML__COLD void *realloc_slow(void *p, size_t n)
+{
+	if (sample_slow(n))
+		return enomem(); /* the old block stays valid */
+	return settled(realloc_real(p, n), n);
+}
+
+ML__API void *realloc(void *p, size_t n)
+{
+	/* realloc(p, 0) frees p (glibc's REALLOC_ZERO_BYTES_FREES) and
+	 * allocates nothing, so it carries no sample (0 never borrows). */
+	if (ml__unlikely(borrow(n)))
+		return realloc_slow(p, n);
+	return realloc_real(p, n);
+}
+
+ML__API void *reallocarray(void *p, size_t a, size_t b)
+{
+	size_t n;
+	if (__builtin_mul_overflow(a, b, &n))
+		return enomem();
+	return realloc(p, n);
+}
+
+static inline void *aligned_real(size_t align, size_t n)
+{
+	void *p = ml__real.memalign(align, n);
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_block(p, 1);
+	return p;
+}
+
+static ML__COLD void *aligned_slow(size_t align, size_t n)
+{
+	if (sample_slow(n))
+		return enomem();
+	return settled(aligned_real(align, n), n);
+}
+
+static void *aligned(size_t align, size_t n)
+{
+	if (ml__unlikely(borrow(n)))
+		return aligned_slow(align, n);
+	return aligned_real(align, n);
+}
+
+ML__API void *memalign(size_t align, size_t n)
+{
+	return aligned(align, n);
+}
+
+/* Does the glibc we forward to reject, in aligned_alloc, an alignment
+ * that is not a power of two?  Before 2.38 aligned_alloc is an alias of
+ * memalign (any alignment, rounded up; any size); from 2.38 on (ISO C17)
+ * such an alignment fails with EINVAL.  Read once from the glibc really
+ * loaded (gnu_get_libc_version allocates nothing), not the one built
+ * against. */
+static bool strict_aligned_alloc(void)
+{
+	static _Atomic int strict = -1;
+	int s = atomic_load_explicit(&strict, memory_order_relaxed);
+	if (ml__unlikely(s < 0)) {
+		const char *v = gnu_get_libc_version();
+		unsigned major = 0, minor = 0;
+		for (; *v >= '0' && *v <= '9'; v++)
+			major = major * 10 + (unsigned)(*v - '0');
+		if (*v == '.')
+			for (v++; *v >= '0' && *v <= '9'; v++)
+				minor = minor * 10 + (unsigned)(*v - '0');
+		s = major > 2 || (major == 2 && minor >= 38);
+		atomic_store_explicit(&strict, s, memory_order_relaxed);
+	}
+	return s;
+}
+
+ML__API void *aligned_alloc(size_t align, size_t n)
+{
+	if (ml__unlikely(align == 0 || (align & (align - 1)) != 0) &&
+	    strict_aligned_alloc()) {
+		errno = EINVAL; /* as glibc >= 2.38: nothing sampled */
+		return NULL;
+	}
+	return aligned(align, n);
+}
+
+ML__API int posix_memalign(void **out, size_t align, size_t n)
+{
+	/* The alignment must be a power-of-two multiple of sizeof(void *);
+	 * the error is returned, errno is left alone (as glibc). */
+	if (align % sizeof(void *) != 0 || align == 0 ||
+	    ((align / sizeof(void *)) & (align / sizeof(void *) - 1)) != 0)
+		return EINVAL;
+	void *p = aligned(align, n);
+	if (!p)
+		return ENOMEM;
+	*out = p;
+	return 0;
+}
+
+static inline void *valloc_real(size_t n)
+{
+	void *p = ml__real.valloc(n);
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_block(p, 1);
+	return p;
+}
+
+static ML__COLD void *valloc_slow(size_t n)
+{
+	if (sample_slow(n))
+		return enomem();
+	return settled(valloc_real(n), n);
+}
+
+ML__API void *valloc(size_t n)
+{
+	if (ml__unlikely(borrow(n)))
+		return valloc_slow(n);
+	return valloc_real(n);
+}
+
+static inline void *pvalloc_real(size_t n)
+{
+	void *p = ml__real.pvalloc(n);
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_block(p, 1);
+	return p;
+}
+
+static ML__COLD void *pvalloc_slow(size_t n, size_t rounded)
+{
+	if (sample_slow(rounded))
+		return enomem();
+	return settled(pvalloc_real(n), rounded);
+}
+
+ML__API void *pvalloc(size_t n)
+{
+	/* pvalloc rounds the size up to whole pages: sample what it takes. */
+	size_t page = (size_t)getpagesize(), rounded = n;
+	if (n <= SIZE_MAX - page)
+		rounded = (n + page - 1) & ~(page - 1);
+	if (ml__unlikely(borrow(rounded)))
+		return pvalloc_slow(n, rounded);
+	return pvalloc_real(n);
+}
+
+/* glibc's has no __libc_ entry point for it. */
+ML__API size_t malloc_usable_size(void *p)
+{
+	return ml__usable_size(p);
+}
+
+/* ---- Custom allocators ------------------------------------------------ */
+
+ML__API bool ml_note_alloc(size_t bytes)
+{
+	/* Not glibc's memory: nothing to try on glibc. */
+	if (ml__unlikely(borrow(bytes)) && ml__alloc_slow(bytes))
+		return false;
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_add((int64_t)bytes);
+	return true;
+}
+
+ML__API void ml_note_free(size_t bytes)
+{
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_add(-(int64_t)bytes);
+}

@@ -1,0 +1,53 @@
+/* Layer 4, services the core needs (docs/internals.md, "Layers"): its
+ * own settings (interval, seed, default delivery) and stack capture with
+ * frame classification, which jump safety and profiles use.  Never
+ * installed. */
+#ifndef ML_CORE_H
+#define ML_CORE_H
+
+#include "alloc/alloc.h"
+#include "sampler/sampler.h"
+
+#pragma GCC visibility push(hidden)
+
+/* ---- Settings (settings.c) -------------------------------------------- */
+
+extern _Atomic uint64_t ml__interval; /* S */
+extern _Atomic uint64_t ml__seed;
+/* Bumped at every change: a thread compares its own copy at each slow
+ * path and applies the new value then (tasks/thread.c). */
+extern _Atomic uint32_t ml__seed_epoch;
+extern _Atomic uint32_t ml__interval_epoch;
+extern _Atomic int ml__default_delivery;
+void ml__set_interval(uint64_t bytes); /* bytes > 0 */
+void ml__set_seed(uint64_t seed);
+/* MEMLIMITS_SAMPLE_INTERVAL, _SEED, _DELIVERY, _FAULT; a malformed value
+ * gets one line on stderr and changes nothing.  Called once, at start. */
+void ml__settings_read_env(void);
+
+/* ---- Stacks and frames (unwind.c) ------------------------------------- */
+
+enum ml__frames {
+	ML__FRAMES_SAFE = 0,    /* only user code between here and the task */
+	ML__FRAMES_RUNTIME = 1, /* a libc/loader/libstdc++/libgcc/own frame */
+	ML__FRAMES_LOADER = 2,  /* a frame that cannot survive a failure    */
+};
+/* Classify the frames between the caller and `stop` (an address in the
+ * target ml_run's frame).  stop = 0: the loader check only, over the
+ * runtime frames the allocation came through up to the first user frame
+ * (its cost does not grow with the depth of the stack).  The unwinder may
+ * allocate: the caller lets such allocations through untouched. */
+enum ml__frames ml__frames_check(uintptr_t stop);
+void ml__unwind_init(void);
+/* At start: find libgcc_s's unwinder (never from inside malloc). */
+void ml__unwind_load(void);
+bool ml__unwind_loaded(void);
+/* Return addresses, innermost first; 0 frames if no unwinder is loaded.
+ * Opens no descriptor. */
+int ml__backtrace(void **ip, int max);
+void ml__unwind_lock(void);
+void ml__unwind_unlock(void);
+
+#pragma GCC visibility pop
+
+#endif

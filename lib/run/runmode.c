@@ -1,0 +1,155 @@
+/* Run mode's engine: one root task per thread, the process-wide budget,
+ * and what happens when a limit is reached.  It sees the core only through
+ * the hook table it installs (tasks/tasks.h, struct ml__hooks): a sample
+ * taken, an allocation refused or failed, a thread started or ended, a
+ * fork.  Root tasks come from our pool and sit at the bottom of each
+ * thread's task stack; their samples add up in one process-wide count
+ * (struct ml__run). */
+#define _GNU_SOURCE
+#include "run/run.h"
+
+#include <string.h>
+#include <unistd.h>
+
+ML__POOL(static, root_pool, (sizeof(struct ml__task) + 63) & ~(size_t)63)
+
+static struct ml__task *root_of(const struct ml__thread *t)
+{
+	return t->hook_local[ML__RUN_ROOT];
+}
+
+static void thread_start(struct ml__thread *t)
+{
+	if (ml__run.stats)
+		ml__force_slow(t); /* every allocation is counted */
+	if (!ml__run.active || root_of(t))
+		return;
+	struct ml__task *root = ml__pool_get(&root_pool);
+	if (!root) {
+		ml__diag("no memory for a thread's root task: this thread "
+		         "runs without limits");
+		return;
+	}
+	memset(root, 0, sizeof *root);
+	root->k = UINT64_MAX; /* the process-wide count decides */
+	root->delivery = ML_DELIVER_FAIL;
+	root->status = ML_OK;
+	/* At the bottom of the stack: below any task already running. */
+	ml__tasks_push_bottom(t, root);
+	t->hook_local[ML__RUN_ROOT] = root;
+}
+
+static void thread_exit(struct ml__thread *t)
+{
+	struct ml__task *root = root_of(t);
+	if (root) {
+		/* The core has emptied the task stack already. */
+		t->hook_local[ML__RUN_ROOT] = NULL;
+		ml__pool_put(&root_pool, root);
+	}
+	if (t->hook_local[ML__RUN_STATS])
+		ml__stats_thread_exit(t);
+}
+
+static void fire(ml_status why, uint64_t n)
+{
+	int expect = ML_OK;
+	if (atomic_compare_exchange_strong(&ml__run.fired, &expect, why)) {
+		ml__diag_keep(); /* the report on stderr is due at exit */
+		ml__profile_trip(why, n);
+	}
+	if (ml__run.on_limit == ML__ON_LIMIT_ABORT) {
+		ml__report_write();
+		if (ml__run.stats)
+			ml__stats_write();
+		_exit(3);
+	}
+}
+
+static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
+{
+	if (ml__run.profiling)
+		ml__profile_sample(t, s, n);
+	struct ml__task *root = root_of(t);
+	if (!root)
+		return 0;
+	/* Still counted after the trip, as the profile counts it: the
+	 * report's totals agree. */
+	uint64_t total = atomic_fetch_add(&ml__run.samples, s) + s;
+	if (root->status != ML_OK)
+		return 0;
+	if (ml__run.alloc_limit != ML_NO_LIMIT && total >= ml__run.k) {
+		fire(ML_ALLOC_LIMIT, n);
+		root->status = ML_ALLOC_LIMIT; /* sticky: the budget is spent */
+		return ML__HOOK_TRIPPED;
+	}
+	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
+	    ml__over_global(n)) {
+		fire(ML_GLOBAL_LIMIT, n);
+		return ML__HOOK_REFUSE; /* this allocation only */
+	}
+	return 0;
+}
+
+/* A refused or failed allocation allocated nothing. */
+static void on_unsample(struct ml__thread *t, uint64_t s)
+{
+	if (root_of(t))
+		atomic_fetch_sub(&ml__run.samples, s);
+	if (ml__run.profiling)
+		ml__profile_refused(t, s);
+}
+
+/* A process is one budget; a forked child starts its own (as an exec'd
+ * one does), with its thread's root task fresh. */
+static void fork_child(struct ml__thread *t)
+{
+	struct ml__task *root = root_of(t);
+	atomic_store(&ml__run.samples, 0);
+	atomic_store(&ml__run.fired, ML_OK);
+	if (root) {
+		root->status = ML_OK;
+		root->samples = 0;
+		ml__tasks_recheck(t);
+	}
+}
+
+static struct ml__hooks hooks = {
+    .sample = on_sample,
+    .unsample = on_unsample,
+    .thread_start = thread_start,
+    .thread_exit = thread_exit,
+    .fork_child = fork_child,
+};
+
+/* After the core's constructor (api/init.c, priority 101): the core has
+ * read its own settings. */
+__attribute__((constructor(110))) static void run_start(void)
+{
+	ml__run_configure();
+	if (!ml__run.active && !ml__run.profiling && !ml__run.stats)
+		return;
+	if (ml__run.stats) {
+		hooks.alloc = ml__stats_alloc;
+		hooks.failed = ml__stats_failed;
+		hooks.every_alloc = true;
+	}
+	ml__hooks_install(&hooks);
+	struct ml__thread *t = &ml__self;
+	if (t->state == ML__T_LIVE)
+		thread_start(t);
+}
+
+/* Reports and statistics are written when the process exits normally. */
+__attribute__((destructor)) static void run_exit(void)
+{
+	struct ml__thread *t = &ml__self;
+	t->busy = 1;
+	ml__force_slow(t);
+	if (ml__run.profiling)
+		ml__report_write();
+	if (ml__run.stats)
+		ml__stats_write();
+	t->busy = 0;
+	ml__unforce(t);
+}

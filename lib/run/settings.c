@@ -1,0 +1,102 @@
+/* Run mode's settings: the MEMLIMITS_* variables of `memlimits run`
+ * (limits, on-limit action, report, profile and statistics paths), read
+ * once at start (run/runmode.c's constructor). */
+#define _GNU_SOURCE
+#include "run/run.h"
+
+#include <string.h>
+
+struct ml__run ml__run = {.alloc_limit = ML_NO_LIMIT,
+                          .heap_limit = ML_NO_LIMIT};
+
+static bool read_size(const char *name, uint64_t *out)
+{
+	const char *v = ml__getenv(name);
+	if (!v)
+		return false;
+	int r = ml__parse_limit(v, out);
+	if (r == 0)
+		return true;
+	if (r == ML__PARSE_NO_LIMIT)
+		ml__diag("ignoring %s=%s: 2^64-1 bytes would mean no limit "
+		         "(unset %s for none)",
+		         name, v, name);
+	else
+		ml__diag("ignoring %s=%s: expected a size (e.g. 512MiB, 2G)",
+		         name, v);
+	return false;
+}
+
+/* Paths are copied at start: a program may overwrite its environment
+ * strings (setproctitle: redis, nginx) before we write at exit.  A path
+ * that does not fit is refused, never cut short. */
+static char report_path[ML__PATH_MAX], profile_path[ML__PATH_MAX],
+    stats_dir[ML__PATH_MAX];
+
+static const char *read_path(const char *name, char *buf)
+{
+	const char *v = ml__getenv(name);
+	if (!v || !*v)
+		return NULL;
+	size_t n = strlen(v);
+	if (n >= ML__PATH_MAX) {
+		ml__diag("ignoring %s: a path of %zu bytes (at most %u)", name,
+		         n, ML__PATH_MAX - 1);
+		return NULL;
+	}
+	memcpy(buf, v, n + 1);
+	return buf;
+}
+
+void ml__run_configure(void)
+{
+	struct ml__run *r = &ml__run;
+	uint64_t x;
+	if (read_size("MEMLIMITS_ALLOC_LIMIT", &x))
+		r->alloc_limit = x;
+	if (read_size("MEMLIMITS_HEAP_LIMIT", &x))
+		r->heap_limit = x;
+	const char *v = ml__getenv("MEMLIMITS_ON_LIMIT");
+	if (v) {
+		if (!strcmp(v, "fail"))
+			r->on_limit = ML__ON_LIMIT_FAIL;
+		else if (!strcmp(v, "abort"))
+			r->on_limit = ML__ON_LIMIT_ABORT;
+		else
+			ml__diag(
+			    "ignoring MEMLIMITS_ON_LIMIT=%s: expected fail "
+			    "or abort",
+			    v);
+	}
+	r->report_path = read_path("MEMLIMITS_REPORT", report_path);
+	r->profile_path = read_path("MEMLIMITS_PROFILE", profile_path);
+	r->stats_dir = read_path("MEMLIMITS_STATS_DIR", stats_dir);
+	/* A report or profile on stderr is sure to be written: keep a copy
+	 * of stderr from now on (diag.c). */
+	if (ml__names_stderr(r->report_path) ||
+	    ml__names_stderr(r->profile_path))
+		ml__diag_keep();
+	r->active =
+	    r->alloc_limit != ML_NO_LIMIT || r->heap_limit != ML_NO_LIMIT;
+	r->profiling = r->active || r->profile_path || r->report_path;
+	r->stats = r->stats_dir != NULL;
+	if (!r->active && !r->profiling && !r->stats)
+		return;
+	uint64_t s = atomic_load(&ml__interval);
+	if (r->alloc_limit != ML_NO_LIMIT)
+		r->k = ml__samples_needed(r->alloc_limit, s);
+	const char *front = ml__malloc_in_front();
+	if (r->heap_limit != ML_NO_LIMIT && (r->heap_blind = ml__meter_blind()))
+		ml__diag("the heap limit is off: the allocator in use (%s) is "
+		         "not glibc's, whose heap is all the meter can read%s",
+		         r->heap_blind,
+		         front ? "; its malloc comes before the library's: "
+		                 "no allocation is seen"
+		               : "");
+	else if (r->heap_limit != ML_NO_LIMIT)
+		ml_set_global_limit(r->heap_limit);
+	if (front && r->heap_limit == ML_NO_LIMIT)
+		ml__diag("the malloc of %s comes before the library's: no "
+		         "allocation is seen, no limit applies",
+		         front);
+}

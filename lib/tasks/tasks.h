@@ -1,0 +1,163 @@
+/* Layer 5, tasks (docs/internals.md, "Layers"): per-thread state, the
+ * allocation slow path, the task stack, tokens, masks, cleanup handlers,
+ * deliveries and the global limit's decision (which reads the meter
+ * below).  Consumers above (run mode) see its events through one hook
+ * table.  Never installed. */
+#ifndef ML_TASKS_H
+#define ML_TASKS_H
+
+#include "core/core.h"
+
+#include <setjmp.h>
+
+#pragma GCC visibility push(hidden)
+
+struct ml__cleanup;
+
+/* One task frame: an ml_run, or a task a consumer placed on a thread's
+ * stack (run mode's root task).  Lives in its owner's memory; linked into
+ * the thread's task stack while it runs. */
+struct ml__task {
+	struct ml__task *outer;
+	uint64_t k;           /* samples that reach the allocation limit     */
+	uint64_t samples;     /* samples credited so far                     */
+	ml_token *token;      /* borrowed: the caller owns it                */
+	bool global;          /* subject to the global limit                 */
+	ml_delivery delivery; /* how an interruption reaches it              */
+	ml_status status;     /* ML_OK until interrupted; sticky after       */
+	unsigned mask_depth;  /* thread's mask depth when the task started   */
+	struct ml__cleanup *cleanups; /* thread's cleanup stack at start     */
+	uint32_t holes;               /* thread's cleanup_holes at start     */
+	bool lost_cleanup;            /* a cleanup could not be registered   */
+	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
+	uintptr_t frame;              /* an address in ml_run's frame        */
+	sigjmp_buf jb;
+};
+
+/* ---- Per-thread state (thread.c) ---------------------------------------
+ *
+ * Everything the allocation path touches lives in one initial-exec TLS
+ * block, zero-initialised: a zero countdown sends the first allocation of
+ * a thread to the slow path, which initialises the rest.  Kept small: when
+ * the library is dlopen'ed its TLS must fit glibc's static TLS surplus.
+ * (The meter keeps its own countdowns: alloc/alloc.h.) */
+struct ml__thread {
+	/* Fast path: bytes that may still be allocated before the slow path
+	 * must run.  Equals the sampler's countdown unless `forced`. */
+	uint64_t countdown;
+	uint64_t saved; /* the sampler's countdown while forced */
+	struct ml__sampler sampler;
+	struct ml__task *top;         /* innermost task, NULL if none   */
+	struct ml__cleanup *cleanups; /* innermost cleanup handler      */
+	/* The hook consumer's own per-thread records (run mode: its root
+	 * task and statistics), NULL until it makes them. */
+	void *hook_local[2];
+	unsigned mask_depth;
+	/* Cleanup pushes that found no memory, above the top record: they
+	 * pop as no-ops, so push/pop stay paired (task.c). */
+	uint32_t cleanup_holes;
+	uint32_t index;          /* creation order, 0 = first      */
+	uint32_t seed_epoch;     /* ml__seed_epoch last applied    */
+	uint32_t interval_epoch; /* ml__interval_epoch last applied */
+	uint8_t state;           /* ML__T_*                        */
+	uint8_t busy;            /* inside the library: no sampling */
+	uint8_t forced;          /* countdown forced to 0          */
+	uint8_t pending;         /* an interruption waits delivery */
+	/* The last slow path let its allocation through and charged it
+	 * (charged_samples samples): taken back if the allocator fails it. */
+	uint8_t charged;
+	uint64_t charged_samples;
+};
+
+enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
+
+extern ML__TLS struct ml__thread ml__self;
+
+/* Force every allocation of t to the slow path, or stop doing so (unless
+ * t is busy, has an interruption pending, or a consumer sees every
+ * allocation). */
+void ml__force_slow(struct ml__thread *t);
+void ml__unforce(struct ml__thread *t);
+/* Apply the current seed and interval to t: its stream is (seed,
+ * lineage, index).  ml__thread_refresh draws a fresh gap now. */
+void ml__thread_reseed(struct ml__thread *t);
+uint64_t ml__thread_regap(struct ml__thread *t);
+void ml__thread_refresh(struct ml__thread *t);
+/* Which process of a fork tree this is (slow.c advances it in a child). */
+extern uint32_t ml__lineage;
+
+/* ---- Hooks: the events a consumer above sees ---------------------------
+ *
+ * The core calls these and names nothing above it; run mode installs one
+ * table at start (run/runmode.c).  Each is called on the allocating
+ * thread with t->busy set, so its own allocations pass through
+ * unsampled; NULL members are skipped. */
+enum {
+	ML__HOOK_REFUSE = 1,  /* fail this allocation (unless masked, loader) */
+	ML__HOOK_TRIPPED = 2, /* a task's status changed: recompute pending  */
+};
+struct ml__hooks {
+	/* Every allocation that reaches the slow path, s samples (0 or
+	 * more), before any task is credited. */
+	void (*alloc)(struct ml__thread *t, uint64_t n, uint64_t s);
+	/* An allocation of n bytes carried s >= 1 samples: ML__HOOK_*. */
+	unsigned (*sample)(struct ml__thread *t, uint64_t s, uint64_t n);
+	/* The s samples of an allocation refused, or failed by the
+	 * allocator, are taken back. */
+	void (*unsample)(struct ml__thread *t, uint64_t s);
+	/* An allocation the slow path let through failed in the allocator. */
+	void (*failed)(struct ml__thread *t, uint64_t n, uint64_t s);
+	void (*thread_start)(struct ml__thread *t);
+	void (*thread_exit)(struct ml__thread *t);
+	/* In a forked child, on its one thread, after the core's reset. */
+	void (*fork_child)(struct ml__thread *t);
+	/* The consumer must see every allocation (alloc above). */
+	bool every_alloc;
+};
+extern const struct ml__hooks *_Atomic ml__hooks;
+/* Install h (static storage; once, at start). */
+void ml__hooks_install(const struct ml__hooks *h);
+static inline const struct ml__hooks *ml__hooks_get(void)
+{
+	return atomic_load_explicit(&ml__hooks, memory_order_acquire);
+}
+
+/* ---- The slow path (slow.c) ------------------------------------------- */
+
+void ml__global_init(void);
+void ml__thread_init(struct ml__thread *t);
+/* The slow path of every allocation: 0 = allocate, -1 = fail with ENOMEM.
+ * May not return (JUMP delivery). */
+int ml__alloc_slow(uint64_t n);
+/* The allocation of n bytes that the last ml__alloc_slow let through
+ * failed in the allocator: take back what it was charged (tasks and the
+ * consumer's counts).  Leaves errno alone. */
+void ml__alloc_failed(uint64_t n);
+
+/* ---- Tasks (task.c) --------------------------------------------------- */
+
+/* Credit s samples of an allocation of n bytes to the thread's tasks and
+ * decide, with the consumer's verdict `hook` (ML__HOOK_*): 0 = allocate,
+ * -1 = fail.  May jump. */
+int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
+                     unsigned hook);
+/* Take back s samples from every task on the stack. */
+void ml__tasks_unsample(struct ml__thread *t, uint64_t s);
+/* An allocation while an interruption is pending. */
+int ml__tasks_pending(struct ml__thread *t, uint64_t n);
+/* Statuses changed outside a sample (fork, a consumer): recompute what is
+ * pending. */
+void ml__tasks_recheck(struct ml__thread *t);
+/* Place a task under every task on t's stack (run mode's root task). */
+void ml__tasks_push_bottom(struct ml__thread *t, struct ml__task *task);
+/* Remove it again (the thread exits). */
+void ml__tasks_remove(struct ml__thread *t, struct ml__task *task);
+/* Would an allocation of n bytes take the heap over the global limit? */
+bool ml__over_global(uint64_t n);
+void ml__tasks_thread_exit(struct ml__thread *t);
+
+extern struct ml__pool ml__token_pool, ml__cleanup_pool;
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,69 @@
+/* Per-thread state: the TLS block, forcing the slow path, and applying
+ * the process's seed and interval to a thread.
+ *
+ * The fast path (api/interpose.c) only subtracts from `countdown`.  Work
+ * that must see every allocation for a while (a pending interruption,
+ * FAIL delivery, the library's own allocations, a consumer that counts
+ * every allocation) "forces" the countdown to 0 and parks the sampler's
+ * real countdown in `saved`; the fast path needs no flag for it. */
+#include "tasks/tasks.h"
+
+ML__TLS struct ml__thread ml__self;
+uint32_t ml__lineage;
+
+static const struct ml__hooks no_hooks;
+const struct ml__hooks *_Atomic ml__hooks = &no_hooks;
+
+void ml__hooks_install(const struct ml__hooks *h)
+{
+	atomic_store_explicit(&ml__hooks, h ? h : &no_hooks,
+	                      memory_order_release);
+}
+
+/* The sampler's real countdown lives in `saved` while forced. */
+void ml__force_slow(struct ml__thread *t)
+{
+	if (!t->forced) {
+		t->saved = t->countdown;
+		t->forced = 1;
+	}
+	t->countdown = 0;
+}
+
+void ml__unforce(struct ml__thread *t)
+{
+	if (t->forced && !t->busy && !t->pending &&
+	    !ml__hooks_get()->every_alloc) {
+		t->forced = 0;
+		t->countdown = t->saved;
+	}
+}
+
+void ml__thread_reseed(struct ml__thread *t)
+{
+	uint64_t stream = ((uint64_t)ml__lineage << 32) | t->index;
+	t->seed_epoch = atomic_load(&ml__seed_epoch);
+	t->interval_epoch = atomic_load(&ml__interval_epoch);
+	t->sampler.interval = (double)atomic_load(&ml__interval);
+	ml__sampler_seed(&t->sampler, atomic_load(&ml__seed), stream);
+}
+
+/* A thread's sampler state after a change of seed or interval: by
+ * memorylessness a fresh gap at the new rate is exact from here on. */
+uint64_t ml__thread_regap(struct ml__thread *t)
+{
+	if (t->seed_epoch != atomic_load(&ml__seed_epoch))
+		ml__thread_reseed(t);
+	t->interval_epoch = atomic_load(&ml__interval_epoch);
+	t->sampler.interval = (double)atomic_load(&ml__interval);
+	return ml__sampler_gap(&t->sampler);
+}
+
+void ml__thread_refresh(struct ml__thread *t)
+{
+	uint64_t c = ml__thread_regap(t);
+	if (t->forced)
+		t->saved = c;
+	else
+		t->countdown = c;
+}

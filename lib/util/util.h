@@ -1,0 +1,159 @@
+/* Layer 1, utilities: the bottom of the library (docs/internals.md,
+ * "Layers").  Nothing here knows of sampling, allocators or tasks: locks
+ * and their fork registry, our own memory, the one no-stdio writer,
+ * diagnostics, parsing and number formatting, the environment, output
+ * files, and the loaded-object lookup.  Never installed.
+ *
+ * Naming: ml_ is public, ml__ is internal but visible across our objects
+ * (hidden in the shared object), everything else is static. */
+#ifndef ML_UTIL_H
+#define ML_UTIL_H
+
+#include "config.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memlimits.h"
+#include "util/parse.h"
+
+/* Every internal declaration is hidden: a reference from another of our
+ * objects is then PC-relative, never through the GOT (the fast paths read
+ * the allocator table and the meter's pointers). */
+#pragma GCC visibility push(hidden)
+
+#define ml__likely(x) __builtin_expect(!!(x), 1)
+#define ml__unlikely(x) __builtin_expect(!!(x), 0)
+#define ML__HIDDEN __attribute__((visibility("hidden")))
+#define ML__COLD __attribute__((cold, noinline))
+#define ML__TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* ---- Locks ------------------------------------------------------------
+ *
+ * Every lock of the library is a spin lock made with ML__LOCK or ML__POOL,
+ * which also add it to the fork registry (forklock.c): the fork handlers
+ * hold every registered lock around fork, so that a child never inherits
+ * one held by a thread it does not have.  Each layer registers its own
+ * locks where it defines them.  They are taken in rank order, then in the
+ * order they were registered; code that nests two locks must take them in
+ * that order.  tests/test-locks.sh rejects any other lock. */
+enum ml__lock_rank {
+	ML__RANK_UNWIND, /* around a stack walk, which may allocate  */
+	ML__RANK_METER,  /* the meter switch (mallinfo2 under it)    */
+	ML__RANK_STATS,  /* run-mode statistics: live list, totals   */
+	ML__RANK_POOL,   /* a pool's free list: nothing taken inside */
+};
+struct ml__lock {
+	atomic_flag flag;
+};
+void ml__spin_lock(struct ml__lock *l);
+void ml__spin_unlock(struct ml__lock *l);
+/* Called before main by the constructors ML__LOCK and ML__POOL make. */
+void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank);
+void ml__fork_locks_acquire(void); /* fork: prepare */
+void ml__fork_locks_release(void); /* fork: parent and child */
+/* pthread_atfork, or one diagnostic saying what a fork loses without. */
+void ml__atfork(void (*prepare)(void), void (*parent)(void),
+                void (*child)(void), const char *lost);
+
+#define ML__CAT_(a, b) a##b
+#define ML__CAT(a, b) ML__CAT_(a, b)
+#define ML__LOCK_REGISTER_(lockp, rank, fn)                    \
+	__attribute__((constructor(101))) static void fn(void) \
+	{                                                      \
+		ml__fork_lock_register((lockp), (rank));       \
+	}
+#define ML__LOCK_REGISTER(lockp, rank)  \
+	ML__LOCK_REGISTER_(lockp, rank, \
+	                   ML__CAT(ml__fork_register_, __COUNTER__))
+/* ML__LOCK(static, name, rank) or ML__LOCK(, name, rank): define a lock. */
+#define ML__LOCK(storage, name, rank)                      \
+	storage struct ml__lock name = {ATOMIC_FLAG_INIT}; \
+	ML__LOCK_REGISTER(&name, rank)
+
+/* ---- Own memory ------------------------------------------------------- */
+
+/* Fixed-size slots from mmap'd slabs; never touches the malloc family. */
+struct ml__pool {
+	size_t slot;
+	struct ml__lock lock;
+	void *free;
+};
+/* ML__POOL(static, name, slot bytes) or ML__POOL(, name, bytes): define a
+ * pool, its lock registered for fork. */
+#define ML__POOL(storage, name, slot_bytes)                          \
+	storage struct ml__pool name = {.slot = (slot_bytes),        \
+	                                .lock = {ATOMIC_FLAG_INIT}}; \
+	ML__LOCK_REGISTER(&name.lock, ML__RANK_POOL)
+void *ml__pool_get(struct ml__pool *p);
+void ml__pool_put(struct ml__pool *p, void *slot);
+void *ml__raw_alloc(size_t bytes); /* mmap; NULL on failure */
+void ml__raw_free(void *p, size_t bytes);
+/* Fault injection (MEMLIMITS_FAULT=pool, tests only): our own page
+ * allocations fail. */
+extern bool ml__fault_pool;
+
+/* ---- Diagnostics and the writer --------------------------------------- */
+
+void ml__diag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* At start: remember which file stderr is (diag.c).  ml__diag_keep: a
+ * report on stderr is due, keep a close-on-exec copy of it above the low
+ * descriptors (none is held before).  ml__diag_fd: where diagnostics and a
+ * report on stderr go, or -1 (stderr was closed at start, or is another
+ * file now and no copy was kept). */
+void ml__diag_init(void);
+void ml__diag_keep(void);
+int ml__diag_fd(void);
+/* The no-stdio writer (diag.c): text into buf[cap].  With fd >= 0 a full
+ * buffer sends its complete lines to fd (O_APPEND keeps the lines of
+ * concurrent processes apart; the first error is kept in err, and nothing
+ * more is written); with fd < 0 a text that does not fit is dropped, and
+ * so is everything after it (cut). */
+struct ml__out {
+	char *buf;
+	size_t len, cap, line; /* line: end of the last complete line */
+	int fd;
+	int err;
+	bool cut;
+};
+void ml__out_put(struct ml__out *o, const char *s, size_t n);
+void ml__out_puts(struct ml__out *o, const char *s);
+void ml__out_u(struct ml__out *o, uint64_t v, unsigned base);
+void ml__out_flush(struct ml__out *o, size_t upto); /* buf[0, upto) to fd */
+/* write(2) all of buf: 0 or an errno value. */
+int ml__out_write(int fd, const char *buf, size_t len);
+
+/* ---- The process: environment, output files (system.c) ---------------- */
+
+/* getenv for MEMLIMITS_*: NULL in a privileged (AT_SECURE) process. */
+const char *ml__getenv(const char *name);
+/* Output files (report, profile, statistics): paths are kept in our own
+ * buffers of this size.  ml__out_open opens for writing with O_CLOEXEC,
+ * never blocks, refuses what is neither a regular file, a character device
+ * nor the process's own stdout/stderr pipe, and says why (naming `what`
+ * and the path) once; -1 then. */
+#define ML__PATH_MAX 4096
+int ml__out_open(const char *what, const char *path, int flags);
+void ml__out_failed(const char *what, const char *path, int err);
+/* The path names the process's stderr (/dev/stderr, /dev/fd/2, ...). */
+bool ml__names_stderr(const char *path);
+const char *ml__strerror(int err); /* no allocation, no locale */
+/* This program's path (/proc/self/exe) in buf, or "?"; cap >= 2. */
+void ml__self_exe(char *buf, size_t cap);
+
+/* ---- Loaded objects (objects.c) --------------------------------------- */
+
+/* The loaded object holding addr: _dl_find_object, or dl_iterate_phdr
+ * before glibc 2.35.  name: the link map's ("" for the main program).
+ * Allocates nothing. */
+struct ml__object {
+	uintptr_t start, end;
+	const char *name;
+};
+int ml__find_object(uintptr_t addr, struct ml__object *o);
+
+#pragma GCC visibility pop
+
+#endif
