@@ -1,6 +1,6 @@
 # The library, in layers from the bottom up (lib/layers.txt; the order
 # and the rules are in docs/internals.md, "Layers").  Nothing in a layer
-# names a higher one: tests/test-layers.sh checks the includes, the
+# names a higher one: tests/unit/test-layers.sh checks the includes, the
 # objects' symbols and that no two files call each other in a loop.
 lib_LTLIBRARIES = lib/libmemlimits.la
 include_HEADERS = include/memlimits.h

@@ -5,8 +5,8 @@
  * (thread.c) take every lock of ours before fork and release them after,
  * in both processes.  Each lock registers itself where it is defined
  * (ML__LOCK / ML__POOL in internal.h, through a constructor), so a new lock
- * cannot be left out; tests/test-locks.sh rejects a lock made any other
- * way.  Locks are taken in rank order, then definition order: a thread
+ * cannot be left out; tests/concurrency/test-locks.sh rejects a lock made any
+ * other way.  Locks are taken in rank order, then definition order: a thread
  * that nests two locks must take them in that same order. */
 #include "util/util.h"
 
@@ -41,9 +41,10 @@ void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank)
 		sched_yield();
 	if (count == MAX_LOCKS) {
 		atomic_flag_clear_explicit(&registry, memory_order_release);
-		ml__diag("internal error: more than %d locks for the fork "
-		         "registry (lib/forklock.c): a fork may hang the child",
-		         MAX_LOCKS);
+		ml__diag(
+		    "internal error: more than %d locks for the fork "
+		    "registry (lib/util/forklock.c): a fork may hang the child",
+		    MAX_LOCKS);
 		return;
 	}
 	/* Stable insertion by rank. */

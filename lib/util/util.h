@@ -38,7 +38,7 @@
  * one held by a thread it does not have.  Each layer registers its own
  * locks where it defines them.  They are taken in rank order, then in the
  * order they were registered; code that nests two locks must take them in
- * that order.  tests/test-locks.sh rejects any other lock. */
+ * that order.  tests/concurrency/test-locks.sh rejects any other lock. */
 enum ml__lock_rank {
 	ML__RANK_UNWIND, /* around a stack walk, which may allocate  */
 	ML__RANK_METER,  /* the meter switch (mallinfo2 under it)    */
