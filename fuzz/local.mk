@@ -26,6 +26,7 @@ fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c 
 		$(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c -lm
 FUZZ_ENV_SRC = $(top_srcdir)/fuzz/fuzz-env.c $(top_srcdir)/lib/util/parse.c \
 	$(top_srcdir)/lib/util/diag.c $(top_srcdir)/lib/util/system.c \
+	$(top_srcdir)/lib/util/self.c \
 	$(top_srcdir)/lib/core/settings.c $(top_srcdir)/lib/run/settings.c
 fuzz/fuzz-env: $(FUZZ_ENV_SRC) $(top_srcdir)/lib/run/run.h $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
@@ -103,7 +104,7 @@ fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/util/parse.c
 fuzz_replay_parse_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_parse_LDADD = -lm
 fuzz_replay_env_SOURCES = fuzz/replay.c fuzz/fuzz-env.c lib/util/parse.c \
-	lib/util/diag.c lib/util/system.c lib/core/settings.c \
+	lib/util/diag.c lib/util/system.c lib/util/self.c lib/core/settings.c \
 	lib/run/settings.c
 fuzz_replay_env_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_env_LDADD = -ldl -lm
