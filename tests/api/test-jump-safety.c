@@ -933,7 +933,8 @@ static void report(int r, const char *fmt, const char *name, uint64_t s)
 }
 
 /* valgrind (.ci/run, docs/reliability.md) replaces glibc's allocator below
- * ours and preloads its vgpreload_*.so: detected like lib/alloc/underlying.c does. */
+ * ours and preloads its vgpreload_*.so: detected like lib/alloc/underlying.c
+ * does. */
 static bool under_valgrind(void)
 {
 	const char *p = getenv("LD_PRELOAD");

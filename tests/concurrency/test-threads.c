@@ -400,7 +400,8 @@ static void run_exit_threads(int from, int count)
 }
 
 /* valgrind (.ci/run, docs/reliability.md) replaces glibc's allocator below
- * ours and preloads its vgpreload_*.so: detected like lib/alloc/underlying.c does. */
+ * ours and preloads its vgpreload_*.so: detected like lib/alloc/underlying.c
+ * does. */
 static bool under_valgrind(void)
 {
 	const char *p = getenv("LD_PRELOAD");

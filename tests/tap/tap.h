@@ -42,8 +42,8 @@ void tap_case(const char *name, void (*fn)(void), unsigned timeout_s);
  * under valgrind, else s. */
 unsigned tap_timeout(unsigned s);
 
-/* True under valgrind, which preloads its vgpreload_*.so (lib/alloc/underlying.c
- * detects it the same way). */
+/* True under valgrind, which preloads its vgpreload_*.so
+ * (lib/alloc/underlying.c detects it the same way). */
 bool tap_under_valgrind(void);
 
 /* kB of a field of /proc/self/status ("VmRSS", "VmData"), read without

@@ -185,7 +185,8 @@ static void test_limits(void)
 }
 
 /* valgrind (.ci/run, docs/reliability.md) replaces glibc's allocator below
- * ours and preloads its vgpreload_*.so: detected like lib/alloc/underlying.c does. */
+ * ours and preloads its vgpreload_*.so: detected like lib/alloc/underlying.c
+ * does. */
 static bool under_valgrind(void)
 {
 	const char *p = getenv("LD_PRELOAD");

@@ -192,7 +192,8 @@ static void test_reproducible(void)
 	tap_ok(memcmp(a, b, sizeof a) != 0, "another seed, other samples");
 }
 
-/* ---- The draws themselves (lib/sampler/sampler.c compiled in) ---------------- */
+/* ---- The draws themselves (lib/sampler/sampler.c compiled in)
+ * ---------------- */
 
 static void test_poisson_draws(void)
 {
