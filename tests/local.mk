@@ -18,6 +18,11 @@ EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh tests/valgrind.supp \
 check_LTLIBRARIES += tests/tap/libtap.la
 tests_tap_libtap_la_SOURCES = tests/tap/tap.c tests/tap/tap.h
 
+# tests/run-tests (docs/internals.md): one test, group or case by name;
+# test-run-tests.sh tests it.
+TESTS += tests/test-run-tests.sh
+EXTRA_DIST += tests/run-tests tests/test-run-tests.sh
+
 ML_TEST_LIBS = tests/tap/libtap.la lib/libmemlimits.la -lm
 ML_TEST_LINK = -no-install
 ML_TEST_CFLAGS = $(AM_CFLAGS) -fno-builtin-malloc -fno-builtin-calloc -fno-builtin-free -fno-builtin-realloc

@@ -379,19 +379,24 @@ static void test_speed(void)
 	       dt * 1e3);
 }
 
-int main(void)
+static void test_reference_files(void)
 {
 	int rows = check_file("bounds-reference.tsv");
 	tap_ok(rows == 88, "shared reference: %d rows", rows);
 	rows = check_file("bounds-mpmath.tsv");
 	tap_ok(rows > 200, "mpmath reference: %d rows", rows);
-	test_edges();
-	test_k1();
-	test_poisson_sums();
-	test_differences();
-	test_monotone();
-	test_normal();
-	test_round_trips();
-	test_speed();
+}
+
+int main(void)
+{
+	TAP_RUN(test_reference_files);
+	TAP_RUN(test_edges);
+	TAP_RUN(test_k1);
+	TAP_RUN(test_poisson_sums);
+	TAP_RUN(test_differences);
+	TAP_RUN(test_monotone);
+	TAP_RUN(test_normal);
+	TAP_RUN(test_round_trips);
+	TAP_RUN(test_speed);
 	return tap_done();
 }

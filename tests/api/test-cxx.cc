@@ -446,10 +446,10 @@ int main()
 	if (ml_set_sample_interval(S) != 0)
 		tap_bail("ml_set_sample_interval");
 	ml_set_seed(12345);
-	test_fail();
-	test_jump();
-	test_exception_escapes();
-	test_exception_owned_state();
-	test_bad_alloc_escapes();
+	TAP_RUN(test_fail);
+	TAP_RUN(test_jump);
+	TAP_RUN(test_exception_escapes);
+	TAP_RUN(test_exception_owned_state);
+	TAP_RUN(test_bad_alloc_escapes);
 	return tap_done();
 }

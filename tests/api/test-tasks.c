@@ -689,17 +689,17 @@ int main(void)
 {
 	ml_set_sample_interval(S);
 	ml_set_seed(3);
-	test_statuses();
-	test_allocated_estimate();
-	test_nesting();
-	test_tokens();
-	test_check();
-	test_cleanup();
-	test_masking();
-	test_einval();
-	test_default_delivery();
-	test_thread_exit();
-	test_fork();
-	test_million();
+	TAP_RUN(test_statuses);
+	TAP_RUN(test_allocated_estimate);
+	TAP_RUN(test_nesting);
+	TAP_RUN(test_tokens);
+	TAP_RUN(test_check);
+	TAP_RUN(test_cleanup);
+	TAP_RUN(test_masking);
+	TAP_RUN(test_einval);
+	TAP_RUN(test_default_delivery);
+	TAP_RUN(test_thread_exit);
+	TAP_RUN(test_fork);
+	TAP_RUN(test_million);
 	return tap_done();
 }

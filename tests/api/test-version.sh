@@ -12,33 +12,39 @@ v=$PACKAGE_VERSION
 macro() {
 	sed -n "s/^#define ML_VERSION_$1 *//p" "$h" | tr -d '"'
 }
-got="$(macro MAJOR).$(macro MINOR).$(macro PATCH)"
-if test "$got" = "$v"; then
-	ok "ML_VERSION_MAJOR.MINOR.PATCH is configure's $v"
-else
-	notok "ML_VERSION_MAJOR.MINOR.PATCH is $got, configure's is $v"
-fi
-if test "$(macro STRING)" = "$v"; then
-	ok "ML_VERSION_STRING is configure's $v"
-else
-	notok "ML_VERSION_STRING is $(macro STRING), configure's is $v"
-fi
-
-bad=
-for f in "$top_srcdir"/docs/*.3 "$top_srcdir"/docs/memlimits.1; do
-	grep -q '^\.so ' "$f" && continue
-	grep -q "^\.TH .*\"memlimits $v\"" "$f" || bad="$bad ${f##*/}"
-done
-if test -z "$bad"; then
-	ok "every man page's .TH line says memlimits $v"
-else
-	notok "man pages whose .TH line does not say memlimits $v:$bad"
+if tap_case header; then
+	got="$(macro MAJOR).$(macro MINOR).$(macro PATCH)"
+	if test "$got" = "$v"; then
+		ok "ML_VERSION_MAJOR.MINOR.PATCH is configure's $v"
+	else
+		notok "ML_VERSION_MAJOR.MINOR.PATCH is $got, configure's is $v"
+	fi
+	if test "$(macro STRING)" = "$v"; then
+		ok "ML_VERSION_STRING is configure's $v"
+	else
+		notok "ML_VERSION_STRING is $(macro STRING), configure's is $v"
+	fi
 fi
 
-out=$("$top_builddir/tools/memlimits" --version 2>&1)
-if test "$out" = "memlimits $v"; then
-	ok "memlimits --version prints memlimits $v"
-else
-	notok "memlimits --version prints '$out', expected 'memlimits $v'"
+if tap_case man-pages; then
+	bad=
+	for f in "$top_srcdir"/docs/*.3 "$top_srcdir"/docs/memlimits.1; do
+		grep -q '^\.so ' "$f" && continue
+		grep -q "^\.TH .*\"memlimits $v\"" "$f" || bad="$bad ${f##*/}"
+	done
+	if test -z "$bad"; then
+		ok "every man page's .TH line says memlimits $v"
+	else
+		notok "man pages whose .TH line does not say memlimits $v:$bad"
+	fi
 fi
-echo "1..$n"
+
+if tap_case version-option; then
+	out=$("$top_builddir/tools/memlimits" --version 2>&1)
+	if test "$out" = "memlimits $v"; then
+		ok "memlimits --version prints memlimits $v"
+	else
+		notok "memlimits --version prints '$out', expected 'memlimits $v'"
+	fi
+fi
+tap_done

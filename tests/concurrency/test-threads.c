@@ -984,12 +984,12 @@ int main(void)
 	start_early_threads();
 	ml_set_seed(20240601);
 	ml_set_sample_interval(S);
-	test_eight_threads();
-	test_thread_exit();
-	test_exit_inside();
-	test_fork_plain();
-	test_fork_in_task();
-	test_fork_busy();
-	test_fork_sampler();
+	TAP_RUN(test_eight_threads);
+	TAP_RUN(test_thread_exit);
+	TAP_RUN(test_exit_inside);
+	TAP_RUN(test_fork_plain);
+	TAP_RUN(test_fork_in_task);
+	TAP_RUN(test_fork_busy);
+	TAP_RUN(test_fork_sampler);
 	return tap_done();
 }

@@ -390,10 +390,10 @@ int main(void)
 	if (ml_set_sample_interval(S) != 0)
 		tap_bail("cannot set the sample interval");
 	tap_ok(ml_sample_interval() == S, "sample interval %d", S);
-	test_gamma();
-	test_deliveries();
-	test_triples();
-	test_global();
+	TAP_RUN(test_gamma);
+	TAP_RUN(test_deliveries);
+	TAP_RUN(test_triples);
+	TAP_RUN(test_global);
 	tap_diag("conformance tests took %.2f s", now() - t0);
 	return tap_done();
 }

@@ -34,8 +34,24 @@ int tap_child(void (*fn)(void *), void *arg, unsigned timeout_s);
 /* Run one case, fn(), in a child process, so that no state it leaves (the
  * library's settings, the heap, errno) reaches the next case.  Its tap_ok
  * lines count as this process's; a child that crashes or outlives the
- * (scaled) time limit adds one failed test naming the case. */
+ * (scaled) time limit adds one failed test naming the case.  Runs only
+ * when tap_want(name). */
 void tap_case(const char *name, void (*fn)(void), unsigned timeout_s);
+
+/* Named cases, so that one can be listed and rerun alone (tests/run-tests):
+ * with TAP_CASE=NAME in the environment only the case NAME runs, and
+ * tap_done fails if no case has that name; with TAP_LIST=1 each case
+ * prints its name on a line of its own and none runs (tap_ok and the like
+ * then print nothing, and tap_done prints no plan).  Code outside named
+ * cases always runs, so keep it short.  tap_want(name) says whether the
+ * case name is to run; TAP_RUN(fn) runs fn() in this process as the case
+ * named after the function. */
+bool tap_want(const char *name);
+#define TAP_RUN(fn)                \
+	do {                       \
+		if (tap_want(#fn)) \
+			fn();      \
+	} while (0)
 
 /* A time limit of s seconds as this run needs it: s times
  * ML_TEST_TIMEOUT_SCALE (a whole number, 1 to 1000) when set, else 20 times

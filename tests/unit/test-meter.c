@@ -31,8 +31,18 @@ static int64_t glibc_in_use(void)
 	return (int64_t)(mi.uordblks + mi.hblkhd);
 }
 
+/* The meter counts once a global limit is set: test_late_start, the first
+ * case, sets it; a case run alone (TAP_CASE, tests/run-tests) sets it
+ * here. */
+static void meter_on(void)
+{
+	if (ml_global_memory_limit() == ML_NO_LIMIT)
+		ml_set_global_memory_limit(1ull << 40);
+}
+
 static void test_exact_single_thread(void)
 {
+	meter_on();
 	enum { N = 5000 };
 	static void *p[N];
 	int64_t before = usage(), sum = 0;
@@ -84,6 +94,7 @@ static void test_exact_single_thread(void)
 
 static void test_against_mallinfo(void)
 {
+	meter_on();
 	/* Both count chunk bytes; glibc also counts the blocks parked in its
 	 * per-thread cache (tcache) as in use, so the two differ by at most
 	 * the cache's size (7 blocks x 64 size classes <= 240128 bytes per
@@ -126,6 +137,7 @@ static void *hold(void *arg)
 
 static void test_threads(void)
 {
+	meter_on();
 	/* Threads that exit hand their batched deltas over: exact again. */
 	pthread_t th[8];
 	static struct holder h[8];
@@ -166,6 +178,7 @@ static void *alloc_task(void *arg)
 
 static void test_limits(void)
 {
+	meter_on();
 	tap_ok(ml_global_memory_limit() == 1ull << 40, "limit reads back");
 	uint64_t now = ml_global_memory_usage();
 	/* A limit below current usage: the next sample of a global task
@@ -193,15 +206,10 @@ static bool under_valgrind(void)
 	return p && strstr(p, "/vgpreload_");
 }
 
-int main(void)
+/* Some heap in use before the limit is set: the late start must count
+ * it.  The first case: it turns the meter on. */
+static void test_late_start(void)
 {
-	if (under_valgrind()) {
-		tap_write("1..0 # SKIP exact glibc chunk and mallinfo2 "
-		          "accounting: valgrind replaces glibc's allocator");
-		return 0;
-	}
-	/* Some heap in use before the limit is set: the late start must
-	 * count it. */
 	enum { EARLY = 200 };
 	static void *early[EARLY];
 	for (int i = 0; i < EARLY; i++)
@@ -217,10 +225,19 @@ int main(void)
 		free(early[i]);
 	tap_ok(llabs(usage() - (u - EARLY * 100016)) <= 240128,
 	       "freeing the early blocks is counted");
+}
 
-	test_exact_single_thread();
-	test_against_mallinfo();
-	test_threads();
-	test_limits();
+int main(void)
+{
+	if (under_valgrind()) {
+		tap_write("1..0 # SKIP exact glibc chunk and mallinfo2 "
+		          "accounting: valgrind replaces glibc's allocator");
+		return 0;
+	}
+	TAP_RUN(test_late_start);
+	TAP_RUN(test_exact_single_thread);
+	TAP_RUN(test_against_mallinfo);
+	TAP_RUN(test_threads);
+	TAP_RUN(test_limits);
 	return tap_done();
 }

@@ -259,14 +259,14 @@ int main(void)
 		quick = 10;
 	ml_set_sample_interval(S);
 	ml_set_seed(1);
-	test_poisson_counts();
-	test_split_invariance();
-	test_unbiased();
-	test_address_reuse();
-	test_huge();
-	test_reproducible();
-	test_poisson_draws();
-	test_gap_exponential();
+	TAP_RUN(test_poisson_counts);
+	TAP_RUN(test_split_invariance);
+	TAP_RUN(test_unbiased);
+	TAP_RUN(test_address_reuse);
+	TAP_RUN(test_huge);
+	TAP_RUN(test_reproducible);
+	TAP_RUN(test_poisson_draws);
+	TAP_RUN(test_gap_exponential);
 	tap_ok(ml_set_sample_interval(0) == ML_EINVAL &&
 	           ml_sample_interval() == S,
 	       "interval 0 is refused and changes nothing");
