@@ -16,6 +16,8 @@
  *                         interleaved in one process; prints both.
  *   run M REPS            M ml_run calls of a task that does nothing;
  *                         prints the best ns per call.
+ *   slice M REPS          M ml_task_run calls of an empty slice of one
+ *                         task (same limits); the best ns per call.
  *
  * Every run starts from the same seed, so callgrind counts repeat. */
 #define _GNU_SOURCE
@@ -201,6 +203,21 @@ static __attribute__((noinline)) void empty_tasks(uint64_t m)
 	for (uint64_t i = 0; i < m; i++)
 		ml_run(&l, nothing, NULL, NULL);
 }
+
+static __attribute__((noinline)) void empty_slices(uint64_t m)
+{
+	static ml_token *tok;
+	static ml_task *task;
+	if (!task) {
+		tok = ml_token_new();
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = HUGE_BYTES;
+		l.token = tok;
+		task = ml_task_new(&l);
+	}
+	for (uint64_t i = 0; i < m; i++)
+		ml_task_run(task, nothing, NULL, NULL);
+}
 #endif
 
 int main(int argc, char **argv)
@@ -265,6 +282,13 @@ int main(int argc, char **argv)
 		int reps = (int)arg_u64(argv[3]);
 		empty_tasks(1000);
 		printf("%.3f\n", time_best(empty_tasks, m, reps));
+		return 0;
+	}
+	if (strcmp(argv[1], "slice") == 0 && argc == 4) {
+		uint64_t m = arg_u64(argv[2]);
+		int reps = (int)arg_u64(argv[3]);
+		empty_slices(1000);
+		printf("%.3f\n", time_best(empty_slices, m, reps));
 		return 0;
 	}
 #endif

@@ -110,8 +110,13 @@ if [ -n "$VALGRIND" ]; then
 	b=$(cg idle run $RUN_M2 1)
 	echo "$a $b" | awk -v m=$((RUN_M2 - RUN_M1)) \
 	    '{ printf "%.1f\n", ($2 - $1) / m }' >"$tmp/run-ir"
+	a=$(cg idle slice $RUN_M1 1)
+	b=$(cg idle slice $RUN_M2 1)
+	echo "$a $b" | awk -v m=$((RUN_M2 - RUN_M1)) \
+	    '{ printf "%.1f\n", ($2 - $1) / m }' >"$tmp/slice-ir"
 else
 	echo n/a >"$tmp/run-ir"
+	echo n/a >"$tmp/slice-ir"
 fi
 
 # Wall clock: every round runs every configuration once, in an order
@@ -144,6 +149,7 @@ while [ $i -lt 5 ]; do
 		echo "$depth $(run idle slowcmp $depth 20000 31)"
 	done
 	echo "run $(run idle run 20000 21)"
+	echo "slice $(run idle slice 20000 21)"
 	i=$((i + 1))
 done >"$tmp/slow-wall"
 
@@ -159,9 +165,11 @@ function fmt(x, f) { return x == "n/a" ? "n/a" : sprintf(f, x) }
 FILENAME ~ /\/ir$/ { ir[$1] = $2; next }
 FILENAME ~ /slow-ir$/ { sir[$1] = $2; shits[$1] = $3; next }
 FILENAME ~ /run-ir$/ { runir = $1; next }
+FILENAME ~ /slice-ir$/ { sliceir = $1; next }
 FILENAME ~ /\/wall$/ { ns[$1, $2] = $3; next }
 FILENAME ~ /slow-wall$/ {
 	if ($1 == "run") { rn[++nrun] = $2; next }
+	if ($1 == "slice") { sl[++nsl] = $2; next }
 	# (ns/pair at S = 1 - ns/pair without samples) / slow paths per
 	# pair (1 - 1/e for 1-byte blocks at S = 1), and per sample.
 	d = $2 - $3
@@ -229,7 +237,13 @@ END {
 	}
 	printf "%-42s %10s %10.1f %10s  %s\n", "ml_run of an empty task",
 	    fmt(runir, "%.1f"), median(rn, nrun), "-", "-"
+	slratio = (sliceir != "n/a" && runir > 0) ? sliceir / runir : 0
+	printf "%-42s %10s %10.1f %10s  %s\n", "ml_task_run of an empty slice",
+	    fmt(sliceir, "%.1f"), median(sl, nsl), "-",
+	    sliceir == "n/a" ? "-" : sprintf("<= 2x ml_run: %.2fx %s", slratio,
+	    slratio <= 2 ? "met" : "MISSED")
 	if (shits[1] != "n/a" && shits[1] != "")
 		printf "\n(slow paths per 1-byte block at S = 1: %.4f measured," \
 		    " %.4f expected)\n", shits[1], 1 - exp(-1)
-}' "$tmp/ir" "$tmp/slow-ir" "$tmp/run-ir" "$tmp/wall" "$tmp/slow-wall"
+}' "$tmp/ir" "$tmp/slow-ir" "$tmp/run-ir" "$tmp/slice-ir" "$tmp/wall" \
+	"$tmp/slow-wall"

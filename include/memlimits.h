@@ -130,6 +130,32 @@ ML_EXPORT uint64_t ml_global_memory_limit(void);
 /* Live heap bytes as the library measures them (see memlimits(3)). */
 ML_EXPORT uint64_t ml_global_memory_usage(void);
 
+/* ---- Tasks as objects: one request across callbacks and threads -------- */
+
+/* One request, job or unit of work (opaque).  Its limits hold for all its
+ * slices together, whichever threads they run on.  See ml_task_new(3). */
+typedef struct ml_task ml_task;
+
+/* A new task under *limits: NULL with errno EINVAL (bad limits) or ENOMEM.
+ * Never allocates through malloc. */
+ML_EXPORT ml_task *ml_task_new(const ml_limits *limits);
+/* Free the task; NULL is a no-op.  While slices of it still run, the
+ * record is reclaimed when the last of them ends. */
+ML_EXPORT void ml_task_free(ml_task *t);
+/* Run fn(arg) as one slice of t on this thread.  ML_OK when t is not
+ * interrupted at the end of the slice, else t's status; a slice of an
+ * interrupted task does not run.  out may be NULL.  See ml_task_run(3). */
+ML_EXPORT ml_status ml_task_run(ml_task *t, void *(*fn)(void *), void *arg,
+                                ml_outcome *out);
+/* ML_OK until t is interrupted, then why (sticky); ML_EINVAL for NULL. */
+ML_EXPORT ml_status ml_task_status(const ml_task *t);
+/* Estimated bytes allocated by all of t's slices so far; 0 for NULL. */
+ML_EXPORT uint64_t ml_task_allocated(const ml_task *t);
+/* Estimated bytes t allocated that are not freed yet; 0 for NULL. */
+ML_EXPORT uint64_t ml_task_held(const ml_task *t);
+/* The task of the innermost slice (or ml_run) on this thread, or NULL. */
+ML_EXPORT ml_task *ml_task_current(void);
+
 /* ---- Inside a task ------------------------------------------------------ */
 
 /* A task on this thread's stack is interrupted. */

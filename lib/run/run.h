@@ -38,7 +38,7 @@ extern struct ml__run ml__run;
 void ml__run_configure(void); /* reads MEMLIMITS_* run variables */
 
 /* The thread's records in its hook_local slots (tasks/tasks.h). */
-#define ML__RUN_ROOT 0  /* struct ml__task: the thread's root task */
+#define ML__RUN_ROOT 0  /* runmode.c's struct root: the root task */
 #define ML__RUN_STATS 1 /* stats.c's per-thread counts */
 
 /* ---- Profile and report (report.c) ------------------------------------ */

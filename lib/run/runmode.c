@@ -11,9 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
-ML__POOL(static, root_pool, (sizeof(struct ml__task) + 63) & ~(size_t)63)
+/* A thread's root task: its record and its one slice, at the bottom of
+ * the thread's stack for the thread's whole life. */
+struct root {
+	struct ml__slice slice;
+	struct ml_task task;
+};
+ML__POOL(static, root_pool, (sizeof(struct root) + 63) & ~(size_t)63)
 
-static struct ml__task *root_of(const struct ml__thread *t)
+static struct root *root_of(const struct ml__thread *t)
 {
 	return t->hook_local[ML__RUN_ROOT];
 }
@@ -24,24 +30,30 @@ static void thread_start(struct ml__thread *t)
 		ml__force_slow(t); /* every allocation is counted */
 	if (!ml__run.active || root_of(t))
 		return;
-	struct ml__task *root = ml__pool_get(&root_pool);
+	struct root *root = ml__pool_get(&root_pool);
 	if (!root) {
 		ml__diag("no memory for a thread's root task: this thread "
 		         "runs without limits");
 		return;
 	}
 	memset(root, 0, sizeof *root);
-	root->k = UINT64_MAX; /* the process-wide count decides */
-	root->delivery = ML_DELIVER_FAIL;
-	root->status = ML_OK;
+	root->task.magic = ML__TASK_FRAME;
+	root->task.internal = true; /* not the program's: ml_task_current */
+	root->task.k = UINT64_MAX;  /* the process-wide count decides */
+	root->task.interval = atomic_load(&ml__interval);
+	root->task.delivery = ML_DELIVER_FAIL;
+	atomic_init(&root->task.status, ML_OK);
+	atomic_init(&root->task.refs, 1);
+	root->slice.task = &root->task;
+	root->slice.seen = ML_OK;
 	/* At the bottom of the stack: below any task already running. */
-	ml__tasks_push_bottom(t, root);
+	ml__tasks_push_bottom(t, &root->slice);
 	t->hook_local[ML__RUN_ROOT] = root;
 }
 
 static void thread_exit(struct ml__thread *t)
 {
-	struct ml__task *root = root_of(t);
+	struct root *root = root_of(t);
 	if (root) {
 		/* The core has emptied the task stack already. */
 		t->hook_local[ML__RUN_ROOT] = NULL;
@@ -70,17 +82,18 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 {
 	if (ml__run.profiling)
 		ml__profile_sample(t, s, n);
-	struct ml__task *root = root_of(t);
+	struct root *root = root_of(t);
 	if (!root)
 		return 0;
 	/* Still counted after the trip, as the profile counts it: the
 	 * report's totals agree. */
 	uint64_t total = atomic_fetch_add(&ml__run.samples, s) + s;
-	if (root->status != ML_OK)
+	if (atomic_load(&root->task.status) != ML_OK)
 		return 0;
 	if (ml__run.alloc_limit != ML_NO_LIMIT && total >= ml__run.k) {
 		fire(ML_ALLOC_LIMIT, n);
-		root->status = ML_ALLOC_LIMIT; /* sticky: the budget is spent */
+		/* Sticky: the budget is spent. */
+		atomic_store(&root->task.status, ML_ALLOC_LIMIT);
 		return ML__HOOK_TRIPPED;
 	}
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
@@ -104,12 +117,13 @@ static void on_unsample(struct ml__thread *t, uint64_t s)
  * one does), with its thread's root task fresh. */
 static void fork_child(struct ml__thread *t)
 {
-	struct ml__task *root = root_of(t);
+	struct root *root = root_of(t);
 	atomic_store(&ml__run.samples, 0);
 	atomic_store(&ml__run.fired, ML_OK);
 	if (root) {
-		root->status = ML_OK;
-		root->samples = 0;
+		atomic_store(&root->task.status, ML_OK);
+		atomic_store(&root->task.samples, 0);
+		root->slice.seen = ML_OK;
 		ml__tasks_recheck(t);
 	}
 }

@@ -1,18 +1,24 @@
-/* Tasks: the per-thread stack of ml_run frames, limits, interruptions and
- * their delivery, masking and cleanup handlers.
+/* Tasks: the per-thread stack of slices, limits, interruptions and their
+ * delivery, masking and cleanup handlers.
  *
- * A task record lives in its ml_run's stack frame; cleanup records come
- * from our own pool.  Samples arrive from the allocation slow path
- * (ml__tasks_sample); every task on the stack is credited, each one's
- * limits are checked, and a newly reached limit makes the task
- * interrupted for good.  Delivery then depends on the interrupted tasks:
- *  - the outermost interrupted JUMP task is jumped to, when no runtime frame
- *    (libc, loader, libstdc++, libgcc, libunwind) lies between the
- *    allocation and its ml_run and the thread is not masked; otherwise the
- *    jump is pending and every later allocation comes back here;
- *  - with an interrupted FAIL task on the stack, allocations fail, except
+ * A task (struct ml_task) is the shared record of one request: its limits,
+ * its sample count and its status, for all its slices together.  A slice
+ * (struct ml__slice) is one run of a task on one thread: an ml_run frame
+ * (whose task lives in the same stack frame) or an ml_task_run; it lives in
+ * its runner's stack frame, and cleanup records come from our own pool.
+ * Samples arrive from the allocation slow path (ml__tasks_sample): each
+ * distinct task on the stack is credited once (one atomic add on its
+ * record, at a sample only), its limits are checked, and a newly reached
+ * limit makes the task interrupted for good.  A slice on another thread
+ * sees that at its own next sample or safe point (its `seen`).  Delivery
+ * then depends on the interrupted slices of this thread:
+ *  - the outermost interrupted JUMP slice is jumped to, when no runtime
+ *    frame (libc, loader, libstdc++, libgcc) lies between the allocation
+ *    and its runner and the thread is not masked; otherwise the jump is
+ *    pending and every later allocation comes back here;
+ *  - with an interrupted FAIL slice on the stack, allocations fail, except
  *    while masked or inside the loader;
- *  - FLAG tasks are only flagged.
+ *  - FLAG slices are only flagged.
  * While anything is pending the countdown is forced to 0, so the fast path
  * itself never tests for it. */
 #define _GNU_SOURCE
@@ -20,6 +26,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 
 struct ml__cleanup {
 	struct ml__cleanup *next;
@@ -29,6 +36,7 @@ struct ml__cleanup {
 };
 
 ML__POOL(, ml__cleanup_pool, sizeof(struct ml__cleanup))
+ML__POOL(static, task_pool, (sizeof(struct ml_task) + 15) & ~(size_t)15)
 
 /* Bytes a pending JUMP task may allocate inside runtime frames before
  * those allocations start failing: bounds the overshoot of a jump that
@@ -62,8 +70,8 @@ static enum ml__frames frames_check(struct ml__thread *t, uintptr_t stop)
 /* Anything on the stack that needs to see the next allocations? */
 static bool needs_slow(const struct ml__thread *t)
 {
-	for (const struct ml__task *k = t->top; k; k = k->outer)
-		if (k->status != ML_OK && k->delivery != ML_DELIVER_FLAG)
+	for (const struct ml__slice *k = t->top; k; k = k->outer)
+		if (k->seen != ML_OK && k->task->delivery != ML_DELIVER_FLAG)
 			return true;
 	return false;
 }
@@ -87,7 +95,7 @@ static void run_cleanups_to(struct ml__thread *t, struct ml__cleanup *stop)
 	}
 }
 
-static _Noreturn void jump(struct ml__thread *t, struct ml__task *target)
+static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 {
 	/* Cleanup handlers run innermost first, masked, as ordinary code:
 	 * their allocations are sampled but nothing is delivered. */
@@ -105,13 +113,13 @@ static _Noreturn void jump(struct ml__thread *t, struct ml__task *target)
  * (n = 0: a safe point such as ml_check).  0 = go on, -1 = fail it. */
 static int deliver(struct ml__thread *t, uint64_t n)
 {
-	struct ml__task *target = NULL, *failing = NULL;
-	for (struct ml__task *k = t->top; k; k = k->outer) {
-		if (k->status == ML_OK)
+	struct ml__slice *target = NULL, *failing = NULL;
+	for (struct ml__slice *k = t->top; k; k = k->outer) {
+		if (k->seen == ML_OK)
 			continue;
-		if (k->delivery == ML_DELIVER_JUMP)
+		if (k->task->delivery == ML_DELIVER_JUMP)
 			target = k; /* keeps the outermost */
-		else if (k->delivery == ML_DELIVER_FAIL)
+		else if (k->task->delivery == ML_DELIVER_FAIL)
 			failing = k;
 	}
 	if (t->mask_depth)
@@ -136,10 +144,49 @@ static int deliver(struct ml__thread *t, uint64_t n)
 	return 0;
 }
 
+/* k's task also has a slice inside k on this thread: credited there. */
+static bool nested_again(const struct ml__thread *t, const struct ml__slice *k)
+{
+	for (const struct ml__slice *p = t->top; p != k; p = p->outer)
+		if (p->task == k->task)
+			return true;
+	return false;
+}
+
 void ml__tasks_unsample(struct ml__thread *t, uint64_t s)
 {
-	for (struct ml__task *k = t->top; k; k = k->outer)
-		k->samples -= s;
+	for (struct ml__slice *k = t->top; k; k = k->outer)
+		if (!nested_again(t, k))
+			atomic_fetch_sub_explicit(&k->task->samples, s,
+			                          memory_order_relaxed);
+}
+
+/* Interrupt task for `why`, unless it was already: its status is then the
+ * first reason. */
+static ml_status trip(struct ml_task *task, ml_status why)
+{
+	int expect = ML_OK;
+	if (atomic_compare_exchange_strong(&task->status, &expect, (int)why))
+		return why;
+	return (ml_status)expect;
+}
+
+/* Bring each slice's view of its task's status up to date: true when a
+ * slice of this thread newly sees an interruption. */
+static bool refresh_seen(struct ml__thread *t)
+{
+	bool tripped = false;
+	for (struct ml__slice *k = t->top; k; k = k->outer) {
+		if (k->seen != ML_OK)
+			continue;
+		int st = atomic_load_explicit(&k->task->status,
+		                              memory_order_relaxed);
+		if (st != ML_OK) {
+			k->seen = (ml_status)st;
+			tripped = true;
+		}
+	}
+	return tripped;
 }
 
 int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
@@ -147,22 +194,24 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 {
 	if (!t->top)
 		return 0;
-	bool tripped = (hook & ML__HOOK_TRIPPED) != 0;
-	for (struct ml__task *k = t->top; k; k = k->outer) {
-		k->samples += s;
-		if (k->status != ML_OK)
+	for (struct ml__slice *k = t->top; k; k = k->outer) {
+		struct ml_task *task = k->task;
+		if (nested_again(t, k))
 			continue;
-		if (k->samples >= k->k)
-			k->status = ML_ALLOC_LIMIT;
-		else if (k->global && ml__over_global(n))
-			k->status = ML_GLOBAL_LIMIT;
-		else if (k->token && ml_token_is_set(k->token))
-			k->status = ML_CANCELLED;
-		else
+		uint64_t total = atomic_fetch_add_explicit(
+		                     &task->samples, s, memory_order_relaxed) +
+		                 s;
+		if (atomic_load_explicit(&task->status, memory_order_relaxed) !=
+		    ML_OK)
 			continue;
-		tripped = true;
+		if (total >= task->k)
+			trip(task, ML_ALLOC_LIMIT);
+		else if (task->global && ml__over_global(n))
+			trip(task, ML_GLOBAL_LIMIT);
+		else if (task->token && ml_token_is_set(task->token))
+			trip(task, ML_CANCELLED);
 	}
-	if (tripped)
+	if (refresh_seen(t) || (hook & ML__HOOK_TRIPPED))
 		update_pending(t);
 	int verdict = 0;
 	if (t->pending)
@@ -184,23 +233,13 @@ void ml__tasks_recheck(struct ml__thread *t)
 	update_pending(t);
 }
 
-void ml__tasks_push_bottom(struct ml__thread *t, struct ml__task *task)
+void ml__tasks_push_bottom(struct ml__thread *t, struct ml__slice *slice)
 {
-	struct ml__task **bottom = &t->top;
+	struct ml__slice **bottom = &t->top;
 	while (*bottom)
 		bottom = &(*bottom)->outer;
-	task->outer = NULL;
-	*bottom = task;
-	update_pending(t);
-}
-
-void ml__tasks_remove(struct ml__thread *t, struct ml__task *task)
-{
-	for (struct ml__task **p = &t->top; *p; p = &(*p)->outer)
-		if (*p == task) {
-			*p = task->outer;
-			break;
-		}
+	slice->outer = NULL;
+	*bottom = slice;
 	update_pending(t);
 }
 
@@ -224,18 +263,19 @@ void ml__tasks_thread_exit(struct ml__thread *t)
 	t->cleanup_holes = 0;
 }
 
-/* Poll the tokens of the tasks on the stack (a safe point does not wait
- * for a sample to notice a cancellation). */
-static void poll_tokens(struct ml__thread *t)
+/* A safe point does not wait for a sample: the tokens of the tasks on
+ * the stack, and interruptions made on other threads. */
+void ml__tasks_poll(struct ml__thread *t)
 {
-	bool tripped = false;
-	for (struct ml__task *k = t->top; k; k = k->outer)
-		if (k->status == ML_OK && k->token &&
-		    ml_token_is_set(k->token)) {
-			k->status = ML_CANCELLED;
-			tripped = true;
-		}
-	if (tripped)
+	for (struct ml__slice *k = t->top; k; k = k->outer) {
+		struct ml_task *task = k->task;
+		if (k->seen == ML_OK && task->token &&
+		    atomic_load_explicit(&task->status, memory_order_relaxed) ==
+		        ML_OK &&
+		    ml_token_is_set(task->token))
+			trip(task, ML_CANCELLED);
+	}
+	if (refresh_seen(t))
 		update_pending(t);
 }
 
@@ -248,93 +288,256 @@ static uint64_t samples_needed(uint64_t bytes, uint64_t s)
 	return ml__samples_needed(bytes, s);
 }
 
-/* Give back what a task owns on its thread, as at its start: the cleanup
+/* Give back what a slice owns on its thread, as at its start: the cleanup
  * records pushed and not popped (discarded, not run), the holes above
  * them, the mask depth. */
-static void task_release(struct ml__thread *t, const struct ml__task *task)
+static void slice_release(struct ml__thread *t, const struct ml__slice *slice)
 {
 	struct ml__cleanup *c;
-	while ((c = t->cleanups) && c != task->cleanups) {
+	while ((c = t->cleanups) && c != slice->cleanups) {
 		t->cleanups = c->next;
 		ml__pool_put(&ml__cleanup_pool, c);
 	}
-	t->cleanup_holes = task->holes;
-	t->mask_depth = task->mask_depth;
+	t->cleanup_holes = slice->holes;
+	t->mask_depth = slice->mask_depth;
 }
 
-/* ml_run's frame is unwound without returning (pthread_exit,
- * cancellation, a C++ exception out of fn): end the task as a return
+/* Drop a reference to a task from ml_task_new: the last one gives the
+ * record back. */
+static void task_unref(struct ml_task *task)
+{
+	if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) ==
+	    1) {
+		task->magic = 0;
+		ml__pool_put(&task_pool, task);
+	}
+}
+
+/* The runner's frame is unwound without returning (pthread_exit,
+ * cancellation, a C++ exception out of fn): end the slice as a return
  * does, or a later jump would run handlers of the dead frame. */
-static void task_unwound(void *arg)
+static void slice_unwound(void *arg)
 {
 	struct ml__thread *t = &ml__self;
-	struct ml__task *task = arg;
-	task_release(t, task);
-	t->top = task->outer;
+	struct ml__slice *slice = arg;
+	slice_release(t, slice);
+	t->top = slice->outer;
 	update_pending(t);
+	if (slice->task->magic != ML__TASK_FRAME)
+		task_unref(slice->task);
 }
 
-/* Kept out of line so that every local ml_run reads after the jump lives
- * in the task record (memory), never in a register setjmp did not save. */
-static __attribute__((noinline)) void *call(struct ml__task *task,
+/* Kept out of line so that every local the runner reads after the jump
+ * lives in the slice record (memory), never in a register setjmp did not
+ * save. */
+static __attribute__((noinline)) void *call(struct ml__slice *slice,
                                             void *(*fn)(void *), void *arg)
 {
-	(void)task;
+	(void)slice;
 	return fn(arg);
+}
+
+/* Run fn(arg) as `slice` of its task on t's stack; ret: fn's result, or
+ * NULL when an interruption jumped back here.  A macro, so that
+ * sigsetjmp's frame is the runner's own (ml_run, ml_task_run): no extra
+ * call on the path of an empty task, and `frame` points into it.  Field by
+ * field: a designated initializer would also zero the 200-byte jump buffer
+ * that sigsetjmp is about to fill. */
+#define RUN_SLICE(t, slice, fn, arg, ret)                                     \
+	do {                                                                  \
+		(slice)->outer = (t)->top;                                    \
+		(slice)->seen = ML_OK;                                        \
+		(slice)->mask_depth = (t)->mask_depth;                        \
+		(slice)->cleanups = (t)->cleanups;                            \
+		(slice)->holes = (t)->cleanup_holes;                          \
+		(slice)->lost_cleanup = false;                                \
+		(slice)->pending_bytes = 0;                                   \
+		(slice)->frame = (uintptr_t)__builtin_frame_address(0);       \
+		(t)->top = (slice);                                           \
+		/* pthread_exit, cancellation or a C++ exception inside fn    \
+		 * unwinds this frame without returning (the library is built \
+		 * with -fexceptions): end the slice before its record goes   \
+		 * (TLS destructors run, and allocate, before our thread-exit \
+		 * hook). */                                                  \
+		pthread_cleanup_push(slice_unwound, (slice));                 \
+		if (sigsetjmp((slice)->jb, 0) == 0) {                         \
+			(ret) = call((slice), (fn), (arg));                   \
+			/* Unbalanced pushes or masks inside fn end with it.  \
+			 */                                                   \
+			slice_release((t), (slice));                          \
+		}                                                             \
+		pthread_cleanup_pop(0);                                       \
+		(t)->top = (slice)->outer;                                    \
+		/* Taking a slice off the stack can only end a pending state. \
+		 */                                                           \
+		if ((t)->pending)                                             \
+			update_pending(t);                                    \
+	} while (0)
+
+/* Fill an outcome: the status the call returns, fn's result, the task's
+ * estimate so far. */
+static ml_status finish(const struct ml__slice *slice,
+                        const struct ml_task *task, void *ret, ml_outcome *out)
+{
+	/* A cleanup handler that could not be registered may have been
+	 * needed: the caller must know its cleanup discipline failed. */
+	ml_status status = slice->lost_cleanup
+	                       ? ML_ENOMEM
+	                       : (ml_status)atomic_load_explicit(
+	                             &task->status, memory_order_relaxed);
+	if (out) {
+		out->status = status;
+		out->ret = ret;
+		out->allocated =
+		    atomic_load_explicit(&task->samples, memory_order_relaxed) *
+		    task->interval;
+	}
+	return status;
+}
+
+static bool limits_valid(const ml_limits *limits)
+{
+	return limits && (unsigned)limits->delivery <= ML_DELIVER_FLAG;
+}
+
+/* A task's fields from its limits (the atomics without a fence: nobody
+ * sees the record yet). */
+static inline __attribute__((always_inline)) void
+task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
+{
+	uint64_t interval =
+	    atomic_load_explicit(&ml__interval, memory_order_relaxed);
+	task->magic = magic;
+	task->global = limits->global;
+	task->internal = false;
+	task->delivery = limits->delivery;
+	task->token = limits->token;
+	task->k = samples_needed(limits->alloc_bytes, interval);
+	task->interval = interval;
+	atomic_init(&task->samples, 0);
+	atomic_init(&task->status, ML_OK);
+	atomic_init(&task->refs, 1);
 }
 
 ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
                            void *arg, ml_outcome *out)
 {
-	if (!limits || !fn || (unsigned)limits->delivery > ML_DELIVER_FLAG)
+	if (!limits_valid(limits) || !fn)
 		return ML_EINVAL;
-	struct ml__thread *t = &ml__self;
-	uint64_t interval = atomic_load(&ml__interval);
 	if (limits->token && ml_token_is_set(limits->token)) {
 		if (out)
 			*out = (ml_outcome){ML_CANCELLED, NULL, 0};
 		return ML_CANCELLED;
 	}
-	/* Field by field: a designated initializer would also zero the
-	 * 200-byte jump buffer that sigsetjmp is about to fill. */
-	struct ml__task task;
-	task.outer = t->top;
-	task.k = samples_needed(limits->alloc_bytes, interval);
-	task.samples = 0;
-	task.token = limits->token;
-	task.global = limits->global;
-	task.delivery = limits->delivery;
-	task.status = ML_OK;
-	task.mask_depth = t->mask_depth;
-	task.cleanups = t->cleanups;
-	task.holes = t->cleanup_holes;
-	task.lost_cleanup = false;
-	task.pending_bytes = 0;
-	task.frame = (uintptr_t)__builtin_frame_address(0);
+	struct ml__thread *t = &ml__self;
+	struct ml_task task;
+	struct ml__slice slice;
 	void *volatile ret = NULL;
-	t->top = &task;
-	/* pthread_exit, cancellation or a C++ exception inside fn unwinds
-	 * this frame without returning (the library is built with
-	 * -fexceptions): end the task before its record goes (TLS destructors
-	 * run, and allocate, before our thread-exit hook). */
-	pthread_cleanup_push(task_unwound, &task);
-	if (sigsetjmp(task.jb, 0) == 0) {
-		ret = call(&task, fn, arg);
-		/* Unbalanced pushes or masks inside fn end with it. */
-		task_release(t, &task);
+	task_init(&task, limits, ML__TASK_FRAME);
+	slice.task = &task;
+	RUN_SLICE(t, &slice, fn, arg, ret);
+	/* Slices handed to other threads (ml_task_current) end before the
+	 * record goes with this frame. */
+	while (atomic_load_explicit(&task.refs, memory_order_acquire) > 1)
+		sched_yield();
+	return finish(&slice, &task, ret, out);
+}
+
+/* A task pointer from outside: a live task of ml_task_new, or ml_run's
+ * (FRAME) while it runs; anything else is refused where it can be told. */
+static bool task_valid(const struct ml_task *task)
+{
+	return task && (task->magic == ML__TASK_LIVE ||
+	                (task->magic == ML__TASK_FRAME && !task->internal));
+}
+
+/* A set token interrupts its task at once, seen from any call. */
+static ml_status task_poll(struct ml_task *task)
+{
+	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
+	if (st == ML_OK && task->token && ml_token_is_set(task->token))
+		st = trip(task, ML_CANCELLED);
+	return (ml_status)st;
+}
+
+ML_EXPORT ml_task *ml_task_new(const ml_limits *limits)
+{
+	if (!limits_valid(limits)) {
+		errno = EINVAL;
+		return NULL;
 	}
-	pthread_cleanup_pop(0);
-	t->top = task.outer;
-	update_pending(t);
-	/* A cleanup handler that could not be registered may have been
-	 * needed: the caller must know its cleanup discipline failed. */
-	ml_status status = task.lost_cleanup ? ML_ENOMEM : task.status;
-	if (out) {
-		out->status = status;
-		out->ret = ret;
-		out->allocated = task.samples * interval;
+	struct ml_task *task = ml__pool_get(&task_pool);
+	if (!task) {
+		errno = ENOMEM;
+		return NULL;
 	}
+	task_init(task, limits, ML__TASK_LIVE);
+	return task;
+}
+
+ML_EXPORT void ml_task_free(ml_task *task)
+{
+	if (!task)
+		return;
+	if (task->magic != ML__TASK_LIVE) {
+		ml__diag("ml_task_free: %p is not a live task (freed twice, or "
+		         "an ml_run's task)",
+		         (void *)task);
+		return;
+	}
+	task->magic = ML__TASK_FREED;
+	task_unref(task);
+}
+
+ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
+                                ml_outcome *out)
+{
+	if (!task_valid(task) || !fn)
+		return ML_EINVAL;
+	struct ml__slice slice;
+	slice.task = task;
+	slice.lost_cleanup = false;
+	if (task_poll(task) != ML_OK)
+		return finish(&slice, task, NULL, out);
+	struct ml__thread *t = &ml__self;
+	void *volatile ret = NULL;
+	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
+	RUN_SLICE(t, &slice, fn, arg, ret);
+	ml_status status = finish(&slice, task, ret, out);
+	if (task->magic != ML__TASK_FRAME)
+		task_unref(task);
+	else
+		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
 	return status;
+}
+
+ML_EXPORT ml_status ml_task_status(const ml_task *task)
+{
+	if (!task_valid(task))
+		return ML_EINVAL;
+	return task_poll((struct ml_task *)task);
+}
+
+ML_EXPORT uint64_t ml_task_allocated(const ml_task *task)
+{
+	if (!task_valid(task))
+		return 0;
+	return atomic_load_explicit(&task->samples, memory_order_relaxed) *
+	       task->interval;
+}
+
+ML_EXPORT uint64_t ml_task_held(const ml_task *task)
+{
+	(void)task; /* held memory is not tracked yet (ML_CAP_HELD clear) */
+	return 0;
+}
+
+ML_EXPORT ml_task *ml_task_current(void)
+{
+	for (struct ml__slice *k = ml__self.top; k; k = k->outer)
+		if (!k->task->internal)
+			return k->task;
+	return NULL;
 }
 
 ML_EXPORT ml_status ml_limit_allocations(uint64_t bytes, void *(*fn)(void *),
@@ -369,9 +572,9 @@ ML_EXPORT ml_status ml_limit_with_token(ml_token *tok, void *(*fn)(void *),
 ML_EXPORT bool ml_is_interrupted(void)
 {
 	struct ml__thread *t = &ml__self;
-	poll_tokens(t);
-	for (struct ml__task *k = t->top; k; k = k->outer)
-		if (k->status != ML_OK)
+	ml__tasks_poll(t);
+	for (struct ml__slice *k = t->top; k; k = k->outer)
+		if (k->seen != ML_OK)
 			return true;
 	return false;
 }
@@ -379,7 +582,7 @@ ML_EXPORT bool ml_is_interrupted(void)
 ML_EXPORT void ml_check(void)
 {
 	struct ml__thread *t = &ml__self;
-	poll_tokens(t);
+	ml__tasks_poll(t);
 	if (t->pending)
 		deliver(t, 0);
 }
@@ -397,7 +600,7 @@ ML_EXPORT void ml_unmask(void)
 	if (--t->mask_depth)
 		return;
 	/* The outermost unmask is a safe point, like ml_check. */
-	poll_tokens(t);
+	ml__tasks_poll(t);
 	if (t->pending)
 		deliver(t, 0);
 }
@@ -433,7 +636,7 @@ ML_EXPORT void ml_cleanup_push(void (*fn)(void *), void *arg)
 ML_EXPORT void ml_cleanup_pop(bool execute)
 {
 	struct ml__thread *t = &ml__self;
-	const struct ml__task *top = t->top;
+	const struct ml__slice *top = t->top;
 	/* Never pop what belongs to an enclosing task. */
 	if (top && t->cleanups == top->cleanups &&
 	    t->cleanup_holes <= top->holes)

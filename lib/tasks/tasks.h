@@ -14,23 +14,44 @@
 
 struct ml__cleanup;
 
-/* One task frame: an ml_run, or a task a consumer placed on a thread's
- * stack (run mode's root task).  Lives in its owner's memory; linked into
- * the thread's task stack while it runs. */
-struct ml__task {
-	struct ml__task *outer;
-	uint64_t k;           /* samples that reach the allocation limit     */
-	uint64_t samples;     /* samples credited so far                     */
-	ml_token *token;      /* borrowed: the caller owns it                */
-	bool global;          /* subject to the global limit                 */
-	ml_delivery delivery; /* how an interruption reaches it              */
-	ml_status status;     /* ML_OK until interrupted; sticky after       */
-	unsigned mask_depth;  /* thread's mask depth when the task started   */
-	struct ml__cleanup *cleanups; /* thread's cleanup stack at start     */
-	uint32_t holes;               /* thread's cleanup_holes at start     */
-	bool lost_cleanup;            /* a cleanup could not be registered   */
+/* A task: the shared record of one request's limits and counts (the public
+ * ml_task).  Its slices, on any threads, point to it; it lives in our pool
+ * (ml_task_new), in ml_run's stack frame, or in a consumer's memory (run
+ * mode's root tasks).  Fields other than the atomics are set before any
+ * slice runs and never change. */
+struct ml_task {
+	uint32_t magic;       /* ML__TASK_* */
+	bool global;          /* subject to the global limit            */
+	bool internal;        /* a consumer's: ml_task_current skips it */
+	ml_delivery delivery; /* how an interruption reaches a slice    */
+	ml_token *token;      /* borrowed: the caller owns it           */
+	uint64_t k;           /* samples that reach the allocation limit */
+	uint64_t interval;    /* S at creation: allocated = samples x S  */
+	_Atomic uint64_t samples; /* credited so far, all slices together */
+	_Atomic int status;       /* ML_OK until interrupted; sticky after */
+	/* The owner's reference (until ml_task_free) plus one per slice
+	 * running now, on any thread. */
+	_Atomic uint32_t refs;
+};
+enum {
+	ML__TASK_LIVE = 0x6d6c746b, /* from ml_task_new, not freed       */
+	ML__TASK_FREED = 0x66726565, /* ml_task_free called; slices may run */
+	ML__TASK_FRAME = 0x6672616d, /* ml_run's, or a consumer's         */
+};
+
+/* One slice: a task running on this thread (an ml_run frame, an
+ * ml_task_run, a root task).  Lives in its runner's stack frame; linked
+ * into the thread's task stack while it runs. */
+struct ml__slice {
+	struct ml__slice *outer;
+	struct ml_task *task;
+	ml_status seen;      /* the task's status as this thread last saw it */
+	unsigned mask_depth; /* thread's mask depth when the slice started  */
+	struct ml__cleanup *cleanups; /* thread's cleanup stack at start    */
+	uint32_t holes;               /* thread's cleanup_holes at start    */
+	bool lost_cleanup;            /* a cleanup could not be registered  */
 	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
-	uintptr_t frame;              /* an address in ml_run's frame        */
+	uintptr_t frame;              /* an address in the runner's frame   */
 	sigjmp_buf jb;
 };
 
@@ -47,7 +68,7 @@ struct ml__thread {
 	uint64_t countdown;
 	uint64_t saved; /* the sampler's countdown while forced */
 	struct ml__sampler sampler;
-	struct ml__task *top;         /* innermost task, NULL if none   */
+	struct ml__slice *top;        /* innermost slice, NULL if none  */
 	struct ml__cleanup *cleanups; /* innermost cleanup handler      */
 	/* The hook consumer's own per-thread records (run mode: its root
 	 * task and statistics), NULL until it makes them. */
@@ -148,10 +169,11 @@ int ml__tasks_pending(struct ml__thread *t, uint64_t n);
 /* Statuses changed outside a sample (fork, a consumer): recompute what is
  * pending. */
 void ml__tasks_recheck(struct ml__thread *t);
-/* Place a task under every task on t's stack (run mode's root task). */
-void ml__tasks_push_bottom(struct ml__thread *t, struct ml__task *task);
-/* Remove it again (the thread exits). */
-void ml__tasks_remove(struct ml__thread *t, struct ml__task *task);
+/* Place a slice under every slice on t's stack (run mode's root task). */
+void ml__tasks_push_bottom(struct ml__thread *t, struct ml__slice *slice);
+/* Statuses of tasks changed outside a sample: this thread's slices see
+ * them now. */
+void ml__tasks_poll(struct ml__thread *t);
 /* Would an allocation of n bytes take the heap over the global limit? */
 bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
