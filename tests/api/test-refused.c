@@ -257,6 +257,47 @@ static void child_out_of_memory(void *arg)
 	_exit(bad);
 }
 
+/* Huge requests inside FAIL, JUMP and FLAG tasks with a distant
+ * allocation limit. */
+static void test_huge_alloc_limits(void)
+{
+	ml_limits fail = ML_LIMITS_INIT, jump = ML_LIMITS_INIT,
+	          flag = ML_LIMITS_INIT;
+	fail.alloc_bytes = TIB;
+	fail.delivery = ML_DELIVER_FAIL;
+	jump.alloc_bytes = TIB;
+	jump.delivery = ML_DELIVER_JUMP;
+	flag.alloc_bytes = TIB;
+	flag.delivery = ML_DELIVER_FLAG;
+	for (int f = 0; f < NFN; f++) {
+		test_huge_in_task((enum fn)f, "FAIL, 1 TiB allocation limit",
+		                  fail);
+		test_huge_in_task((enum fn)f, "JUMP, 1 TiB allocation limit",
+		                  jump);
+		test_huge_in_task((enum fn)f, "FLAG, 1 TiB allocation limit",
+		                  flag);
+	}
+}
+
+/* The heap limit: the meter on, 1 GiB of room. */
+static void test_huge_heap_limited(void)
+{
+	ml_limits global = ML_LIMITS_INIT;
+	global.global = true;
+	global.delivery = ML_DELIVER_FAIL;
+	ml_set_global_memory_limit(ml_global_memory_usage() + (1u << 30));
+	for (int f = 0; f < NFN; f++)
+		test_huge_in_task((enum fn)f, "heap-limited", global);
+	ml_set_global_memory_limit(ML_NO_LIMIT);
+}
+
+static void test_out_of_memory(void)
+{
+	tap_is(tap_child(child_out_of_memory, NULL, 60), 0,
+	       "a 16 MiB request failed by the allocator (RLIMIT_AS) is "
+	       "charged to nothing, for each of the 8 functions");
+}
+
 int main(void)
 {
 	/* valgrind replaces glibc's allocator below ours (and aborts at
@@ -267,32 +308,9 @@ int main(void)
 		return 0;
 	}
 	find_libc();
-	ml_limits fail = ML_LIMITS_INIT, jump = ML_LIMITS_INIT,
-	          flag = ML_LIMITS_INIT, global = ML_LIMITS_INIT;
-	fail.alloc_bytes = TIB;
-	fail.delivery = ML_DELIVER_FAIL;
-	jump.alloc_bytes = TIB;
-	jump.delivery = ML_DELIVER_JUMP;
-	flag.alloc_bytes = TIB;
-	flag.delivery = ML_DELIVER_FLAG;
-	global.global = true;
-	global.delivery = ML_DELIVER_FAIL;
-	for (int f = 0; f < NFN; f++) {
-		test_huge_in_task((enum fn)f, "FAIL, 1 TiB allocation limit",
-		                  fail);
-		test_huge_in_task((enum fn)f, "JUMP, 1 TiB allocation limit",
-		                  jump);
-		test_huge_in_task((enum fn)f, "FLAG, 1 TiB allocation limit",
-		                  flag);
-	}
-	/* The heap limit: the meter on, 1 GiB of room. */
-	ml_set_global_memory_limit(ml_global_memory_usage() + (1u << 30));
-	for (int f = 0; f < NFN; f++)
-		test_huge_in_task((enum fn)f, "heap-limited", global);
-	ml_set_global_memory_limit(ML_NO_LIMIT);
-	test_alignments();
-	tap_is(tap_child(child_out_of_memory, NULL, 60), 0,
-	       "a 16 MiB request failed by the allocator (RLIMIT_AS) is "
-	       "charged to nothing, for each of the 8 functions");
+	TAP_RUN(test_huge_alloc_limits);
+	TAP_RUN(test_huge_heap_limited);
+	TAP_RUN(test_alignments);
+	TAP_RUN(test_out_of_memory);
 	return tap_done();
 }
