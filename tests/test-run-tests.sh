@@ -24,6 +24,20 @@ else
 	diag "$tmp/list" "$tmp/err"
 fi
 
+# Every test's case names are unique (TAP_CASE would run two cases of one
+# name) and there is at least one program with named cases.
+sh "$R" --list >"$tmp/all" 2>"$tmp/err"
+st=$?
+awk '/^[^ ]/ { t = $1 } /^  / { print t, $0 }' "$tmp/all" | sort | uniq -d >"$tmp/dup"
+progs=$(grep -c '^[^ ].*[^)]$' "$tmp/all")
+if test "$st" = 0 && test "$progs" -gt 1 && ! test -s "$tmp/dup" &&
+	! grep -qx '  ' "$tmp/all"; then
+	ok "--list: $progs tests with named cases, no name twice in one"
+else
+	notok "--list: status $st, $progs tests with named cases, names twice:"
+	diag "$tmp/dup" "$tmp/err"
+fi
+
 # One case alone: fewer results than the whole program, all of them ok.
 whole=$("$P" | grep -c '^ok ')
 one=$(sed -n 2p "$tmp/want")
