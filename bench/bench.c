@@ -240,6 +240,12 @@ int main(int argc, char **argv)
 			ns = in_tasks(pairs, n, reps, 1, false);
 		else if (strcmp(argv[2], "global") == 0)
 			ns = in_tasks(pairs, n, reps, 1, true);
+		else if (strcmp(argv[2], "held") == 0) {
+			/* A task object turns held tracking on for good. */
+			ml_limits l = ML_LIMITS_INIT;
+			ml_task_free(ml_task_new(&l));
+			ns = in_tasks(pairs, n, reps, 1, false);
+		}
 #endif
 		else
 			usage();

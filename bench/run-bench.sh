@@ -75,10 +75,10 @@ cg() {
 }
 
 # Instructions per pair for each configuration.
-for cfg in glibc preload idle task global; do
+for cfg in glibc preload idle task global held; do
 	if [ -n "$VALGRIND" ]; then
 		wl=idle
-		case $cfg in task | global) wl=$cfg ;; esac
+		case $cfg in task | global | held) wl=$cfg ;; esac
 		a=$(cg $cfg pairs $wl $N1 1)
 		b=$(cg $cfg pairs $wl $N2 1)
 		echo "$cfg $a $b" | awk -v n=$((N2 - N1)) \
@@ -122,7 +122,7 @@ fi
 # Wall clock: every round runs every configuration once, in an order
 # rotated each round, so drifts in machine load hit all of them alike.
 echo "bench: wall clock, $ROUNDS rounds..." >&2
-set -- glibc preload idle task global
+set -- glibc preload idle task global held
 r=0
 while [ $r -lt "$ROUNDS" ]; do
 	i=0
@@ -134,10 +134,10 @@ while [ $r -lt "$ROUNDS" ]; do
 	done
 	for cfg in "$@"; do
 		wl=idle
-		case $cfg in task | global) wl=$cfg ;; esac
+		case $cfg in task | global | held) wl=$cfg ;; esac
 		echo "$r $cfg $(run "$cfg" pairs "$wl" "$WALL_N" "$WALL_REPS")"
 	done
-	set -- glibc preload idle task global
+	set -- glibc preload idle task global held
 	r=$((r + 1))
 done >"$tmp/wall"
 
@@ -178,17 +178,21 @@ FILENAME ~ /slow-wall$/ {
 	next
 }
 END {
-	split("glibc preload idle task global", cfgs, " ")
+	split("glibc preload idle task global held", cfgs, " ")
 	name["glibc"] = "plain glibc (no library)"
 	name["preload"] = "idle, LD_PRELOAD"
 	name["idle"] = "idle, linked"
 	name["task"] = "task: alloc limit + token"
 	name["global"] = "task + global limit"
+	name["held"] = "task + held tracking"
 	tir["glibc"] = "-"; tir["preload"] = "<= +8"; tir["idle"] = "<= +8"
 	tir["task"] = "<= +10"; tir["global"] = "<= +16"
 	lim["preload"] = 8; lim["idle"] = 8; lim["task"] = 10
 	lim["global"] = 16
-	for (k = 1; k <= 5; k++) {
+	# Held tracking: at most 4 more than the task alone (issue 14).
+	tir["held"] = "task+4"
+	lim["held"] = ir["task"] == "n/a" ? 0 : ir["task"] - ir["glibc"] + 4
+	for (k = 1; k <= 6; k++) {
 		c = cfgs[k]
 		n = 0
 		for (r = 0; r < rounds; r++) {
@@ -206,7 +210,7 @@ END {
 	printf "%-27s %8s %7s %7s %8s %6s %11s %8s  %s\n", "configuration",
 	    "Ir/pair", "+Ir", "target", "ns/pair", "ratio", "ratio IQR",
 	    "target", "verdict"
-	for (k = 1; k <= 5; k++) {
+	for (k = 1; k <= 6; k++) {
 		c = cfgs[k]
 		inc = ir[c] == "n/a" ? "n/a" : ir[c] - ir["glibc"]
 		verdict = ""

@@ -16,11 +16,11 @@ lib_libmlcore_la_SOURCES = \
 	lib/sampler/sampler.h \
 	lib/sampler/sampler.c lib/sampler/bounds.c \
 	lib/alloc/alloc.h \
-	lib/alloc/underlying.c lib/alloc/meter.c \
+	lib/alloc/underlying.c lib/alloc/meter.c lib/alloc/sampled.c \
 	lib/core/core.h \
 	lib/core/settings.c lib/core/unwind.c \
 	lib/tasks/tasks.h \
-	lib/tasks/thread.c lib/tasks/token.c lib/tasks/task.c \
+	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/task.c \
 	lib/tasks/slow.c \
 	lib/api/api.h \
 	lib/api/interpose.c lib/api/init.c lib/api/version.c

@@ -105,6 +105,46 @@ static inline void ml__meter_block(const void *p, int sign)
 }
 extern struct ml__lock ml__meter_switch_lock;
 
+/* ---- Sampled blocks (sampled.c) ---------------------------------------
+ *
+ * The layer above remembers the blocks that carried samples (held memory,
+ * lib/tasks/held.c); free must recognise them without reading the block
+ * or the allocator's header (a user's data must never forge a record, and
+ * the allocator may not be glibc's).  A filter over block addresses says
+ * "maybe recorded": one bit per bucket of addresses (bits 12-31 of the
+ * address, so 2^20 buckets), set while some recorded block starts in the
+ * bucket.  A set bit sends the free to the hook, which looks the address
+ * up; a clear bit costs free four instructions (docs/internals.md, §9). */
+#define ML__SAMPLED_BUCKETS (1u << 20)
+extern uint64_t ml__sampled_bits[ML__SAMPLED_BUCKETS / 64];
+static inline uint32_t ml__sampled_bucket(const void *p)
+{
+	return (uint32_t)(uintptr_t)p >> 12;
+}
+static inline bool ml__sampled_maybe(const void *p)
+{
+	uint32_t b = ml__sampled_bucket(p);
+	return (ml__sampled_bits[b / 64] >> (b % 64)) & 1;
+}
+/* A recorded block starts at p / no longer does (under the caller's
+ * lock: counts per bucket keep the bit while others remain). */
+void ml__sampled_mark(const void *p);
+void ml__sampled_unmark(const void *p);
+/* Called by free (and by realloc and the layer above) for a block whose
+ * bucket is marked, before the allocator frees it; set once by the layer
+ * above (a hook: this layer names nothing above it). */
+extern void (*ml__sampled_free_hook)(void *p);
+/* What realloc must take care of, in one byte it tests on its fast path:
+ * ML__WATCH_METER (the metered tails are on), ML__WATCH_SAMPLED (the
+ * filter is on). */
+enum { ML__WATCH_METER = 1, ML__WATCH_SAMPLED = 2 };
+extern _Atomic uint8_t ml__watch;
+#define ML__WATCH atomic_load_explicit(&ml__watch, memory_order_relaxed)
+/* Route free through the filter from now on (never off again: a recorded
+ * block may be freed at any time). */
+void ml__sampled_switch_on(void);
+extern _Atomic bool ml__sampled_on;
+
 #pragma GCC visibility pop
 
 #endif

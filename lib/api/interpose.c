@@ -54,11 +54,14 @@ static ML__COLD bool sample_slow(size_t n)
 }
 
 /* After the real allocator, on the slow path: an allocation that failed
- * anyway (out of memory for glibc) is charged to nothing. */
+ * anyway (out of memory for glibc) is charged to nothing; one that
+ * carried samples is held by the thread's tasks (tasks/held.c). */
 static inline void *settled(void *p, size_t n)
 {
 	if (ml__unlikely(p == NULL))
 		ml__alloc_failed(n);
+	else if (ml__self.charged && ml__self.charged_samples && ML__HELD_ON)
+		ml__held_note(&ml__self, p, ml__self.charged_samples);
 	return p;
 }
 
@@ -129,7 +132,14 @@ ML__API void *calloc(size_t a, size_t b)
 
 static inline void *realloc_real(void *p, size_t n)
 {
-	if (ml__likely(!ML__METER_ON))
+	uint8_t watch = ML__WATCH;
+	if (ml__likely(!watch))
+		return ml__real.realloc(p, n);
+	/* The old block's record goes (a new one is made if the new block
+	 * carries samples); if realloc fails, the old block stays untracked. */
+	if ((watch & ML__WATCH_SAMPLED) && p)
+		ml__held_forget(p);
+	if (!(watch & ML__WATCH_METER))
 		return ml__real.realloc(p, n);
 	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
 	void *q = ml__real.realloc(p, n);

@@ -308,6 +308,7 @@ static void task_unref(struct ml_task *task)
 {
 	if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) ==
 	    1) {
+		ml__held_task_end(task);
 		task->magic = 0;
 		ml__pool_put(&task_pool, task);
 	}
@@ -417,6 +418,7 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	atomic_init(&task->samples, 0);
 	atomic_init(&task->status, ML_OK);
 	atomic_init(&task->refs, 1);
+	atomic_init(&task->acct, NULL);
 }
 
 ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
@@ -440,7 +442,10 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	 * record goes with this frame. */
 	while (atomic_load_explicit(&task.refs, memory_order_acquire) > 1)
 		sched_yield();
-	return finish(&slice, &task, ret, out);
+	ml_status status = finish(&slice, &task, ret, out);
+	if (atomic_load_explicit(&task.acct, memory_order_relaxed))
+		ml__held_task_end(&task);
+	return status;
 }
 
 /* A task pointer from outside: a live task of ml_task_new, or ml_run's
@@ -471,6 +476,9 @@ ML_EXPORT ml_task *ml_task_new(const ml_limits *limits)
 		errno = ENOMEM;
 		return NULL;
 	}
+	/* A task object may outlive its slices and hold memory between
+	 * them: what it holds is tracked from now on. */
+	ml__held_start();
 	task_init(task, limits, ML__TASK_LIVE);
 	return task;
 }
@@ -528,8 +536,9 @@ ML_EXPORT uint64_t ml_task_allocated(const ml_task *task)
 
 ML_EXPORT uint64_t ml_task_held(const ml_task *task)
 {
-	(void)task; /* held memory is not tracked yet (ML_CAP_HELD clear) */
-	return 0;
+	if (!task_valid(task))
+		return 0;
+	return ml__held_bytes(task);
 }
 
 ML_EXPORT ml_task *ml_task_current(void)

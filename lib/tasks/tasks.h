@@ -20,21 +20,23 @@ struct ml__cleanup;
  * mode's root tasks).  Fields other than the atomics are set before any
  * slice runs and never change. */
 struct ml_task {
-	uint32_t magic;       /* ML__TASK_* */
-	bool global;          /* subject to the global limit            */
-	bool internal;        /* a consumer's: ml_task_current skips it */
-	ml_delivery delivery; /* how an interruption reaches a slice    */
-	ml_token *token;      /* borrowed: the caller owns it           */
-	uint64_t k;           /* samples that reach the allocation limit */
-	uint64_t interval;    /* S at creation: allocated = samples x S  */
+	uint32_t magic;           /* ML__TASK_* */
+	bool global;              /* subject to the global limit            */
+	bool internal;            /* a consumer's: ml_task_current skips it */
+	ml_delivery delivery;     /* how an interruption reaches a slice    */
+	ml_token *token;          /* borrowed: the caller owns it           */
+	uint64_t k;               /* samples that reach the allocation limit */
+	uint64_t interval;        /* S at creation: allocated = samples x S  */
 	_Atomic uint64_t samples; /* credited so far, all slices together */
 	_Atomic int status;       /* ML_OK until interrupted; sticky after */
 	/* The owner's reference (until ml_task_free) plus one per slice
 	 * running now, on any thread. */
 	_Atomic uint32_t refs;
+	/* Its held memory (held.c), made at the first charge. */
+	struct ml__account *_Atomic acct;
 };
 enum {
-	ML__TASK_LIVE = 0x6d6c746b, /* from ml_task_new, not freed       */
+	ML__TASK_LIVE = 0x6d6c746b,  /* from ml_task_new, not freed       */
 	ML__TASK_FREED = 0x66726565, /* ml_task_free called; slices may run */
 	ML__TASK_FRAME = 0x6672616d, /* ml_run's, or a consumer's         */
 };
@@ -179,6 +181,24 @@ bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
 
 extern struct ml__pool ml__token_pool, ml__cleanup_pool;
+
+/* ---- Held memory (held.c) --------------------------------------------- */
+
+struct ml__account;
+/* Held tracking is on (sticky: ml__held_start). */
+extern _Atomic bool ml__held_on;
+#define ML__HELD_ON atomic_load_explicit(&ml__held_on, memory_order_relaxed)
+void ml__held_start(void);
+/* The block p, just allocated on t's slow path with s samples, is held
+ * by the tasks on t's stack. */
+void ml__held_note(struct ml__thread *t, void *p, uint64_t s);
+/* p is about to be freed or moved (realloc): its record goes. */
+void ml__held_forget(void *p);
+/* A task's held estimate and its peak, in bytes. */
+uint64_t ml__held_bytes(const struct ml_task *task);
+uint64_t ml__held_peak(const struct ml_task *task);
+/* The task ends: it gives up its account (its records keep it alive). */
+void ml__held_task_end(struct ml_task *task);
 
 #pragma GCC visibility pop
 
