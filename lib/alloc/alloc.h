@@ -95,6 +95,9 @@ const char *ml__malloc_in_front(void);
  * meter is off, metered ones while it is on (ml__meter_switch). */
 extern void *(*ml__malloc_tail)(size_t);
 extern void (*ml__free_tail)(void *);
+/* Set the global limit (ML_NO_LIMIT: none): the meter runs while one is
+ * set. */
+void ml__meter_set_limit(uint64_t bytes);
 /* Route malloc and free through the metered tails, or not. */
 void ml__meter_switch(bool on);
 /* Count a block of ours (sign +1) or its release (-1); NULL is nothing. */

@@ -389,7 +389,7 @@ const char *ml__malloc_in_front(void)
 	return in_front;
 }
 
-ML_EXPORT int ml_set_global_limit(uint64_t bytes)
+void ml__meter_set_limit(uint64_t bytes)
 {
 	ml__spin_lock(&ml__meter_switch_lock);
 	atomic_store(&ml__global_limit, bytes);
@@ -408,20 +408,7 @@ ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 		raise_peak(atomic_load(&total));
 	}
 	ml__spin_unlock(&ml__meter_switch_lock);
-	return 0;
 }
-
-ML_EXPORT uint64_t ml_global_limit(void)
-{
-	return atomic_load(&ml__global_limit);
-}
-
-/* The 0.1 names, kept as aliases: ml_global_memory_limit read too much like
- * the task runner ml_limit_global_memory. */
-ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
-    __attribute__((alias("ml_set_global_limit")));
-ML_EXPORT uint64_t ml_global_memory_limit(void)
-    __attribute__((alias("ml_global_limit")));
 
 ML_EXPORT uint64_t ml_global_memory_usage(void)
 {

@@ -43,14 +43,33 @@ ML__POOL(static, task_pool, (sizeof(struct ml_task) + 15) & ~(size_t)15)
  * cannot be delivered (docs/statistics.md, "Delivery"). */
 #define PENDING_CAP_INTERVALS 4
 
-bool ml__over_global(uint64_t n)
+/* How far an allocation of n bytes would take usage past the global
+ * limit: 0 when it stays within (or no limit is set).  Saturates. */
+static uint64_t overshoot(uint64_t n, uint64_t *limitp)
 {
 	uint64_t limit =
 	    atomic_load_explicit(&ml__global_limit, memory_order_relaxed);
+	*limitp = limit;
 	if (limit == ML_NO_LIMIT)
-		return false;
+		return 0;
 	uint64_t usage = ml__meter_usage();
-	return usage > limit || n > limit - usage;
+	if (usage <= limit)
+		return n > limit - usage ? n - (limit - usage) : 0;
+	uint64_t over = usage - limit;
+	return over + n < over ? UINT64_MAX : over + n;
+}
+
+bool ml__over_global(uint64_t n)
+{
+	uint64_t limit;
+	return overshoot(n, &limit) != 0;
+}
+
+/* Beyond the limit by more than this, the heap grows whatever the chosen
+ * task does: the sampling thread's global tasks stop too (global.c). */
+static uint64_t margin_of(uint64_t limit)
+{
+	return limit / 8;
 }
 
 /* The unwinder may allocate (frames registered at run time): those
@@ -95,6 +114,8 @@ static void run_cleanups_to(struct ml__thread *t, struct ml__cleanup *stop)
 	}
 }
 
+static void slice_end(struct ml__slice *slice);
+
 static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 {
 	/* Cleanup handlers run innermost first, masked, as ordinary code:
@@ -105,7 +126,13 @@ static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 	t->cleanups = target->cleanups;
 	t->cleanup_holes = target->holes;
 	t->mask_depth = target->mask_depth;
-	t->top = target;
+	/* The slices above the target end here: their runners never
+	 * return. */
+	while (t->top != target) {
+		struct ml__slice *k = t->top;
+		t->top = k->outer;
+		slice_end(k);
+	}
 	siglongjmp(target->jb, 1);
 }
 
@@ -161,16 +188,6 @@ void ml__tasks_unsample(struct ml__thread *t, uint64_t s)
 			                          memory_order_relaxed);
 }
 
-/* Interrupt task for `why`, unless it was already: its status is then the
- * first reason. */
-static ml_status trip(struct ml_task *task, ml_status why)
-{
-	int expect = ML_OK;
-	if (atomic_compare_exchange_strong(&task->status, &expect, (int)why))
-		return why;
-	return (ml_status)expect;
-}
-
 /* Bring each slice's view of its task's status up to date: true when a
  * slice of this thread newly sees an interruption. */
 static bool refresh_seen(struct ml__thread *t)
@@ -194,6 +211,7 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 {
 	if (!t->top)
 		return 0;
+	bool global = false;
 	for (struct ml__slice *k = t->top; k; k = k->outer) {
 		struct ml_task *task = k->task;
 		if (nested_again(t, k))
@@ -205,11 +223,21 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		    ML_OK)
 			continue;
 		if (total >= task->k)
-			trip(task, ML_ALLOC_LIMIT);
-		else if (task->global && ml__over_global(n))
-			trip(task, ML_GLOBAL_LIMIT);
+			ml__task_trip(task, ML_ALLOC_LIMIT);
 		else if (task->token && ml_token_is_set(task->token))
-			trip(task, ML_CANCELLED);
+			ml__task_trip(task, ML_CANCELLED);
+		else
+			global |= task->global;
+	}
+	uint64_t limit, over;
+	if (global && (over = overshoot(n, &limit)) != 0) {
+		/* The largest holder, wherever it runs (global.c); past the
+		 * margin, this thread's global tasks as well. */
+		ml__global_choose(t, over);
+		if (over > margin_of(limit))
+			for (struct ml__slice *k = t->top; k; k = k->outer)
+				if (k->task->global)
+					ml__task_trip(k->task, ML_GLOBAL_LIMIT);
 	}
 	if (refresh_seen(t) || (hook & ML__HOOK_TRIPPED))
 		update_pending(t);
@@ -273,7 +301,7 @@ void ml__tasks_poll(struct ml__thread *t)
 		    atomic_load_explicit(&task->status, memory_order_relaxed) ==
 		        ML_OK &&
 		    ml_token_is_set(task->token))
-			trip(task, ML_CANCELLED);
+			ml__task_trip(task, ML_CANCELLED);
 	}
 	if (refresh_seen(t))
 		update_pending(t);
@@ -308,10 +336,29 @@ static void task_unref(struct ml_task *task)
 {
 	if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) ==
 	    1) {
+		if (task->global)
+			ml__global_unregister(task);
 		ml__held_task_end(task);
 		task->magic = 0;
 		ml__pool_put(&task_pool, task);
 	}
+}
+
+/* A slice is off the stack, however it left (return, a jump past it,
+ * unwinding): what it held of its task goes.  ml_run's own slice ends its
+ * task (the global list, the held account); a slice of a task object
+ * drops its reference, as does one of an ml_run's task run elsewhere. */
+static void slice_end(struct ml__slice *slice)
+{
+	struct ml_task *task = slice->task;
+	if (slice->owner) {
+		if (task->global)
+			ml__global_unregister(task);
+		ml__held_task_end(task);
+	} else if (task->magic == ML__TASK_FRAME)
+		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
+	else
+		task_unref(task);
 }
 
 /* The runner's frame is unwound without returning (pthread_exit,
@@ -324,8 +371,7 @@ static void slice_unwound(void *arg)
 	slice_release(t, slice);
 	t->top = slice->outer;
 	update_pending(t);
-	if (slice->task->magic != ML__TASK_FRAME)
-		task_unref(slice->task);
+	slice_end(slice);
 }
 
 /* Kept out of line so that every local the runner reads after the jump
@@ -437,14 +483,18 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	void *volatile ret = NULL;
 	task_init(&task, limits, ML__TASK_FRAME);
 	slice.task = &task;
+	slice.owner = true;
+	if (task.global)
+		ml__global_register(&task);
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	/* Slices handed to other threads (ml_task_current) end before the
 	 * record goes with this frame. */
 	while (atomic_load_explicit(&task.refs, memory_order_acquire) > 1)
 		sched_yield();
 	ml_status status = finish(&slice, &task, ret, out);
-	if (atomic_load_explicit(&task.acct, memory_order_relaxed))
-		ml__held_task_end(&task);
+	if (task.global ||
+	    atomic_load_explicit(&task.acct, memory_order_relaxed))
+		slice_end(&slice);
 	return status;
 }
 
@@ -461,7 +511,7 @@ static ml_status task_poll(struct ml_task *task)
 {
 	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
 	if (st == ML_OK && task->token && ml_token_is_set(task->token))
-		st = trip(task, ML_CANCELLED);
+		st = ml__task_trip(task, ML_CANCELLED);
 	return (ml_status)st;
 }
 
@@ -480,6 +530,8 @@ ML_EXPORT ml_task *ml_task_new(const ml_limits *limits)
 	 * them: what it holds is tracked from now on. */
 	ml__held_start();
 	task_init(task, limits, ML__TASK_LIVE);
+	if (task->global)
+		ml__global_register(task);
 	return task;
 }
 
@@ -504,6 +556,7 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 		return ML_EINVAL;
 	struct ml__slice slice;
 	slice.task = task;
+	slice.owner = false;
 	slice.lost_cleanup = false;
 	if (task_poll(task) != ML_OK)
 		return finish(&slice, task, NULL, out);
@@ -512,10 +565,7 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	ml_status status = finish(&slice, task, ret, out);
-	if (task->magic != ML__TASK_FRAME)
-		task_unref(task);
-	else
-		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
+	slice_end(&slice);
 	return status;
 }
 

@@ -34,7 +34,19 @@ struct ml_task {
 	_Atomic uint32_t refs;
 	/* Its held memory (held.c), made at the first charge. */
 	struct ml__account *_Atomic acct;
+	/* The list of live global tasks (global.c), if global. */
+	struct ml_task *gnext, *gprev;
 };
+
+/* Interrupt task for `why`, unless it was already: its status is then
+ * the first reason. */
+static inline ml_status ml__task_trip(struct ml_task *task, ml_status why)
+{
+	int expect = ML_OK;
+	if (atomic_compare_exchange_strong(&task->status, &expect, (int)why))
+		return why;
+	return (ml_status)expect;
+}
 enum {
 	ML__TASK_LIVE = 0x6d6c746b,  /* from ml_task_new, not freed       */
 	ML__TASK_FREED = 0x66726565, /* ml_task_free called; slices may run */
@@ -52,6 +64,7 @@ struct ml__slice {
 	struct ml__cleanup *cleanups; /* thread's cleanup stack at start    */
 	uint32_t holes;               /* thread's cleanup_holes at start    */
 	bool lost_cleanup;            /* a cleanup could not be registered  */
+	bool owner;                   /* ml_run's own slice of its task     */
 	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
 	uintptr_t frame;              /* an address in the runner's frame   */
 	sigjmp_buf jb;
@@ -181,6 +194,15 @@ bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
 
 extern struct ml__pool ml__token_pool, ml__cleanup_pool;
+
+/* ---- The global limit's choice (global.c) ---------------------------- */
+
+void ml__global_register(struct ml_task *task);
+void ml__global_unregister(struct ml_task *task);
+/* An allocation on t would take usage `over` bytes past the limit:
+ * interrupt the live global task that holds the most (none while tasks
+ * already interrupted for it still hold `over`). */
+void ml__global_choose(struct ml__thread *t, uint64_t over);
 
 /* ---- Held memory (held.c) --------------------------------------------- */
 

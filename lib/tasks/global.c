@@ -1,0 +1,108 @@
+/* The global limit's choice of task (docs/statistics.md, "The global
+ * limit"): when an allocation would take the heap over the limit, the
+ * live global task that holds the most memory is interrupted, wherever it
+ * runs and whether or not a slice of it runs now; tasks that hold little
+ * go on.
+ *
+ * Every live global task is in one list (registered at its start, removed
+ * when its record goes).  The choice, at a sample of a thread that runs a
+ * global task, with usage u, the request n and the limit L:
+ *  - tasks already interrupted by the global limit are expected to free
+ *    what they hold: while they still hold at least the overshoot
+ *    u + n - L, nobody else is chosen (no cascade while the first victim
+ *    unwinds);
+ *  - otherwise the task holding the most is interrupted; a task on the
+ *    sampling thread wins ties (also when every task holds nothing, so
+ *    that an allocation with no holder in sight stops its own task);
+ *  - beyond the margin L / 8 over the limit, the heap grows whatever the
+ *    victims do: the sampling thread's own global tasks are interrupted
+ *    too (ml__tasks_sample).
+ * The held estimates are those of tasks/held.c, so held tracking runs
+ * while a global limit is set. */
+#include "tasks/tasks.h"
+
+ML__LOCK(static, list_lock, ML__RANK_GLOBAL)
+static struct ml_task *head;
+
+void ml__global_register(struct ml_task *task)
+{
+	ml__spin_lock(&list_lock);
+	task->gprev = NULL;
+	task->gnext = head;
+	if (head)
+		head->gprev = task;
+	head = task;
+	ml__spin_unlock(&list_lock);
+}
+
+void ml__global_unregister(struct ml_task *task)
+{
+	ml__spin_lock(&list_lock);
+	if (task->gprev)
+		task->gprev->gnext = task->gnext;
+	else
+		head = task->gnext;
+	if (task->gnext)
+		task->gnext->gprev = task->gprev;
+	task->gnext = task->gprev = NULL;
+	ml__spin_unlock(&list_lock);
+}
+
+static ml_status status_of(struct ml_task *task)
+{
+	return (ml_status)atomic_load_explicit(&task->status,
+	                                       memory_order_relaxed);
+}
+
+void ml__global_choose(struct ml__thread *t, uint64_t over)
+{
+	/* The sampling thread's own best candidate first: it wins ties. */
+	struct ml_task *best = NULL;
+	uint64_t best_held = 0;
+	for (struct ml__slice *k = t->top; k; k = k->outer) {
+		struct ml_task *task = k->task;
+		if (!task->global || status_of(task) != ML_OK)
+			continue;
+		uint64_t h = ml__held_bytes(task);
+		if (!best || h > best_held) {
+			best = task;
+			best_held = h;
+		}
+	}
+	uint64_t unwinding = 0;
+	ml__spin_lock(&list_lock);
+	for (struct ml_task *task = head; task; task = task->gnext) {
+		ml_status st = status_of(task);
+		uint64_t h = ml__held_bytes(task);
+		if (st == ML_GLOBAL_LIMIT)
+			unwinding += h;
+		else if (st == ML_OK && (!best || h > best_held)) {
+			best = task;
+			best_held = h;
+		}
+	}
+	if (best && unwinding < over)
+		ml__task_trip(best, ML_GLOBAL_LIMIT);
+	ml__spin_unlock(&list_lock);
+}
+
+ML_EXPORT int ml_set_global_limit(uint64_t bytes)
+{
+	/* The choice reads what each task holds. */
+	if (bytes != ML_NO_LIMIT)
+		ml__held_start();
+	ml__meter_set_limit(bytes);
+	return 0;
+}
+
+ML_EXPORT uint64_t ml_global_limit(void)
+{
+	return atomic_load(&ml__global_limit);
+}
+
+/* The 0.1 names, kept as aliases: ml_global_memory_limit read too much like
+ * the task runner ml_limit_global_memory. */
+ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
+    __attribute__((alias("ml_set_global_limit")));
+ML_EXPORT uint64_t ml_global_memory_limit(void)
+    __attribute__((alias("ml_global_limit")));
