@@ -103,3 +103,11 @@ tests_api_test_core_alone_SOURCES = tests/api/test-core-alone.c
 tests_api_test_core_alone_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_core_alone_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
 tests_api_test_core_alone_LDFLAGS = $(ML_TEST_LINK)
+
+# Held memory and the global limit's choice (issue 14).
+check_PROGRAMS += tests/api/test-held
+TESTS += tests/api/test-held
+tests_api_test_held_SOURCES = tests/api/test-held.c
+tests_api_test_held_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_held_LDADD = $(ML_TEST_LIBS)
+tests_api_test_held_LDFLAGS = $(ML_TEST_LINK)

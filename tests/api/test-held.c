@@ -1,0 +1,264 @@
+/* Held memory: the estimate of the bytes a task holds (ml_task_held), and
+ * the global limit's choice of the task that holds the most.
+ *
+ * Statistical checks use fixed seeds and fail for a correct library with
+ * probability below 1e-6: a mean beyond 5.5 standard deviations of a sum
+ * of independent terms (P < 4e-8 for a normal; the sums here are of 200
+ * terms, each itself a sum of hundreds of samples). */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <math.h>
+#include <memlimits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../tap/tap.h"
+
+#define S 80000u
+
+/* ---- Unbiased: a task holding B bytes is estimated to hold B ---------- */
+
+#define BLOCKS 1000
+#define BLOCK 4000
+static void *blocks[BLOCKS];
+
+static void *hold_blocks(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < BLOCKS; i++)
+		blocks[i] = malloc(BLOCK);
+	return NULL;
+}
+
+static void test_unbiased(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	double sum = 0;
+	/* Fewer runs in quick mode (valgrind): the threshold scales. */
+	const int runs = getenv("ML_TEST_QUICK") ? 40 : 200;
+	for (int r = 0; r < runs; r++) {
+		ml_set_seed(1000 + (uint64_t)r);
+		ml_task *t = ml_task_new(&l);
+		ml_task_run(t, hold_blocks, NULL, NULL);
+		sum += (double)ml_task_held(t);
+		for (int i = 0; i < BLOCKS; i++)
+			free(blocks[i]);
+		if (r == 0)
+			tap_is(ml_task_held(t), 0,
+			       "every block freed: the task holds 0");
+		ml_task_free(t);
+	}
+	/* Each byte is a sample with probability 1/S worth S bytes: the
+	 * estimate of B held bytes has variance about B * S. */
+	double b = (double)BLOCKS * BLOCK, mean = sum / runs;
+	double sd = sqrt(b * S / runs);
+	tap_ok(fabs(mean - b) < 5.5 * sd,
+	       "held estimate unbiased: mean %.0f for %.0f held (sd %.0f)",
+	       mean, b, sd);
+}
+
+/* ---- Streaming holds nothing; a leak holds what it leaks -------------- */
+
+static void *streaming(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 16384; i++) { /* 1 GiB through a 64 KiB buffer */
+		char *p = malloc(65536);
+		p[0] = 1;
+		free(p);
+	}
+	return NULL;
+}
+
+static void test_streaming(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	ml_task *t = ml_task_new(&l);
+	ml_task_run(t, streaming, NULL, NULL);
+	tap_ok(ml_task_allocated(t) > (900u << 20),
+	       "streaming: 1 GiB allocated (%llu estimated)",
+	       (unsigned long long)ml_task_allocated(t));
+	tap_is(ml_task_held(t), 0, "streaming: holds nothing");
+	ml_task_free(t);
+}
+
+/* ---- Frees from other threads ------------------------------------------ */
+
+static void *free_all(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < BLOCKS; i++)
+		free(blocks[i]);
+	return NULL;
+}
+
+static void test_other_thread_frees(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	ml_task *t = ml_task_new(&l);
+	ml_set_seed(7);
+	ml_task_run(t, hold_blocks, NULL, NULL);
+	uint64_t h = ml_task_held(t);
+	tap_ok(h > 0, "blocks held (%llu estimated)", (unsigned long long)h);
+	pthread_t th;
+	pthread_create(&th, NULL, free_all, NULL);
+	pthread_join(th, NULL);
+	tap_is(ml_task_held(t), 0, "freed by another thread: holds 0");
+	ml_task_free(t);
+}
+
+/* ---- realloc and the memalign family ----------------------------------- */
+
+static void *grow_and_align(void *arg)
+{
+	void **out = arg;
+	void *p = NULL;
+	for (int i = 1; i <= 2000; i++) /* in place and moving */
+		p = realloc(p, (size_t)i * 1000);
+	out[0] = p;
+	for (int i = 0; i < 200; i++) {
+		void *q = NULL;
+		if (posix_memalign(&q, 4096, 20000) == 0)
+			free(q);
+		free(aligned_alloc(64, 20000));
+		free(memalign(256, 20000));
+		free(valloc(20000));
+	}
+	out[1] = aligned_alloc(4096, 8 << 20);
+	return NULL;
+}
+
+static void test_realloc_memalign(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	ml_task *t = ml_task_new(&l);
+	void *keep[2];
+	ml_set_seed(11);
+	ml_task_run(t, grow_and_align, keep, NULL);
+	uint64_t h = ml_task_held(t);
+	/* Held: the last realloc (2 MB) and the aligned 8 MiB; every other
+	 * block was freed.  2e6 + 8.4e6 bytes: sd sqrt(B S) ~ 0.9 MB. */
+	double b = 2000.0 * 1000 + (8 << 20), sd = sqrt(b * S);
+	tap_ok(fabs((double)h - b) < 5.5 * sd,
+	       "realloc and memalign: held %llu for %.0f (sd %.0f)",
+	       (unsigned long long)h, b, sd);
+	free(keep[0]);
+	free(keep[1]);
+	tap_is(ml_task_held(t), 0, "after the frees: holds 0");
+	ml_task_free(t);
+}
+
+/* ---- The global limit stops the largest holder, not a bystander -------- */
+
+#define SMALL_THREADS 12
+#define BIG_BLOCKS 250
+static atomic_bool stop;
+static atomic_int small_hit, small_runs;
+static atomic_bool big_ready;
+
+static void free_big(void *arg)
+{
+	void **b = arg;
+	for (int i = 0; i < BIG_BLOCKS; i++)
+		free(b[i]);
+}
+
+static void *big_holder(void *arg)
+{
+	static void *b[BIG_BLOCKS];
+	(void)arg;
+	memset(b, 0, sizeof b);
+	ml_cleanup_push(free_big, b);
+	for (int i = 0; i < BIG_BLOCKS; i++)
+		b[i] = malloc(1 << 20);
+	atomic_store(&big_ready, true);
+	/* Waiting, as a request blocked on I/O: only safe points. */
+	while (!atomic_load(&stop)) {
+		ml_check();
+		usleep(1000);
+	}
+	ml_cleanup_pop(true);
+	return NULL;
+}
+
+static void *small_work(void *arg)
+{
+	(void)arg;
+	void *p[64];
+	for (int round = 0; round < 200 && !atomic_load(&stop); round++) {
+		for (int i = 0; i < 64; i++)
+			p[i] = malloc(16384);
+		for (int i = 0; i < 64; i++)
+			free(p[i]);
+	}
+	return NULL;
+}
+
+static void *small_thread(void *arg)
+{
+	(void)arg;
+	ml_limits l = ML_LIMITS_INIT;
+	l.global = true;
+	l.delivery = ML_DELIVER_FAIL;
+	while (!atomic_load(&stop)) {
+		ml_status st = ml_run(&l, small_work, NULL, NULL);
+		atomic_fetch_add(&small_runs, 1);
+		if (st != ML_OK)
+			atomic_fetch_add(&small_hit, 1);
+	}
+	return NULL;
+}
+
+static ml_status big_status;
+static void *big_thread(void *arg)
+{
+	(void)arg;
+	ml_limits l = ML_LIMITS_INIT;
+	l.global = true;
+	big_status = ml_run(&l, big_holder, NULL, NULL);
+	return NULL;
+}
+
+static void test_largest_holder(void)
+{
+	/* A limit from the start, as a server sets it: held tracking runs
+	 * from then on. */
+	ml_set_global_limit((uint64_t)64 << 30);
+	pthread_t big, small[SMALL_THREADS];
+	pthread_create(&big, NULL, big_thread, NULL);
+	while (!atomic_load(&big_ready))
+		usleep(1000);
+	for (int i = 0; i < SMALL_THREADS; i++)
+		pthread_create(&small[i], NULL, small_thread, NULL);
+	usleep(200000);
+	/* Over the limit now: the 250 MiB holder must go, nobody else. */
+	uint64_t limit = ml_global_memory_usage() - (1 << 20);
+	ml_set_global_limit(limit);
+	pthread_join(big, NULL);
+	usleep(300000); /* the small tasks go on under the limit */
+	atomic_store(&stop, true);
+	for (int i = 0; i < SMALL_THREADS; i++)
+		pthread_join(small[i], NULL);
+	tap_is(big_status, ML_GLOBAL_LIMIT,
+	       "the 250 MiB holder waiting in ml_check is interrupted");
+	tap_is(atomic_load(&small_hit), 0,
+	       "no small global task is interrupted");
+	tap_ok(atomic_load(&small_runs) > SMALL_THREADS,
+	       "the small tasks ran on (%d runs)", atomic_load(&small_runs));
+	tap_ok(ml_global_memory_usage() < limit, "usage back under the limit");
+	ml_set_global_limit(ML_NO_LIMIT);
+}
+
+int main(void)
+{
+	ml_set_sample_interval(S);
+	TAP_RUN(test_unbiased);
+	TAP_RUN(test_streaming);
+	TAP_RUN(test_other_thread_frees);
+	TAP_RUN(test_realloc_memalign);
+	tap_case("test_largest_holder", test_largest_holder, 60);
+	return tap_done();
+}
