@@ -48,13 +48,29 @@ void ml__global_unregister(struct ml_task *task)
 	ml__spin_unlock(&list_lock);
 }
 
+/* How far an allocation of n bytes would take usage past the global
+ * limit: 0 when it stays within (or no limit is set).  Saturates. */
+uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp)
+{
+	uint64_t limit =
+	    atomic_load_explicit(&ml__global_limit, memory_order_relaxed);
+	*limitp = limit;
+	if (limit == ML_NO_LIMIT)
+		return 0;
+	uint64_t usage = ml__meter_usage();
+	if (usage <= limit)
+		return n > limit - usage ? n - (limit - usage) : 0;
+	uint64_t over = usage - limit;
+	return over + n < over ? UINT64_MAX : over + n;
+}
+
 static ml_status status_of(struct ml_task *task)
 {
 	return (ml_status)atomic_load_explicit(&task->status,
 	                                       memory_order_relaxed);
 }
 
-void ml__global_choose(struct ml__thread *t, uint64_t over)
+void ml__global_choose(struct ml__thread *t, uint64_t n)
 {
 	/* The sampling thread's own best candidate first: it wins ties. */
 	struct ml_task *best = NULL;
@@ -69,8 +85,11 @@ void ml__global_choose(struct ml__thread *t, uint64_t over)
 			best_held = h;
 		}
 	}
-	uint64_t unwinding = 0;
+	uint64_t unwinding = 0, limit;
 	ml__spin_lock(&list_lock);
+	/* Still over, now that no task can come or go: a task is chosen
+	 * only while the limit it is chosen for holds. */
+	uint64_t over = ml__global_overshoot(n, &limit);
 	for (struct ml_task *task = head; task; task = task->gnext) {
 		ml_status st = status_of(task);
 		uint64_t h = ml__held_bytes(task);
@@ -81,7 +100,7 @@ void ml__global_choose(struct ml__thread *t, uint64_t over)
 			best_held = h;
 		}
 	}
-	if (best && unwinding < over)
+	if (best && over && unwinding < over)
 		ml__task_trip(best, ML_GLOBAL_LIMIT);
 	ml__spin_unlock(&list_lock);
 }

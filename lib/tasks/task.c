@@ -43,26 +43,10 @@ ML__POOL(static, task_pool, (sizeof(struct ml_task) + 15) & ~(size_t)15)
  * cannot be delivered (docs/statistics.md, "Delivery"). */
 #define PENDING_CAP_INTERVALS 4
 
-/* How far an allocation of n bytes would take usage past the global
- * limit: 0 when it stays within (or no limit is set).  Saturates. */
-static uint64_t overshoot(uint64_t n, uint64_t *limitp)
-{
-	uint64_t limit =
-	    atomic_load_explicit(&ml__global_limit, memory_order_relaxed);
-	*limitp = limit;
-	if (limit == ML_NO_LIMIT)
-		return 0;
-	uint64_t usage = ml__meter_usage();
-	if (usage <= limit)
-		return n > limit - usage ? n - (limit - usage) : 0;
-	uint64_t over = usage - limit;
-	return over + n < over ? UINT64_MAX : over + n;
-}
-
 bool ml__over_global(uint64_t n)
 {
 	uint64_t limit;
-	return overshoot(n, &limit) != 0;
+	return ml__global_overshoot(n, &limit) != 0;
 }
 
 /* Beyond the limit by more than this, the heap grows whatever the chosen
@@ -230,10 +214,10 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 			global |= task->global;
 	}
 	uint64_t limit, over;
-	if (global && (over = overshoot(n, &limit)) != 0) {
+	if (global && (over = ml__global_overshoot(n, &limit)) != 0) {
 		/* The largest holder, wherever it runs (global.c); past the
 		 * margin, this thread's global tasks as well. */
-		ml__global_choose(t, over);
+		ml__global_choose(t, n);
 		if (over > margin_of(limit))
 			for (struct ml__slice *k = t->top; k; k = k->outer)
 				if (k->task->global)

@@ -199,10 +199,13 @@ extern struct ml__pool ml__token_pool, ml__cleanup_pool;
 
 void ml__global_register(struct ml_task *task);
 void ml__global_unregister(struct ml_task *task);
-/* An allocation on t would take usage `over` bytes past the limit:
+/* How far an allocation of n bytes would take usage past the global
+ * limit (*limitp): 0 when it stays within, or no limit is set. */
+uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp);
+/* An allocation of n bytes on t would take usage past the limit:
  * interrupt the live global task that holds the most (none while tasks
- * already interrupted for it still hold `over`). */
-void ml__global_choose(struct ml__thread *t, uint64_t over);
+ * already interrupted for it still hold the overshoot). */
+void ml__global_choose(struct ml__thread *t, uint64_t n);
 
 /* ---- Held memory (held.c) --------------------------------------------- */
 
