@@ -110,7 +110,11 @@ ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 	/* The choice reads what each task holds. */
 	if (bytes != ML_NO_LIMIT)
 		ml__held_start();
+	/* Under the list's lock: a choice in progress sees the limit it
+	 * started with until it has chosen. */
+	ml__spin_lock(&list_lock);
 	ml__meter_set_limit(bytes);
+	ml__spin_unlock(&list_lock);
 	return 0;
 }
 

@@ -41,9 +41,9 @@
  * that order.  tests/concurrency/test-locks.sh rejects any other lock. */
 enum ml__lock_rank {
 	ML__RANK_UNWIND, /* around a stack walk, which may allocate  */
+	ML__RANK_GLOBAL, /* the list of live global tasks; the limit */
 	ML__RANK_METER,  /* the meter switch (mallinfo2 under it)    */
 	ML__RANK_STATS,  /* run-mode statistics: live list, totals   */
-	ML__RANK_GLOBAL, /* the list of live global tasks            */
 	ML__RANK_HELD,   /* the held-memory table: nothing inside    */
 	ML__RANK_POOL,   /* a pool's free list: nothing taken inside */
 };
