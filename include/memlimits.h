@@ -42,6 +42,8 @@ typedef enum ml_status {
 	ML_GLOBAL_LIMIT = 2,
 	/* Interrupted: its token was set. */
 	ML_CANCELLED = 3,
+	/* Interrupted: the memory it holds reached its held limit. */
+	ML_HELD_LIMIT = 4,
 	/* Bad argument: nothing ran, nothing changed. */
 	ML_EINVAL = -1,
 	/* The library could not get memory it needed. */
@@ -61,6 +63,17 @@ typedef enum ml_delivery {
 /* A cancellation token (opaque); see ml_token_new(). */
 typedef struct ml_token ml_token;
 
+/* How ml_limits and ml_outcome grow (memlimits(3), "ABI"): fields are only
+ * added at the end; every field added after 0.1 means "none" when zero, and
+ * ML_LIMITS_INIT sets it to none too, so source that starts from
+ * ML_LIMITS_INIT (or zero) and assigns fields by name keeps compiling and
+ * keeps its meaning.  A release that grows either struct moves the entry
+ * points that take it to a new symbol version and keeps the old version
+ * with the old layout: a binary built against an older header keeps the
+ * layout it was built with (symbol versioning, as glibc does; chosen over
+ * a size field, which every caller would have to fill in right, and over
+ * opaque setters, which would break every program written against 0.1). */
+
 /* The limits of one task.  Start from ML_LIMITS_INIT and assign fields by
  * name: a zero-initialised struct means an allocation limit of 0 bytes. */
 typedef struct ml_limits {
@@ -72,13 +85,16 @@ typedef struct ml_limits {
 	ml_token *token;
 	/* How the interruption is delivered. */
 	ml_delivery delivery;
+	/* Since 0.2.  Limit on the memory the task holds (allocated and not
+	 * freed yet); ML_NO_LIMIT or 0 = none. */
+	uint64_t held_bytes;
 } ml_limits;
 
 /* No limit, for ml_limits.alloc_bytes and ml_set_global_memory_limit(). */
 #define ML_NO_LIMIT UINT64_MAX
 
 /* No limits, not global, no token, jump delivery. */
-#define ML_LIMITS_INIT { ML_NO_LIMIT, false, NULL, ML_DELIVER_JUMP }
+#define ML_LIMITS_INIT { ML_NO_LIMIT, false, NULL, ML_DELIVER_JUMP, ML_NO_LIMIT }
 
 /* What ml_run reports about a task. */
 typedef struct ml_outcome {
@@ -88,6 +104,11 @@ typedef struct ml_outcome {
 	void *ret;
 	/* Estimated bytes allocated by the task (samples x interval). */
 	uint64_t allocated;
+	/* Since 0.2.  Estimated bytes the task allocated and had not freed
+	 * when the call ended (0 while held memory is not tracked: see
+	 * ml_capabilities), and the largest such estimate so far. */
+	uint64_t held;
+	uint64_t held_peak;
 } ml_outcome;
 
 /* ---- Running tasks ------------------------------------------------------ */

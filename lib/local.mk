@@ -24,7 +24,8 @@ lib_libmlcore_la_SOURCES = \
 	lib/tasks/task.c \
 	lib/tasks/slow.c \
 	lib/api/api.h \
-	lib/api/interpose.c lib/api/init.c lib/api/version.c
+	lib/api/interpose.c lib/api/init.c lib/api/version.c \
+	lib/api/compat.c
 lib_libmlcore_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/lib -DMEMLIMITS_BUILDING
 lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 
@@ -36,7 +37,7 @@ lib_libmemlimits_la_SOURCES = \
 lib_libmemlimits_la_CPPFLAGS = $(lib_libmlcore_la_CPPFLAGS)
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_LDFLAGS = -version-info $(ML_LT_VERSION) $(LIB_LDFLAGS) \
-	$(SAN_LDFLAGS) -export-symbols $(srcdir)/lib/exported-symbols.txt
+	$(SAN_LDFLAGS) -Wl,--version-script=$(srcdir)/lib/memlimits.map
 lib_libmemlimits_la_LIBADD = lib/libmlcore.la $(LIBM)
-EXTRA_DIST += lib/exported-symbols.txt lib/layers.txt
-EXTRA_lib_libmemlimits_la_DEPENDENCIES = lib/exported-symbols.txt
+EXTRA_DIST += lib/memlimits.map lib/layers.txt
+EXTRA_lib_libmemlimits_la_DEPENDENCIES = lib/memlimits.map

@@ -583,7 +583,7 @@ static void job_release(struct job *j)
 static ml_status run_job(struct job *j, ml_token *tok, ml_outcome *out)
 {
 	void *(*fn)(void *) = j->route == ROUTE_JSON ? json_task : expand_task;
-	*out = (ml_outcome){ML_OK, NULL, 0};
+	*out = (ml_outcome){.status = ML_OK};
 	if (!cfg->limits) {
 		fn(j);
 		return ML_OK;

@@ -40,6 +40,8 @@ ML_EXPORT const char *ml_status_str(ml_status s)
 		return "global memory limit exceeded";
 	case ML_CANCELLED:
 		return "cancelled";
+	case ML_HELD_LIMIT:
+		return "held memory limit reached";
 	case ML_EINVAL:
 		return "invalid argument";
 	case ML_ENOMEM:

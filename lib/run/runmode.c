@@ -40,6 +40,7 @@ static void thread_start(struct ml__thread *t)
 	root->task.magic = ML__TASK_FRAME;
 	root->task.internal = true; /* not the program's: ml_task_current */
 	root->task.k = UINT64_MAX;  /* the process-wide count decides */
+	root->task.held_limit = ML_NO_LIMIT;
 	root->task.interval = atomic_load(&ml__interval);
 	root->task.delivery = ML_DELIVER_FAIL;
 	atomic_init(&root->task.status, ML_OK);

@@ -196,6 +196,8 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 	if (!t->top)
 		return 0;
 	bool global = false;
+	/* What this allocation adds to the held estimates (held.c). */
+	uint64_t w = s * (uint64_t)t->sampler.interval;
 	for (struct ml__slice *k = t->top; k; k = k->outer) {
 		struct ml_task *task = k->task;
 		if (nested_again(t, k))
@@ -208,6 +210,9 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 			continue;
 		if (total >= task->k)
 			ml__task_trip(task, ML_ALLOC_LIMIT);
+		else if (task->held_limit != ML_NO_LIMIT &&
+		         ml__held_bytes(task) + w >= task->held_limit)
+			ml__task_trip(task, ML_HELD_LIMIT);
 		else if (task->token && ml_token_is_set(task->token))
 			ml__task_trip(task, ML_CANCELLED);
 		else
@@ -422,6 +427,8 @@ static ml_status finish(const struct ml__slice *slice,
 		out->allocated =
 		    atomic_load_explicit(&task->samples, memory_order_relaxed) *
 		    task->interval;
+		out->held = ml__held_bytes(task);
+		out->held_peak = ml__held_peak(task);
 	}
 	return status;
 }
@@ -444,6 +451,8 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	task->delivery = limits->delivery;
 	task->token = limits->token;
 	task->k = samples_needed(limits->alloc_bytes, interval);
+	task->held_limit =
+	    limits->held_bytes ? limits->held_bytes : ML_NO_LIMIT;
 	task->interval = interval;
 	atomic_init(&task->samples, 0);
 	atomic_init(&task->status, ML_OK);
@@ -451,14 +460,15 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	atomic_init(&task->acct, NULL);
 }
 
-ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
-                           void *arg, ml_outcome *out)
+ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
+                                    void *(*fn)(void *), void *arg,
+                                    ml_outcome *out)
 {
 	if (!limits_valid(limits) || !fn)
 		return ML_EINVAL;
 	if (limits->token && ml_token_is_set(limits->token)) {
 		if (out)
-			*out = (ml_outcome){ML_CANCELLED, NULL, 0};
+			*out = (ml_outcome){.status = ML_CANCELLED};
 		return ML_CANCELLED;
 	}
 	struct ml__thread *t = &ml__self;
@@ -466,6 +476,8 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 	struct ml__slice slice;
 	void *volatile ret = NULL;
 	task_init(&task, limits, ML__TASK_FRAME);
+	if (ml__unlikely(task.held_limit != ML_NO_LIMIT))
+		ml__held_start();
 	slice.task = &task;
 	slice.owner = true;
 	if (task.global)
@@ -481,6 +493,7 @@ ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
 		slice_end(&slice);
 	return status;
 }
+ML__SYMVER_DEFAULT(ml__run_0_2, ml_run, "MEMLIMITS_0.2");
 
 /* A task pointer from outside: a live task of ml_task_new, or ml_run's
  * (FRAME) while it runs; anything else is refused where it can be told. */
@@ -583,34 +596,42 @@ ML_EXPORT ml_task *ml_task_current(void)
 	return NULL;
 }
 
-ML_EXPORT ml_status ml_limit_allocations(uint64_t bytes, void *(*fn)(void *),
-                                         void *arg, ml_outcome *out)
+ML__VERSIONED ml_status ml__limit_allocations_0_2(uint64_t bytes,
+                                                  void *(*fn)(void *),
+                                                  void *arg, ml_outcome *out)
 {
 	ml_limits l = ML_LIMITS_INIT;
 	l.alloc_bytes = bytes;
 	l.delivery = ml_default_delivery();
-	return ml_run(&l, fn, arg, out);
+	return ml__run_0_2(&l, fn, arg, out);
 }
+ML__SYMVER_DEFAULT(ml__limit_allocations_0_2, ml_limit_allocations,
+                   "MEMLIMITS_0.2");
 
-ML_EXPORT ml_status ml_limit_global_memory(void *(*fn)(void *), void *arg,
-                                           ml_outcome *out)
+ML__VERSIONED ml_status ml__limit_global_memory_0_2(void *(*fn)(void *),
+                                                    void *arg, ml_outcome *out)
 {
 	ml_limits l = ML_LIMITS_INIT;
 	l.global = true;
 	l.delivery = ml_default_delivery();
-	return ml_run(&l, fn, arg, out);
+	return ml__run_0_2(&l, fn, arg, out);
 }
+ML__SYMVER_DEFAULT(ml__limit_global_memory_0_2, ml_limit_global_memory,
+                   "MEMLIMITS_0.2");
 
-ML_EXPORT ml_status ml_limit_with_token(ml_token *tok, void *(*fn)(void *),
-                                        void *arg, ml_outcome *out)
+ML__VERSIONED ml_status ml__limit_with_token_0_2(ml_token *tok,
+                                                 void *(*fn)(void *), void *arg,
+                                                 ml_outcome *out)
 {
 	if (!tok)
 		return ML_EINVAL;
 	ml_limits l = ML_LIMITS_INIT;
 	l.token = tok;
 	l.delivery = ml_default_delivery();
-	return ml_run(&l, fn, arg, out);
+	return ml__run_0_2(&l, fn, arg, out);
 }
+ML__SYMVER_DEFAULT(ml__limit_with_token_0_2, ml_limit_with_token,
+                   "MEMLIMITS_0.2");
 
 ML_EXPORT bool ml_is_interrupted(void)
 {

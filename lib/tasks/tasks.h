@@ -26,6 +26,7 @@ struct ml_task {
 	ml_delivery delivery;     /* how an interruption reaches a slice    */
 	ml_token *token;          /* borrowed: the caller owns it           */
 	uint64_t k;               /* samples that reach the allocation limit */
+	uint64_t held_limit;      /* bytes; ML_NO_LIMIT = none               */
 	uint64_t interval;        /* S at creation: allocated = samples x S  */
 	_Atomic uint64_t samples; /* credited so far, all slices together */
 	_Atomic int status;       /* ML_OK until interrupted; sticky after */
@@ -194,6 +195,20 @@ bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
 
 extern struct ml__pool ml__token_pool, ml__cleanup_pool;
+
+/* The current versions of the public functions that have several
+ * (include/memlimits.h declares them; lib/memlimits.map). */
+ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
+                                    void *(*fn)(void *), void *arg,
+                                    ml_outcome *out);
+ML__VERSIONED ml_status ml__limit_allocations_0_2(uint64_t bytes,
+                                                  void *(*fn)(void *),
+                                                  void *arg, ml_outcome *out);
+ML__VERSIONED ml_status ml__limit_global_memory_0_2(void *(*fn)(void *),
+                                                    void *arg, ml_outcome *out);
+ML__VERSIONED ml_status ml__limit_with_token_0_2(ml_token *tok,
+                                                 void *(*fn)(void *), void *arg,
+                                                 ml_outcome *out);
 
 /* ---- The global limit's choice (global.c) ---------------------------- */
 

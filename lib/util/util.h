@@ -29,6 +29,14 @@
 #define ML__HIDDEN __attribute__((visibility("hidden")))
 #define ML__COLD __attribute__((cold, noinline))
 #define ML__TLS __thread __attribute__((tls_model("initial-exec")))
+/* A public function that has several versions (lib/memlimits.map): its
+ * code is defined under an internal name, exported as name@@version (the
+ * default) or name@version (an older layout, lib/api/compat.c). */
+#define ML__VERSIONED __attribute__((visibility("default")))
+#define ML__SYMVER_DEFAULT(impl, name, version) \
+	__asm__(".symver " #impl ", " #name "@@" version)
+#define ML__SYMVER_OLD(impl, name, version) \
+	__asm__(".symver " #impl ", " #name "@" version)
 
 /* ---- Locks ------------------------------------------------------------
  *

@@ -102,7 +102,8 @@ TESTS += tests/api/test-core-alone
 tests_api_test_core_alone_SOURCES = tests/api/test-core-alone.c
 tests_api_test_core_alone_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_core_alone_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
-tests_api_test_core_alone_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_core_alone_LDFLAGS = $(ML_TEST_LINK) \
+	-Wl,--version-script=$(srcdir)/lib/memlimits.map
 
 # Held memory and the global limit's choice (issue 14).
 check_PROGRAMS += tests/api/test-held
@@ -111,3 +112,19 @@ tests_api_test_held_SOURCES = tests/api/test-held.c
 tests_api_test_held_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_held_LDADD = $(ML_TEST_LIBS)
 tests_api_test_held_LDFLAGS = $(ML_TEST_LINK)
+
+# A 0.1 binary against this library (tests/api/test-abi-0.1.sh): built
+# with the saved 0.1 header, linked against a stand-in with the 0.1 names
+# and no versions (its soname is libmemlimits.so.0 too), run against the
+# real library.
+check_LTLIBRARIES += tests/api/abi01/libmemlimits.la
+tests_api_abi01_libmemlimits_la_SOURCES = tests/api/abi-0.1-stub.c
+tests_api_abi01_libmemlimits_la_LDFLAGS = -rpath /nowhere -version-info 0:0:0
+check_PROGRAMS += tests/api/abi-0.1-prog
+tests_api_abi_0_1_prog_SOURCES = tests/api/abi-0.1-prog.c
+tests_api_abi_0_1_prog_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests/data
+tests_api_abi_0_1_prog_LDADD = tests/tap/libtap.la \
+	tests/api/abi01/libmemlimits.la
+tests_api_abi_0_1_prog_LDFLAGS = $(ML_TEST_LINK)
+TESTS += tests/api/test-abi-0.1.sh
+EXTRA_DIST += tests/api/test-abi-0.1.sh tests/data/memlimits-0.1.h

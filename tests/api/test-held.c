@@ -85,6 +85,63 @@ static void test_streaming(void)
 	ml_task_free(t);
 }
 
+/* ---- Held limits: streaming goes on, a leak is stopped --------------- */
+
+#define LEAK_MAX 100000
+static void *leaked[LEAK_MAX];
+static int nleaked;
+
+static void *leak(void *arg)
+{
+	(void)arg;
+	while (nleaked < LEAK_MAX) {
+		void *p = malloc(10000);
+		if (!p)
+			break; /* FAIL delivery: the held limit */
+		leaked[nleaked++] = p;
+	}
+	return NULL;
+}
+
+static void test_held_limits(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.held_bytes = 1 << 20;
+	l.delivery = ML_DELIVER_FAIL;
+	ml_outcome out;
+	ml_set_seed(21);
+	/* A 1 MiB held limit: 1 GiB through 64 KiB.  The estimate counts
+	 * one live 64 KiB block at a time: reaching 1 MiB takes 14 samples
+	 * in it (Poisson mean 0.82): P < 1e-12 a block, 2e-8 for all. */
+	ml_status st = ml_run(&l, streaming, NULL, &out);
+	tap_is(st, ML_OK,
+	       "a held limit of 1 MiB: streaming 1 GiB is not "
+	       "stopped");
+	tap_ok(out.allocated > (900u << 20) && out.held == 0 &&
+	           out.held_peak <= (1 << 20),
+	       "its outcome: allocated %llu, held %llu, peak %llu",
+	       (unsigned long long)out.allocated, (unsigned long long)out.held,
+	       (unsigned long long)out.held_peak);
+
+	l.held_bytes = 16 << 20;
+	nleaked = 0;
+	st = ml_run(&l, leak, NULL, &out);
+	double b = (double)nleaked * 10000, lim = 16 << 20;
+	double sd = sqrt(lim * S);
+	tap_is(st, ML_HELD_LIMIT, "a leak is stopped by a 16 MiB held limit");
+	tap_ok(fabs(b - lim) < 5.5 * sd + 10000,
+	       "it held %.0f bytes when stopped (limit %.0f, sd %.0f)", b, lim,
+	       sd);
+	tap_ok(out.held >= (16u << 20) - 80000 && out.held_peak >= out.held,
+	       "its outcome: held %llu, peak %llu",
+	       (unsigned long long)out.held, (unsigned long long)out.held_peak);
+	for (int i = 0; i < nleaked; i++)
+		free(leaked[i]);
+	tap_ok(strcmp(ml_status_str(ML_HELD_LIMIT),
+	              "held memory limit reached") == 0,
+	       "ml_status_str(ML_HELD_LIMIT)");
+}
+
 /* ---- Frees from other threads ------------------------------------------ */
 
 static void *free_all(void *arg)
@@ -257,6 +314,7 @@ int main(void)
 	ml_set_sample_interval(S);
 	TAP_RUN(test_unbiased);
 	TAP_RUN(test_streaming);
+	TAP_RUN(test_held_limits);
 	TAP_RUN(test_other_thread_frees);
 	TAP_RUN(test_realloc_memalign);
 	tap_case("test_largest_holder", test_largest_holder, 60);

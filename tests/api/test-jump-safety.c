@@ -447,7 +447,7 @@ static int run_job(int c, enum trigger trig, enum safe_point sp)
 		fail("ml_token_new failed");
 		return -1;
 	}
-	ml_outcome out = {ML_EINVAL, sink, 0};
+	ml_outcome out = {.status = ML_EINVAL, .ret = sink};
 	ml_status s = ml_run(&l, task, &j, &out);
 	int bad = 0;
 	const char *what = cases[c].name;

@@ -510,7 +510,7 @@ static void test_masking(void)
 
 static void test_einval(void)
 {
-	ml_outcome out = {ML_OK, (void *)1, 42};
+	ml_outcome out = {.status = ML_OK, .ret = (void *)1, .allocated = 42};
 	ml_limits l = limits(1000, ML_DELIVER_JUMP);
 	called = 0;
 	tap_is(ml_run(NULL, mark_called, NULL, &out), ML_EINVAL, "NULL limits");

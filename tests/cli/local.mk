@@ -83,7 +83,7 @@ tests_cli_libmemlimits_verify_la_CPPFLAGS = $(lib_libmemlimits_la_CPPFLAGS) -DML
 tests_cli_libmemlimits_verify_la_CFLAGS = $(lib_libmemlimits_la_CFLAGS)
 tests_cli_libmemlimits_verify_la_LDFLAGS = $(lib_libmemlimits_la_LDFLAGS) -rpath /nowhere
 tests_cli_libmemlimits_verify_la_LIBADD = $(LIBM)
-EXTRA_tests_cli_libmemlimits_verify_la_DEPENDENCIES = lib/exported-symbols.txt
+EXTRA_tests_cli_libmemlimits_verify_la_DEPENDENCIES = lib/memlimits.map
 
 # CPython's own test suite under memlimits run (41 modules, each plain, with
 # --heap-limit 16GiB and with --alloc-limit 1TiB --report): 15-40 minutes on

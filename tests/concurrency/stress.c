@@ -220,7 +220,7 @@ static ml_status run_level(struct worker *w, int d)
 	lv->h0 = atomic_load(&low_ended);
 	lv->l0 = atomic_load(&low_started);
 	lv->running = true;
-	ml_outcome out = {ML_EINVAL, sink, 0};
+	ml_outcome out = {.status = ML_EINVAL, .ret = sink};
 	ml_status st = ml_run(&lv->lim, body, lv, &out);
 	unsigned long l1 = atomic_load(&low_started);
 	lv->running = false;
