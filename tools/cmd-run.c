@@ -36,7 +36,7 @@
 static const char synopsis[] =
     "[--alloc-limit SIZE] [--heap-limit SIZE] [--interval SIZE] [--seed N] "
     "[--on-limit fail|abort] [--report FILE] [--profile FILE] [--stats DIR] "
-    "-- PROGRAM [ARG...]";
+    "[--verbose] -- PROGRAM [ARG...]";
 
 static void help(void)
 {
@@ -69,7 +69,10 @@ static void help(void)
 	    "                      format (flamegraph.pl, speedscope)\n"
 	    "  --stats DIR         write sampling statistics to "
 	    "DIR/memlimits.PID.json\n"
-	    "                      (merge them with 'memlimits stats DIR')\n\n"
+	    "                      (merge them with 'memlimits stats DIR')\n"
+	    "  --verbose           print the settings in force before "
+	    "starting PROGRAM,\n"
+	    "                      inherited MEMLIMITS_* variables too\n\n"
 	    "Each process gets its own budget.  Exit status: the program's; "
 	    "3 when a limit\nwas reached with --on-limit abort; 2 on bad "
 	    "usage (nothing is run).\n");
@@ -78,6 +81,7 @@ static void help(void)
 struct opts {
 	const char *alloc, *heap, *interval, *seed, *on_limit;
 	const char *report, *profile, *stats;
+	bool verbose;
 };
 
 static void size_opt(const char *name, const char *v, bool nonzero, bool limit)
@@ -185,6 +189,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		O_REPORT,
 		O_PROFILE,
 		O_STATS,
+		O_VERBOSE,
 		O_HELP
 	};
 	static const struct option longopts[] = {
@@ -196,6 +201,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	    {"report", required_argument, NULL, O_REPORT},
 	    {"profile", required_argument, NULL, O_PROFILE},
 	    {"stats", required_argument, NULL, O_STATS},
+	    {"verbose", no_argument, NULL, O_VERBOSE},
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
 	};
@@ -247,6 +253,9 @@ static void parse(int argc, char **argv, struct opts *o)
 			break;
 		case O_STATS:
 			o->stats = optarg;
+			break;
+		case O_VERBOSE:
+			o->verbose = true;
 			break;
 		case 'h':
 		case O_HELP:
@@ -686,6 +695,67 @@ static void set(const char *name, const char *v)
 		ml__tool_usage_error(CMD, "cannot set %s", name);
 }
 
+/* One line of --verbose: "memlimits run: NAME = VALUE (SOURCE)". */
+static void say(const char *name, const char *value, const char *source)
+{
+	fprintf(stderr, "memlimits run: %s = %s (%s)\n", name, value, source);
+}
+
+/* --verbose: the settings the program starts with, each with where it
+ * comes from.  The run's own variables are set above; MEMLIMITS_DELIVERY
+ * and any other MEMLIMITS_* variable pass through from our environment
+ * and act on the program too: a linked program's ml_run tasks take the
+ * default delivery from MEMLIMITS_DELIVERY (memlimits(3)). */
+static void print_settings(const struct opts *o, const char *lib,
+                           const char *path)
+{
+	say("program", path, "PROGRAM");
+	say("library", lib, "LD_PRELOAD");
+	say("alloc limit", o->alloc ? o->alloc : "none",
+	    o->alloc ? "--alloc-limit" : "default");
+	say("heap limit", o->heap ? o->heap : "none",
+	    o->heap ? "--heap-limit" : "default");
+	say("on limit", o->on_limit ? o->on_limit : "fail",
+	    o->on_limit ? "--on-limit" : "default");
+	say("sample interval", o->interval ? o->interval : ML__INTERVAL_TEXT,
+	    o->interval ? "--interval" : "default");
+	say("seed", o->seed ? o->seed : "the library's fixed seed",
+	    o->seed ? "--seed" : "default");
+	say("report", o->report ? o->report : "stderr, when a limit is reached",
+	    o->report ? "--report" : "default");
+	say("profile", o->profile ? o->profile : "none",
+	    o->profile ? "--profile" : "default");
+	say("statistics", o->stats ? o->stats : "none",
+	    o->stats ? "--stats" : "default");
+	const char *d = getenv("MEMLIMITS_DELIVERY");
+	if (!d)
+		say("default delivery", "jump", "default");
+	else if (!strcmp(d, "jump") || !strcmp(d, "fail") || !strcmp(d, "flag"))
+		say("default delivery", d,
+		    "inherited MEMLIMITS_DELIVERY: the program's own ml_run "
+		    "tasks that ask for the default use it");
+	else
+		say("default delivery", "jump",
+		    "inherited MEMLIMITS_DELIVERY is not jump, fail or flag: "
+		    "the library ignores it");
+	extern char **environ;
+	static const char *const own[] = {
+	    "MEMLIMITS_ALLOC_LIMIT=",     "MEMLIMITS_HEAP_LIMIT=",
+	    "MEMLIMITS_SAMPLE_INTERVAL=", "MEMLIMITS_SEED=",
+	    "MEMLIMITS_ON_LIMIT=",        "MEMLIMITS_REPORT=",
+	    "MEMLIMITS_PROFILE=",         "MEMLIMITS_STATS_DIR=",
+	    "MEMLIMITS_DELIVERY="};
+	for (char **e = environ; e && *e; e++) {
+		if (strncmp(*e, "MEMLIMITS_", 10))
+			continue;
+		bool known = false;
+		for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+			known |= !strncmp(*e, own[i], strlen(own[i]));
+		if (!known)
+			fprintf(stderr, "memlimits run: %s (inherited)\n", *e);
+	}
+}
+
 static int run_main(int argc, char **argv)
 {
 	struct opts o;
@@ -729,6 +799,8 @@ static int run_main(int argc, char **argv)
 	             old ? old : "") < 0)
 		ml__tool_usage_error(CMD, "out of memory");
 	set("LD_PRELOAD", preload);
+	if (o.verbose)
+		print_settings(&o, lib, path);
 
 	fflush(NULL);
 	execv(path, prog);

@@ -2,8 +2,8 @@
 # reports, profiles, statistics, its output files (issue 11), stacks in
 # reports, the bounds command, and every kind of bad input to it.
 check_PROGRAMS += tests/cli/test-run-hog tests/cli/test-run-rss
-TESTS += tests/cli/test-run.sh
-EXTRA_DIST += tests/cli/test-run.sh
+TESTS += tests/cli/test-run.sh tests/cli/test-run-verbose.sh
+EXTRA_DIST += tests/cli/test-run.sh tests/cli/test-run-verbose.sh
 
 # -rdynamic: the report test looks for hog_function by name (dladdr).
 tests_cli_test_run_hog_SOURCES = tests/cli/test-run-hog.c
