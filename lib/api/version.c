@@ -24,7 +24,10 @@ ML_EXPORT unsigned ml_capabilities(void)
 	void *ip[4];
 	if (ml__backtrace(ip, 4) > 0)
 		c |= ML_CAP_STACKS;
-	/* ML_CAP_HELD: no held-memory tracking yet. */
+	/* Held memory is recorded at the allocations that reach us and
+	 * recognised at their free: only when ours is the malloc called. */
+	if (c & ML_CAP_INTERPOSED)
+		c |= ML_CAP_HELD;
 	atomic_store_explicit(&cached, c, memory_order_relaxed);
 	return (unsigned)c;
 }
