@@ -128,3 +128,11 @@ tests_api_abi_0_1_prog_LDADD = tests/tap/libtap.la \
 tests_api_abi_0_1_prog_LDFLAGS = $(ML_TEST_LINK)
 TESTS += tests/api/test-abi-0.1.sh
 EXTRA_DIST += tests/api/test-abi-0.1.sh tests/data/memlimits-0.1.h
+
+# Task objects across callbacks and threads (issue 13).
+check_PROGRAMS += tests/api/test-task-objects
+TESTS += tests/api/test-task-objects
+tests_api_test_task_objects_SOURCES = tests/api/test-task-objects.c
+tests_api_test_task_objects_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_task_objects_LDADD = $(ML_TEST_LIBS)
+tests_api_test_task_objects_LDFLAGS = $(ML_TEST_LINK)
