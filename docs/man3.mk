@@ -27,6 +27,13 @@ dist_man_MANS += \
 	docs/ml_set_sample_interval.3 \
 	docs/ml_set_seed.3 \
 	docs/ml_status_str.3 \
+	docs/ml_task_allocated.3 \
+	docs/ml_task_current.3 \
+	docs/ml_task_free.3 \
+	docs/ml_task_held.3 \
+	docs/ml_task_new.3 \
+	docs/ml_task_run.3 \
+	docs/ml_task_status.3 \
 	docs/ml_token_free.3 \
 	docs/ml_token_is_set.3 \
 	docs/ml_token_new.3 \

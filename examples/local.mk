@@ -25,3 +25,10 @@ examples_fail_mode_LDFLAGS = -no-install
 examples_poll_flag_SOURCES = examples/poll-flag.c
 examples_poll_flag_LDADD = lib/libmemlimits.la
 examples_poll_flag_LDFLAGS = -no-install
+
+# One request split across four threads, one budget (issue 13); run and
+# checked by tests/api/test-examples.sh.
+check_PROGRAMS += examples/fan-out
+examples_fan_out_SOURCES = examples/fan-out.c
+examples_fan_out_LDADD = lib/libmemlimits.la
+examples_fan_out_LDFLAGS = -no-install
