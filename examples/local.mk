@@ -32,3 +32,15 @@ check_PROGRAMS += examples/fan-out
 examples_fan_out_SOURCES = examples/fan-out.c
 examples_fan_out_LDADD = lib/libmemlimits.la
 examples_fan_out_LDFLAGS = -no-install
+
+# An event-loop server (libuv) whose requests are tasks resumed in every
+# callback (examples/event-loop/README.md); built when libuv is found, run
+# by tests/api/test-examples.sh (--quick).
+EXTRA_DIST += examples/event-loop/README.md examples/event-loop/event-loop.c
+if HAVE_LIBUV
+check_PROGRAMS += examples/event-loop/event-loop
+examples_event_loop_event_loop_SOURCES = examples/event-loop/event-loop.c
+examples_event_loop_event_loop_CFLAGS = $(AM_CFLAGS) $(LIBUV_CFLAGS)
+examples_event_loop_event_loop_LDADD = lib/libmemlimits.la $(LIBUV_LIBS)
+examples_event_loop_event_loop_LDFLAGS = -no-install
+endif

@@ -33,7 +33,9 @@ check() {
 }
 
 run() {
-	out=$(timeout 120 "$ex/$1" 2>&1)
+	prog=$1
+	shift
+	out=$(timeout 120 "$ex/$prog" "$@" 2>&1)
 	status=$?
 }
 
@@ -64,6 +66,21 @@ run fan-out
 check fan-out "$status" "$out" \
 	'^normal request: +ok, ~[0-9]+ MiB allocated in all by 4 threads' \
 	'^runaway request: +allocation limit reached, ~(5[0-9]|6[0-9]|7[0-9]) MiB allocated in all by 4 threads'
+
+# The event-loop server: runaway requests (on the loop thread and in the
+# thread pool) stopped, every other request served, one loop thread.
+if [ -x "$ex/event-loop/event-loop" ]; then
+	run event-loop/event-loop --quick
+	check event-loop "$status" "$out" \
+		'^small +[0-9]+ +[0-9]+ +0  all served$' \
+		'^leak +[0-9]+ +0 +[0-9]+  all stopped$' \
+		'^pool +[0-9]+ +[0-9]+ +0  all served$' \
+		'^pool-leak +[0-9]+ +0 +[0-9]+  all stopped$' \
+		'^ok: every runaway request stopped, no other request failed'
+else
+	n=$((n + 1))
+	echo "ok $n # SKIP the event-loop example is not built (no libuv)"
+fi
 
 echo "1..$n"
 exit $failed
