@@ -21,9 +21,12 @@ static void *hog(void *arg)
 {
 	(void)arg;
 	for (int i = 0; i < 100000; i++) {
-		void *p = malloc(1000);
+		/* Written through a volatile pointer: the pair must not be
+		 * optimised away. */
+		char *volatile p = malloc(1000);
 		if (!p)
 			return NULL;
+		p[0] = 1;
 		free(p);
 	}
 	return (void *)1;

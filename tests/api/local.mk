@@ -123,6 +123,7 @@ tests_api_abi01_libmemlimits_la_LDFLAGS = -rpath /nowhere -version-info 0:0:0
 check_PROGRAMS += tests/api/abi-0.1-prog
 tests_api_abi_0_1_prog_SOURCES = tests/api/abi-0.1-prog.c
 tests_api_abi_0_1_prog_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests/data
+tests_api_abi_0_1_prog_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_abi_0_1_prog_LDADD = tests/tap/libtap.la \
 	tests/api/abi01/libmemlimits.la
 tests_api_abi_0_1_prog_LDFLAGS = $(ML_TEST_LINK)
