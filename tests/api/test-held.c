@@ -173,8 +173,12 @@ static void *grow_and_align(void *arg)
 {
 	void **out = arg;
 	void *p = NULL;
-	for (int i = 1; i <= 2000; i++) /* in place and moving */
-		p = realloc(p, (size_t)i * 1000);
+	for (int i = 1; i <= 2000; i++) { /* in place and moving */
+		void *q = realloc(p, (size_t)i * 1000);
+		if (!q)
+			break; /* p stays valid */
+		p = q;
+	}
 	out[0] = p;
 	for (int i = 0; i < 200; i++) {
 		void *q = NULL;
