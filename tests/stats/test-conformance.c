@@ -20,6 +20,9 @@
 #include "../tap/tap.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +243,120 @@ static void test_gamma(void)
 	run_ks("size 100 B, k = 1", &k1, N_TASKS(10000), 5);
 }
 
+/* ---- (e) one task, slices on 2 and 4 threads ---------------------------
+ *
+ * The allocations of the plan are made by m threads in turn (allocation j
+ * by thread j mod m), each inside its own slice of one task object
+ * (ml_task_run).  Each thread's samples are a Poisson process over its own
+ * bytes; their superposition over the interleaved sequence is one Poisson
+ * process of rate 1/S, so the refused allocation J has the same law as
+ * for one thread: P(J <= j) = P(Gamma(k, S) <= b_{j+1}). */
+
+struct turns {
+	const struct plan *plan;
+	ml_task *task;
+	int m;
+	atomic_ullong turn;  /* the allocation to make next */
+	atomic_ullong stop;  /* UINT64_MAX, or the refused index */
+	atomic_int go, done; /* task generation started / workers done */
+};
+
+static void *turn_slice(void *arg)
+{
+	void **a = arg;
+	struct turns *tt = a[0];
+	int me = (int)(intptr_t)a[1];
+	for (;;) {
+		uint64_t j = atomic_load(&tt->turn);
+		if (atomic_load(&tt->stop) != UINT64_MAX)
+			return NULL;
+		if ((int)(j % (uint64_t)tt->m) != me) {
+			sched_yield();
+			continue;
+		}
+		void *q = malloc(size_of(tt->plan, j));
+		if (!q) {
+			atomic_store(&tt->stop, j);
+			return NULL;
+		}
+		sink = q;
+		free(q);
+		atomic_store(&tt->turn, j + 1);
+	}
+}
+
+static void *turn_worker(void *arg)
+{
+	void **a = arg;
+	struct turns *tt = a[0];
+	for (int gen = 1;; gen++) {
+		while (atomic_load(&tt->go) < gen)
+			sched_yield();
+		if (!tt->task)
+			return NULL;
+		ml_task_run(tt->task, turn_slice, arg, NULL);
+		atomic_fetch_add(&tt->done, 1);
+	}
+}
+
+static void test_threads_m(int m, size_t n, uint64_t seed)
+{
+	struct plan mixed = {MIXED, 3 * S, 16 * S, false, ML_DELIVER_FAIL, 0};
+	static struct turns tt;
+	pthread_t th[4];
+	void *args[4][2];
+	tt.plan = &mixed;
+	tt.m = m;
+	atomic_store(&tt.go, 0);
+	ml_set_seed(seed);
+	for (int i = 0; i < m; i++) {
+		args[i][0] = &tt;
+		args[i][1] = (void *)(intptr_t)i;
+		pthread_create(&th[i], NULL, turn_worker, args[i]);
+	}
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = mixed.limit;
+	l.delivery = ML_DELIVER_FAIL;
+	size_t wrong = 0;
+	for (size_t i = 0; i < n; i++) {
+		tt.task = ml_task_new(&l);
+		atomic_store(&tt.turn, 0);
+		atomic_store(&tt.stop, UINT64_MAX);
+		atomic_store(&tt.done, 0);
+		atomic_fetch_add(&tt.go, 1);
+		while (atomic_load(&tt.done) < m)
+			sched_yield();
+		uint64_t j = atomic_load(&tt.stop);
+		wrong += j == UINT64_MAX ||
+		         ml_task_status(tt.task) != ML_ALLOC_LIMIT;
+		idx[i] = j == UINT64_MAX ? UINT64_MAX / 2 : j;
+		ml_task_free(tt.task);
+	}
+	tt.task = NULL;
+	atomic_fetch_add(&tt.go, 1);
+	for (int i = 0; i < m; i++)
+		pthread_join(th[i], NULL);
+	tap_ok(wrong == 0,
+	       "%d threads, one task: all %zu tasks stopped by their limit "
+	       "(%zu not)",
+	       m, n, wrong);
+	static uint64_t sorted[MAX_TASKS];
+	memcpy(sorted, idx, n * sizeof idx[0]);
+	sort_u64(sorted, n);
+	double d = wrong ? 1 : ks_index(&mixed, sorted, n), c = ks_critical(n);
+	tap_ok(d <= c,
+	       "%d threads, one task: the refused allocation ~ P(T <= "
+	       "b_j+1), T ~ Gamma(16, S): KS D = %.4f <= %.4f (n = %zu, "
+	       "alpha = 1e-6)",
+	       m, d, c, n);
+}
+
+static void test_threads(void)
+{
+	test_threads_m(2, N_TASKS(3000), 41);
+	test_threads_m(4, N_TASKS(3000), 43);
+}
+
 /* ---- (d) deliveries ------------------------------------------------------ */
 
 static uint64_t by_delivery[3][MAX_TASKS];
@@ -394,6 +511,7 @@ int main(void)
 	TAP_RUN(test_deliveries);
 	TAP_RUN(test_triples);
 	TAP_RUN(test_global);
+	TAP_RUN(test_threads);
 	tap_diag("conformance tests took %.2f s", now() - t0);
 	return tap_done();
 }
