@@ -155,6 +155,12 @@ static int deliver(struct ml__thread *t, uint64_t n)
 	return 0;
 }
 
+/* A held limit is set: neither 0 nor ML_NO_LIMIT (one comparison). */
+static inline bool held_limited(uint64_t held_limit)
+{
+	return held_limit - 1 < ML_NO_LIMIT - 1;
+}
+
 /* k's task also has a slice inside k on this thread: credited there. */
 static bool nested_again(const struct ml__thread *t, const struct ml__slice *k)
 {
@@ -210,7 +216,7 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 			continue;
 		if (total >= task->k)
 			ml__task_trip(task, ML_ALLOC_LIMIT);
-		else if (task->held_limit != ML_NO_LIMIT &&
+		else if (held_limited(task->held_limit) &&
 		         ml__held_bytes(task) + w >= task->held_limit)
 			ml__task_trip(task, ML_HELD_LIMIT);
 		else if (task->token && ml_token_is_set(task->token))
@@ -412,8 +418,9 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 
 /* Fill an outcome: the status the call returns, fn's result, the task's
  * estimate so far. */
-static ml_status finish(const struct ml__slice *slice,
-                        const struct ml_task *task, void *ret, ml_outcome *out)
+static inline __attribute__((always_inline)) ml_status
+finish(const struct ml__slice *slice, const struct ml_task *task, void *ret,
+       ml_outcome *out)
 {
 	/* A cleanup handler that could not be registered may have been
 	 * needed: the caller must know its cleanup discipline failed. */
@@ -451,8 +458,7 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	task->delivery = limits->delivery;
 	task->token = limits->token;
 	task->k = samples_needed(limits->alloc_bytes, interval);
-	task->held_limit =
-	    limits->held_bytes ? limits->held_bytes : ML_NO_LIMIT;
+	task->held_limit = limits->held_bytes; /* 0 or ML_NO_LIMIT: none */
 	task->interval = interval;
 	atomic_init(&task->samples, 0);
 	atomic_init(&task->status, ML_OK);
@@ -476,7 +482,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	struct ml__slice slice;
 	void *volatile ret = NULL;
 	task_init(&task, limits, ML__TASK_FRAME);
-	if (ml__unlikely(task.held_limit != ML_NO_LIMIT))
+	if (ml__unlikely(held_limited(task.held_limit)))
 		ml__held_start();
 	slice.task = &task;
 	slice.owner = true;

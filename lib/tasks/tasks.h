@@ -26,7 +26,7 @@ struct ml_task {
 	ml_delivery delivery;     /* how an interruption reaches a slice    */
 	ml_token *token;          /* borrowed: the caller owns it           */
 	uint64_t k;               /* samples that reach the allocation limit */
-	uint64_t held_limit;      /* bytes; ML_NO_LIMIT = none               */
+	uint64_t held_limit;      /* bytes; 0 or ML_NO_LIMIT = none          */
 	uint64_t interval;        /* S at creation: allocated = samples x S  */
 	_Atomic uint64_t samples; /* credited so far, all slices together */
 	_Atomic int status;       /* ML_OK until interrupted; sticky after */
