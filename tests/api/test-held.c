@@ -319,10 +319,12 @@ static void test_largest_holder(void)
 	if (!tap_is(atomic_load(&small_hit), 0,
 	            "no small global task is interrupted"))
 		tap_diag("a small task got %d; the holder's held peak %llu, "
-		         "held at its end %llu",
+		         "held at its end %llu; limit %llu, usage now %llu",
 		         atomic_load(&small_why),
 		         (unsigned long long)big_out.held_peak,
-		         (unsigned long long)big_out.held);
+		         (unsigned long long)big_out.held,
+		         (unsigned long long)limit,
+		         (unsigned long long)ml_global_memory_usage());
 	tap_ok(atomic_load(&small_runs) > SMALL_THREADS,
 	       "the small tasks ran on (%d runs)", atomic_load(&small_runs));
 	tap_ok(ml_global_memory_usage() < limit, "usage back under the limit");
