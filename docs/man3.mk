@@ -24,6 +24,7 @@ dist_man_MANS += \
 	docs/ml_set_default_delivery.3 \
 	docs/ml_set_global_limit.3 \
 	docs/ml_set_global_memory_limit.3 \
+	docs/ml_set_pressure_callback.3 \
 	docs/ml_set_sample_interval.3 \
 	docs/ml_set_seed.3 \
 	docs/ml_status_str.3 \

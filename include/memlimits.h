@@ -148,6 +148,14 @@ ML_EXPORT uint64_t ml_global_limit(void);
  * which runs a task. */
 ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes);
 ML_EXPORT uint64_t ml_global_memory_limit(void);
+/* Called once each time usage rises to fraction x the global limit (after
+ * having been below 31/32 of that), at the next safe point of any thread:
+ * the end of an ml_run or a slice, ml_check(), ml_is_interrupted().  It
+ * may allocate and call any ml_ function.  Since 0.2. */
+typedef void (*ml_pressure_fn)(uint64_t usage, uint64_t limit, void *arg);
+/* fraction in (0, 1]; fn NULL removes it.  ML_OK or ML_EINVAL. */
+ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,
+                                       void *arg);
 /* Live heap bytes as the library measures them (see memlimits(3)). */
 ML_EXPORT uint64_t ml_global_memory_usage(void);
 

@@ -98,6 +98,13 @@ extern void (*ml__free_tail)(void *);
 /* Set the global limit (ML_NO_LIMIT: none): the meter runs while one is
  * set. */
 void ml__meter_set_limit(uint64_t bytes);
+/* Memory pressure: ml__pressure_bytes is the threshold (0: none); a fold
+ * that takes usage to it sets ml__pressure_pending once per upward
+ * crossing (damped: see meter.c).  The layer above calls the user's
+ * function at its next safe point. */
+extern _Atomic uint64_t ml__pressure_bytes;
+extern _Atomic bool ml__pressure_pending;
+void ml__pressure_rearm(void);
 /* Route malloc and free through the metered tails, or not. */
 void ml__meter_switch(bool on);
 /* Count a block of ours (sign +1) or its release (-1); NULL is nothing. */

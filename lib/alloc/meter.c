@@ -40,17 +40,55 @@ static void raise_peak(int64_t v)
 
 ML__TLS struct ml__meter_local ml__meter_self;
 
+/* Pressure (ml_set_pressure_callback, lib/tasks/global.c): armed while
+ * usage is below the threshold; the fold that takes usage to it or beyond
+ * sets ml__pressure_pending once, and it re-arms only when usage has
+ * fallen below 31/32 of the threshold (so that a heap hovering at the line
+ * does not call again at every fold). */
+_Atomic uint64_t ml__pressure_bytes; /* 0: no callback */
+_Atomic bool ml__pressure_pending;
+static _Atomic bool pressure_above;
+
+static void pressure_check(int64_t now)
+{
+	uint64_t th =
+	    atomic_load_explicit(&ml__pressure_bytes, memory_order_relaxed);
+	if (ml__likely(th == 0) || now < 0)
+		return;
+	if ((uint64_t)now >= th) {
+		if (!atomic_exchange_explicit(&pressure_above, true,
+		                              memory_order_relaxed))
+			atomic_store_explicit(&ml__pressure_pending, true,
+			                      memory_order_release);
+	} else if ((uint64_t)now < th - th / 32) {
+		atomic_store_explicit(&pressure_above, false,
+		                      memory_order_relaxed);
+	}
+}
+
 void ml__meter_flush(void)
 {
 	struct ml__meter_local *t = &ml__meter_self;
 	int64_t d = (int64_t)(t->down - t->up);
-	if (d > 0)
-		raise_peak(
+	if (d > 0) {
+		int64_t now =
+		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed) +
+		    d;
+		raise_peak(now);
+		pressure_check(now);
+	} else if (d) {
+		pressure_check(
 		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed) +
 		    d);
-	else if (d)
-		atomic_fetch_add_explicit(&total, d, memory_order_relaxed);
+	}
 	t->up = t->down = ML__METER_BATCH;
+}
+
+void ml__pressure_rearm(void)
+{
+	atomic_store_explicit(&pressure_above, false, memory_order_relaxed);
+	atomic_store_explicit(&ml__pressure_pending, false,
+	                      memory_order_relaxed);
 }
 
 void ml__meter_add(int64_t bytes)

@@ -105,6 +105,55 @@ void ml__global_choose(struct ml__thread *t, uint64_t n)
 	ml__spin_unlock(&list_lock);
 }
 
+/* ---- Pressure ------------------------------------------------------------
+ *
+ * The user's function is called once per upward crossing of fraction x the
+ * global limit (detected by the meter at a fold, alloc/meter.c), at the
+ * next safe point of any thread: the end of an ml_run or a slice,
+ * ml_check, ml_is_interrupted, the outermost ml_unmask.  Never inside an
+ * allocation, so it may allocate and call any ml_ function. */
+static ml_pressure_fn _Atomic pressure_fn;
+static void *_Atomic pressure_arg;
+static _Atomic uint64_t pressure_ppm; /* fraction in millionths */
+
+/* The threshold for the current limit and fraction (0: none). */
+static void pressure_threshold(uint64_t limit)
+{
+	uint64_t ppm = atomic_load(&pressure_ppm), th = 0;
+	if (ppm && limit != ML_NO_LIMIT) {
+		th = (uint64_t)((unsigned __int128)limit * ppm / 1000000);
+		th = th ? th : 1; /* 0 means "no callback" */
+	}
+	atomic_store(&ml__pressure_bytes, th);
+	ml__pressure_rearm();
+}
+
+void ml__pressure_poll(void)
+{
+	if (!atomic_exchange_explicit(&ml__pressure_pending, false,
+	                              memory_order_acquire))
+		return;
+	ml_pressure_fn fn = atomic_load(&pressure_fn);
+	if (fn)
+		fn(ml__meter_usage(), atomic_load(&ml__global_limit),
+		   atomic_load(&pressure_arg));
+}
+
+ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,
+                                       void *arg)
+{
+	if (fn && !(fraction > 0 && fraction <= 1))
+		return ML_EINVAL;
+	ml__spin_lock(&list_lock);
+	atomic_store(&pressure_fn, fn);
+	atomic_store(&pressure_arg, arg);
+	atomic_store(&pressure_ppm,
+	             fn ? (uint64_t)(fraction * 1e6 + 0.5) : (uint64_t)0);
+	pressure_threshold(atomic_load(&ml__global_limit));
+	ml__spin_unlock(&list_lock);
+	return ML_OK;
+}
+
 ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 {
 	/* The choice reads what each task holds. */
@@ -114,6 +163,7 @@ ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 	 * started with until it has chosen. */
 	ml__spin_lock(&list_lock);
 	ml__meter_set_limit(bytes);
+	pressure_threshold(bytes);
 	ml__spin_unlock(&list_lock);
 	return 0;
 }

@@ -497,6 +497,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	if (task.global ||
 	    atomic_load_explicit(&task.acct, memory_order_relaxed))
 		slice_end(&slice);
+	ml__pressure_check();
 	return status;
 }
 ML__SYMVER_DEFAULT(ml__run_0_2, ml_run, "MEMLIMITS_0.2");
@@ -569,6 +570,7 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	ml_status status = finish(&slice, task, ret, out);
 	slice_end(&slice);
+	ml__pressure_check();
 	return status;
 }
 
@@ -642,6 +644,7 @@ ML__SYMVER_DEFAULT(ml__limit_with_token_0_2, ml_limit_with_token,
 ML_EXPORT bool ml_is_interrupted(void)
 {
 	struct ml__thread *t = &ml__self;
+	ml__pressure_check();
 	ml__tasks_poll(t);
 	for (struct ml__slice *k = t->top; k; k = k->outer)
 		if (k->seen != ML_OK)
@@ -652,6 +655,7 @@ ML_EXPORT bool ml_is_interrupted(void)
 ML_EXPORT void ml_check(void)
 {
 	struct ml__thread *t = &ml__self;
+	ml__pressure_check();
 	ml__tasks_poll(t);
 	if (t->pending)
 		deliver(t, 0);

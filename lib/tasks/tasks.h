@@ -222,6 +222,16 @@ uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp);
  * already interrupted for it still hold the overshoot). */
 void ml__global_choose(struct ml__thread *t, uint64_t n);
 
+/* A pressure crossing waits (alloc/alloc.h): call the user's function now
+ * (at a safe point, never inside an allocation). */
+void ml__pressure_poll(void);
+static inline void ml__pressure_check(void)
+{
+	if (ml__unlikely(atomic_load_explicit(&ml__pressure_pending,
+	                                      memory_order_relaxed)))
+		ml__pressure_poll();
+}
+
 /* ---- Held memory (held.c) --------------------------------------------- */
 
 struct ml__account;

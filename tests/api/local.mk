@@ -137,3 +137,11 @@ tests_api_test_task_objects_SOURCES = tests/api/test-task-objects.c
 tests_api_test_task_objects_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_task_objects_LDADD = $(ML_TEST_LIBS)
 tests_api_test_task_objects_LDFLAGS = $(ML_TEST_LINK)
+
+# The pressure callback (issue 14).
+check_PROGRAMS += tests/api/test-pressure
+TESTS += tests/api/test-pressure
+tests_api_test_pressure_SOURCES = tests/api/test-pressure.c
+tests_api_test_pressure_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_pressure_LDADD = $(ML_TEST_LIBS)
+tests_api_test_pressure_LDFLAGS = $(ML_TEST_LINK)
