@@ -238,6 +238,12 @@ ML_EXPORT double ml_bound_global(uint64_t n, uint64_t interval);
 /* The probability that a task with this limit is interrupted before it has
  * allocated n bytes. */
 ML_EXPORT double ml_bound_alloc(uint64_t n, uint64_t limit, uint64_t interval);
+/* Since 0.2.  A held limit: the probability that a task holding at most
+ * n bytes at any time, its held set renewed `renewals` times (>= 1), is
+ * stopped by a held limit of `limit` bytes: at most renewals x
+ * ml_bound_alloc(n, limit, interval), capped at 1. */
+ML_EXPORT double ml_bound_held(uint64_t n, uint64_t renewals, uint64_t limit,
+                               uint64_t interval);
 /* The largest n with ml_bound_alloc(n, limit, interval) <= t. */
 ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
                                        uint64_t interval);

@@ -163,6 +163,20 @@ ML_EXPORT double ml_bound_alloc(uint64_t n, uint64_t limit, uint64_t interval)
 	return exp(gamma_p(k, (double)n / (double)interval).lp);
 }
 
+/* A held limit (docs/statistics.md, "Held memory"): a task holding at
+ * most n bytes at any time, its held set renewed `renewals` times, is
+ * stopped early only if one generation carries k samples; a union bound
+ * over the generations, each P(Poisson(n/S) >= k). */
+ML_EXPORT double ml_bound_held(uint64_t n, uint64_t renewals, uint64_t limit,
+                               uint64_t interval)
+{
+	double p = ml_bound_alloc(n, limit, interval);
+	if (isnan(p))
+		return p;
+	double r = renewals ? (double)renewals : 1;
+	return p * r < 1 ? p * r : 1;
+}
+
 ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
                                        uint64_t interval)
 {

@@ -357,6 +357,65 @@ static void test_threads(void)
 	test_threads_m(4, N_TASKS(3000), 43);
 }
 
+/* ---- (f) the held-limit bound ------------------------------------------
+ *
+ * A task renews a held set of N bytes R times (allocates N bytes, frees
+ * them all) under a held limit L, FAIL delivery.  Within a generation the
+ * estimate only grows, and generations are disjoint bytes, so the task is
+ * stopped with probability exactly 1 - (1 - p)^R, p = P(Poisson(N/S) >= k):
+ * the observed fraction must match it (5.5 standard deviations: P < 4e-8)
+ * and stay under the documented bound ml_bound_held(N, R, L, S). */
+
+#define HELD_BLOCKS 8
+
+static void *renew(void *arg)
+{
+	const uint64_t *rounds = arg;
+	void *b[HELD_BLOCKS];
+	for (uint64_t r = 0; r < *rounds; r++) {
+		int got = 0;
+		for (; got < HELD_BLOCKS; got++)
+			if (!(b[got] = malloc(S)))
+				break;
+		for (int i = 0; i < got; i++)
+			free(b[i]);
+		if (got < HELD_BLOCKS)
+			return NULL; /* stopped by the held limit */
+	}
+	return (void *)1;
+}
+
+static void test_held_bound(void)
+{
+	uint64_t rounds = 50, n_bytes = HELD_BLOCKS * S, limit = 16 * S;
+	size_t n = N_TASKS(2000), stopped = 0, wrong = 0;
+	ml_set_seed(61);
+	for (size_t i = 0; i < n; i++) {
+		ml_limits l = ML_LIMITS_INIT;
+		l.held_bytes = limit;
+		l.delivery = ML_DELIVER_FAIL;
+		ml_outcome out;
+		ml_status st = ml_run(&l, renew, &rounds, &out);
+		if (out.ret == NULL) {
+			stopped++;
+			wrong += st != ML_HELD_LIMIT;
+		}
+	}
+	double p = ml_bound_alloc(n_bytes, limit, S);
+	double exact = 1 - pow(1 - p, (double)rounds);
+	double bound = ml_bound_held(n_bytes, rounds, limit, S);
+	double f = (double)stopped / (double)n;
+	double sd = sqrt(exact * (1 - exact) / (double)n);
+	tap_ok(wrong == 0, "held bound: every stop is ML_HELD_LIMIT (%zu not)",
+	       wrong);
+	tap_ok(fabs(f - exact) <= 5.5 * sd,
+	       "held bound: %zu of %zu tasks renewing 8 S bytes 50 times "
+	       "stopped (%.4f; exactly 1 - (1 - p)^R = %.4f, sd %.4f)",
+	       stopped, n, f, exact, sd);
+	tap_ok(f <= bound + 5.5 * sd,
+	       "held bound: %.4f <= ml_bound_held = %.4f", f, bound);
+}
+
 /* ---- (d) deliveries ------------------------------------------------------ */
 
 static uint64_t by_delivery[3][MAX_TASKS];
@@ -512,6 +571,7 @@ int main(void)
 	TAP_RUN(test_triples);
 	TAP_RUN(test_global);
 	TAP_RUN(test_threads);
+	TAP_RUN(test_held_bound);
 	tap_diag("conformance tests took %.2f s", now() - t0);
 	return tap_done();
 }
