@@ -22,8 +22,8 @@
 enum format { TEXT, TSV, JSON };
 
 struct opts {
-	uint64_t interval, limit, safe;
-	bool has_limit, has_safe;
+	uint64_t interval, limit, safe, held, renewals;
+	bool has_limit, has_safe, has_held;
 	enum format format;
 	double targets[MAX_TARGETS];
 	int ntargets;
@@ -35,7 +35,8 @@ static const double default_targets[] = {1e-3, 1e-9, 4e-15, 1e-50};
 
 static const char synopsis[] =
     "[--interval SIZE] (--limit SIZE [--target P]... | --safe SIZE --target "
-    "P...) [--format=text|tsv|json] [--curve N]";
+    "P... | --limit SIZE --held SIZE [--renewals N]) "
+    "[--format=text|tsv|json] [--curve N]";
 
 static void help(void)
 {
@@ -62,6 +63,12 @@ static void help(void)
 	    "  --curve N        with --limit: N+1 points evenly spaced on [0, "
 	    "2L] instead\n"
 	    "                   of the fixed fractions\n"
+	    "  --held SIZE      with --limit as a held limit: the probability "
+	    "that a task\n"
+	    "                   holding at most SIZE bytes at any time is "
+	    "stopped by it\n"
+	    "  --renewals N     how many times that task renews what it holds "
+	    "(default 1)\n"
 	    "  --format FORMAT  text (default), tsv or json\n"
 	    "  --help           this text\n\n"
 	    "SIZE: bytes, or with a binary suffix k/K/KB/KiB, M/MB/MiB, "
@@ -90,6 +97,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		O_TARGET,
 		O_FORMAT,
 		O_CURVE,
+		O_HELD,
+		O_RENEWALS,
 		O_HELP
 	};
 	static const struct option longopts[] = {
@@ -99,6 +108,8 @@ static void parse(int argc, char **argv, struct opts *o)
 	    {"target", required_argument, NULL, O_TARGET},
 	    {"format", required_argument, NULL, O_FORMAT},
 	    {"curve", required_argument, NULL, O_CURVE},
+	    {"held", required_argument, NULL, O_HELD},
+	    {"renewals", required_argument, NULL, O_RENEWALS},
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
 	};
@@ -179,6 +190,21 @@ static void parse(int argc, char **argv, struct opts *o)
 			has_curve = true;
 			break;
 		}
+		case O_HELD:
+			if (o->has_held)
+				ml__tool_usage_error(CMD, "--held given twice");
+			o->held = size_arg("--held", optarg);
+			o->has_held = true;
+			break;
+		case O_RENEWALS:
+			if (ml__parse_u64(optarg, &o->renewals) ||
+			    o->renewals < 1)
+				ml__tool_usage_error(
+				    CMD,
+				    "invalid --renewals '%s' (a whole number >= "
+				    "1)",
+				    optarg);
+			break;
 		case 'h':
 		case O_HELP:
 			help();
@@ -200,6 +226,14 @@ static void parse(int argc, char **argv, struct opts *o)
 	if (o->has_limit == o->has_safe)
 		ml__tool_usage_error(CMD, "give either --limit SIZE or --safe "
 		                          "SIZE --target P");
+	if (o->has_held && !o->has_limit)
+		ml__tool_usage_error(CMD, "--held goes with --limit");
+	if (o->renewals && !o->has_held)
+		ml__tool_usage_error(CMD, "--renewals goes with --held");
+	if (o->has_held && (has_curve || o->ntargets))
+		ml__tool_usage_error(CMD,
+		                     "--held goes with neither --curve nor "
+		                     "--target");
 	if (o->has_safe && o->ntargets == 0)
 		ml__tool_usage_error(CMD, "--safe needs --target P");
 	if (o->has_safe && has_curve)
@@ -412,11 +446,45 @@ static void print_safe(const struct opts *o)
 		printf("]}\n");
 }
 
+/* --held: ml_bound_held (docs/statistics.md, "Held memory"). */
+static void print_held(const struct opts *o)
+{
+	uint64_t r = o->renewals ? o->renewals : 1;
+	double p = ml_bound_held(o->held, r, o->limit, o->interval);
+	char b1[64], b2[64];
+	switch (o->format) {
+	case TEXT:
+		printf("held limit %" PRIu64 " bytes (%s), sample interval "
+		       "%" PRIu64 " bytes, k = %" PRIu64 ":\n"
+		       "P(stopped while holding at most %" PRIu64
+		       " bytes (%s), renewed %" PRIu64 " time%s) <= %.4g\n",
+		       o->limit, human(o->limit, b1, sizeof b1), o->interval,
+		       ml__samples_needed(o->limit, o->interval), o->held,
+		       human(o->held, b2, sizeof b2), r, r == 1 ? "" : "s",
+		       clean(p));
+		break;
+	case TSV:
+		printf("# kind\tlimit\tinterval\theld\trenewals\tprobability\n"
+		       "held\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64
+		       "\t%.9g\n",
+		       o->limit, o->interval, o->held, r, clean(p));
+		break;
+	case JSON:
+		printf("{\"limit\": %" PRIu64 ", \"interval\": %" PRIu64
+		       ", \"held\": %" PRIu64 ", \"renewals\": %" PRIu64
+		       ", \"probability\": %.9g}\n",
+		       o->limit, o->interval, o->held, r, clean(p));
+		break;
+	}
+}
+
 static int bounds_main(int argc, char **argv)
 {
 	struct opts o;
 	parse(argc, argv, &o);
-	if (o.has_limit)
+	if (o.has_held)
+		print_held(&o);
+	else if (o.has_limit)
 		print_limit(&o);
 	else
 		print_safe(&o);

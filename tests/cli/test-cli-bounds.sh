@@ -188,6 +188,22 @@ bad "stray argument" bounds --limit 1M extra
 bad "--limit twice" bounds --limit 1M --limit 2M
 bad "--curve with --safe" bounds --safe 1M --target 1e-9 --curve 10
 bad "--curve 0" bounds --limit 1M --curve 0
+bad "--held without --limit" bounds --held 1M
+bad "--renewals 0" bounds --limit 1M --held 64K --renewals 0
+bad "--renewals without --held" bounds --limit 1M --renewals 5
+bad "--held with --target" bounds --limit 1M --held 64K --target 1e-9
+
+# ---- --held: ml_bound_held ---------------------------------------------------
+# R x P(Poisson(8) >= 16) at S = 4096: 50 x 0.0082322... = 0.4116 (the
+# conformance test measures 0.338 exactly for independent generations).
+"$ML" bounds --interval 4096 --limit 64K --held 32K --renewals 50 >"$tmp/held" 2>&1
+check "--held: the bound for 32 KiB held, renewed 50 times, under 64 KiB" \
+	grep -q 'renewed 50 times) <= 0.4116$' "$tmp/held"
+"$ML" bounds --interval 4096 --limit 64K --held 32K --format=tsv >"$tmp/held.tsv"
+check "--held tsv: one renewal is ml_bound_alloc itself (0.00823...)" \
+	awk -F'\t' '$1 == "held" && $5 == 1 && $6 > 0.00823 && $6 < 0.00824 { ok = 1 } END { exit !ok }' "$tmp/held.tsv"
+"$ML" bounds --limit 64K --held 32K --renewals 1000000 --format=json >"$tmp/held.json"
+check "--held json: capped at 1" grep -q '"probability": 1}' "$tmp/held.json"
 
 echo "1..$n"
 [ $fails -eq 0 ]
