@@ -69,17 +69,17 @@ static void pressure_check(int64_t now)
 void ml__meter_flush(void)
 {
 	struct ml__meter_local *t = &ml__meter_self;
-	int64_t d = (int64_t)(t->down - t->up);
-	if (d > 0) {
-		int64_t now =
-		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed) +
-		    d;
-		raise_peak(now);
-		pressure_check(now);
-	} else if (d) {
-		pressure_check(
-		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed) +
-		    d);
+	int64_t d = (int64_t)(t->down - t->up), now;
+	if (d) {
+		/* The total the fold made; a sum that does not fit (absurd
+		 * ml_note_* counts) only skips the peak and the pressure. */
+		int64_t old =
+		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed);
+		if (!__builtin_add_overflow(old, d, &now)) {
+			if (d > 0)
+				raise_peak(now);
+			pressure_check(now);
+		}
 	}
 	t->up = t->down = ML__METER_BATCH;
 }

@@ -43,6 +43,13 @@ static void shrink_to(uint64_t bytes)
 int main(void)
 {
 	int tag;
+	if (tap_under_valgrind()) {
+		/* valgrind's allocator has no mallinfo2: the meter starts
+		 * from 0 and the blocks freed since read as negative, so the
+		 * absolute heap level this test crosses is not reached. */
+		tap_skip(1, "under valgrind (see the comment)");
+		return tap_done();
+	}
 	tap_is(ml_set_pressure_callback(0, on_pressure, NULL), ML_EINVAL,
 	       "fraction 0: ML_EINVAL");
 	tap_is(ml_set_pressure_callback(1.5, on_pressure, NULL), ML_EINVAL,
