@@ -27,6 +27,7 @@ dist_man_MANS += \
 	docs/ml_set_pressure_callback.3 \
 	docs/ml_set_sample_interval.3 \
 	docs/ml_set_seed.3 \
+	docs/ml_set_stack_capture.3 \
 	docs/ml_status_str.3 \
 	docs/ml_task_allocated.3 \
 	docs/ml_task_current.3 \
@@ -40,4 +41,5 @@ dist_man_MANS += \
 	docs/ml_token_new.3 \
 	docs/ml_token_set.3 \
 	docs/ml_unmask.3 \
-	docs/ml_version.3
+	docs/ml_version.3 \
+	docs/ml_write_held_profile.3

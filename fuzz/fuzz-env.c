@@ -60,6 +60,7 @@ static const char *const vars[] = {
     "MEMLIMITS_ALLOC_LIMIT",     "MEMLIMITS_HEAP_LIMIT",
     "MEMLIMITS_ON_LIMIT",        "MEMLIMITS_REPORT",
     "MEMLIMITS_PROFILE",         "MEMLIMITS_STATS_DIR",
+    "MEMLIMITS_HELD_LIMIT",
 };
 #define NVARS (sizeof vars / sizeof vars[0])
 
@@ -83,7 +84,8 @@ static void reset(void)
 	atomic_store(&ml__interval, ML__DEFAULT_INTERVAL);
 	atomic_store(&ml__default_delivery, ML_DELIVER_JUMP);
 	ml__run = (struct ml__run){.alloc_limit = ML_NO_LIMIT,
-	                           .heap_limit = ML_NO_LIMIT};
+	                           .heap_limit = ML_NO_LIMIT,
+	                           .held_limit = ML_NO_LIMIT};
 	ml__fault_pool = false;
 	fault_every = 0;
 	global_limit = ML_NO_LIMIT;
@@ -145,7 +147,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(ml__run.k >= 1 &&
 		      ml__run.k - 1 < ml__run.alloc_limit / s + 1);
 	CHECK(ml__run.active == (ml__run.alloc_limit != ML_NO_LIMIT ||
-	                         ml__run.heap_limit != ML_NO_LIMIT));
+	                         ml__run.heap_limit != ML_NO_LIMIT ||
+	                         ml__run.held_limit != ML_NO_LIMIT));
 	if (ml__run.heap_limit != ML_NO_LIMIT)
 		CHECK(global_limit == ml__run.heap_limit);
 	return 0;

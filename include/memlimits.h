@@ -185,6 +185,20 @@ ML_EXPORT uint64_t ml_task_held(const ml_task *t);
 /* The task of the innermost slice (or ml_run) on this thread, or NULL. */
 ML_EXPORT ml_task *ml_task_current(void);
 
+/* ---- Held memory by call stack ----------------------------------------- */
+
+/* Write what t holds (t NULL: every task together) by call stack to fd,
+ * collapsed-stack format: "outer;...;inner bytes" per line, the lines
+ * summing to ml_task_held(t).  Frames are known for blocks sampled while
+ * stack capture was on; the others print as [unknown].  0, or ML_EINVAL
+ * (bad task or descriptor) / ML_ENOMEM with errno set.  Since 0.2. */
+ML_EXPORT int ml_write_held_profile(const ml_task *t, int fd);
+/* Capture the call stack at each sample from now on (on) or stop.  On
+ * by itself under MEMLIMITS_PROFILE or MEMLIMITS_REPORT.  0, or ML_EINVAL
+ * with errno ENOTSUP where no stack can be captured (ml_capabilities()
+ * lacks ML_CAP_STACKS).  Since 0.2. */
+ML_EXPORT int ml_set_stack_capture(bool on);
+
 /* ---- Inside a task ------------------------------------------------------ */
 
 /* A task on this thread's stack is interrupted. */

@@ -18,7 +18,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/alloc/alloc.h \
 	lib/alloc/underlying.c lib/alloc/meter.c lib/alloc/sampled.c \
 	lib/core/core.h \
-	lib/core/settings.c lib/core/unwind.c \
+	lib/core/settings.c lib/core/unwind.c lib/core/stacks.c \
 	lib/tasks/tasks.h \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/global.c \
 	lib/tasks/task.c \
@@ -32,7 +32,7 @@ lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 # Layer 7, run mode: a consumer of the core's hooks.
 lib_libmemlimits_la_SOURCES = \
 	lib/run/run.h \
-	lib/run/settings.c lib/run/report.c lib/run/stats.c \
+	lib/run/settings.c lib/run/symbols.c lib/run/report.c lib/run/stats.c \
 	lib/run/runmode.c
 lib_libmemlimits_la_CPPFLAGS = $(lib_libmlcore_la_CPPFLAGS)
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)

@@ -34,7 +34,8 @@
 #define MAX_SCRIPT_DEPTH 4 /* the kernel's own limit on #! nesting */
 
 static const char synopsis[] =
-    "[--alloc-limit SIZE] [--heap-limit SIZE] [--interval SIZE] [--seed N] "
+    "[--alloc-limit SIZE] [--heap-limit SIZE] [--held-limit SIZE] "
+    "[--interval SIZE] [--seed N] "
     "[--on-limit fail|abort] [--report FILE] [--profile FILE] [--stats DIR] "
     "[--verbose] -- PROGRAM [ARG...]";
 
@@ -53,6 +54,11 @@ static void help(void)
 	    "heap of a process\n"
 	    "                      over SIZE bytes (malloc returns NULL, "
 	    "ENOMEM)\n"
+	    "  --held-limit SIZE   refuse allocations that would take the "
+	    "bytes all threads\n"
+	    "                      of a process hold (not yet freed, "
+	    "estimated from the\n"
+	    "                      samples) to SIZE\n"
 	    "  --interval SIZE     the mean sample interval (default " ML__INTERVAL_TEXT
 	    " "
 	    "bytes)\n"
@@ -79,7 +85,7 @@ static void help(void)
 }
 
 struct opts {
-	const char *alloc, *heap, *interval, *seed, *on_limit;
+	const char *alloc, *heap, *held, *interval, *seed, *on_limit;
 	const char *report, *profile, *stats;
 	bool verbose;
 };
@@ -183,6 +189,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	enum {
 		O_ALLOC = 256,
 		O_HEAP,
+		O_HELD,
 		O_INTERVAL,
 		O_SEED,
 		O_ON_LIMIT,
@@ -195,6 +202,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	static const struct option longopts[] = {
 	    {"alloc-limit", required_argument, NULL, O_ALLOC},
 	    {"heap-limit", required_argument, NULL, O_HEAP},
+	    {"held-limit", required_argument, NULL, O_HELD},
 	    {"interval", required_argument, NULL, O_INTERVAL},
 	    {"seed", required_argument, NULL, O_SEED},
 	    {"on-limit", required_argument, NULL, O_ON_LIMIT},
@@ -221,6 +229,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_HEAP:
 			size_opt("--heap-limit", optarg, false, true);
 			o->heap = optarg;
+			break;
+		case O_HELD:
+			size_opt("--held-limit", optarg, false, true);
+			o->held = optarg;
 			break;
 		case O_INTERVAL:
 			size_opt("--interval", optarg, true, false);
@@ -715,6 +727,8 @@ static void print_settings(const struct opts *o, const char *lib,
 	    o->alloc ? "--alloc-limit" : "default");
 	say("heap limit", o->heap ? o->heap : "none",
 	    o->heap ? "--heap-limit" : "default");
+	say("held limit", o->held ? o->held : "none",
+	    o->held ? "--held-limit" : "default");
 	say("on limit", o->on_limit ? o->on_limit : "fail",
 	    o->on_limit ? "--on-limit" : "default");
 	say("sample interval", o->interval ? o->interval : ML__INTERVAL_TEXT,
@@ -740,11 +754,11 @@ static void print_settings(const struct opts *o, const char *lib,
 		    "the library ignores it");
 	extern char **environ;
 	static const char *const own[] = {
-	    "MEMLIMITS_ALLOC_LIMIT=",     "MEMLIMITS_HEAP_LIMIT=",
-	    "MEMLIMITS_SAMPLE_INTERVAL=", "MEMLIMITS_SEED=",
-	    "MEMLIMITS_ON_LIMIT=",        "MEMLIMITS_REPORT=",
-	    "MEMLIMITS_PROFILE=",         "MEMLIMITS_STATS_DIR=",
-	    "MEMLIMITS_DELIVERY="};
+	    "MEMLIMITS_ALLOC_LIMIT=", "MEMLIMITS_HEAP_LIMIT=",
+	    "MEMLIMITS_HELD_LIMIT=",  "MEMLIMITS_SAMPLE_INTERVAL=",
+	    "MEMLIMITS_SEED=",        "MEMLIMITS_ON_LIMIT=",
+	    "MEMLIMITS_REPORT=",      "MEMLIMITS_PROFILE=",
+	    "MEMLIMITS_STATS_DIR=",   "MEMLIMITS_DELIVERY="};
 	for (char **e = environ; e && *e; e++) {
 		if (strncmp(*e, "MEMLIMITS_", 10))
 			continue;
@@ -785,6 +799,7 @@ static int run_main(int argc, char **argv)
 	 * enclosing run. */
 	set("MEMLIMITS_ALLOC_LIMIT", o.alloc ? size_env(o.alloc) : NULL);
 	set("MEMLIMITS_HEAP_LIMIT", o.heap ? size_env(o.heap) : NULL);
+	set("MEMLIMITS_HELD_LIMIT", o.held ? size_env(o.held) : NULL);
 	set("MEMLIMITS_SAMPLE_INTERVAL",
 	    o.interval ? size_env(o.interval) : NULL);
 	set("MEMLIMITS_SEED", o.seed);

@@ -48,6 +48,31 @@ int ml__backtrace(void **ip, int max);
 void ml__unwind_lock(void);
 void ml__unwind_unlock(void);
 
+/* ---- Interned call stacks (stacks.c) ---------------------------------- */
+
+#define ML__STACK_DEPTH 32
+#define ML__STACK_TRUNCATED 0x80000000u /* in depth: deeper frames cut */
+#define ML__NSTACKS 4096                /* distinct stacks; ids 1..this */
+struct ml__stack {
+	_Atomic uint64_t key;          /* 0: free; the stack's hash, odd */
+	_Atomic uint32_t ready;        /* ip and depth are written */
+	uint32_t depth;                /* | ML__STACK_TRUNCATED */
+	uintptr_t ip[ML__STACK_DEPTH]; /* innermost first */
+};
+/* Who wants stacks at samples: a mask, so that run mode's profile and the
+ * program's ml_set_stack_capture turn it on and off independently. */
+#define ML__STACKS_API 1u
+#define ML__STACKS_RUN 2u
+extern _Atomic unsigned ml__stacks_wanted;
+/* The caller's stack without the library's frames, innermost first, at
+ * most ML__STACK_DEPTH frames: depth | ML__STACK_TRUNCATED. */
+uint32_t ml__stack_capture(uintptr_t *ip);
+/* The stack's id, 1..ML__NSTACKS, or 0 when the table is full. */
+uint32_t ml__stack_intern(const uintptr_t *ip, uint32_t depth);
+uint32_t ml__stack_here(void); /* capture and intern */
+/* The stack of an id; NULL for 0 or one not written yet. */
+const struct ml__stack *ml__stack_get(uint32_t id);
+
 #pragma GCC visibility pop
 
 #endif

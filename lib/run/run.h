@@ -7,8 +7,9 @@
  * Every thread gets a root task at the bottom of its stack.  The
  * allocation limit counts the samples of all threads together; the heap
  * limit fails each sampled allocation that would take the heap over it
- * (not sticky: a program that catches the failure goes on).  See
- * memlimits(1). */
+ * (not sticky: a program that catches the failure goes on), and so does
+ * the held limit, over the bytes all root tasks hold together (one
+ * shared held account).  See memlimits(1). */
 #ifndef ML_RUN_H
 #define ML_RUN_H
 
@@ -26,6 +27,7 @@ struct ml__run {
 	uint8_t on_limit;         /* ML__ON_LIMIT_*                      */
 	uint64_t alloc_limit;     /* ML_NO_LIMIT = none                  */
 	uint64_t heap_limit;      /* ML_NO_LIMIT = none                  */
+	uint64_t held_limit;      /* ML_NO_LIMIT = none: all threads' held */
 	const char *heap_blind;   /* the heap limit is off: this allocator */
 	uint64_t k;               /* samples that reach alloc_limit      */
 	_Atomic uint64_t samples; /* all root tasks together        */
@@ -47,6 +49,24 @@ void ml__profile_sample(struct ml__thread *t, uint64_t s, uint64_t n);
 void ml__profile_refused(struct ml__thread *t, uint64_t s); /* undo */
 void ml__profile_trip(ml_status why, uint64_t n); /* the tripping stack */
 void ml__report_write(void);                      /* report and profile */
+
+/* ---- Symbols (symbols.c) ---------------------------------------------- */
+
+struct ml__symbols;
+/* demangle: C++ names through the program's __cxa_demangle, which
+ * allocates (never inside an allocation).  NULL when no memory. */
+struct ml__symbols *ml__symbols_open(bool demangle);
+void ml__symbols_close(struct ml__symbols *sy); /* NULL: no-op */
+const char *ml__symbols_exe(const struct ml__symbols *sy);
+/* A collapsed-stack frame: the function, else object+0xoffset. */
+void ml__put_frame(struct ml__out *o, struct ml__symbols *sy, uintptr_t ip);
+/* A report's stack: one "    name+0xoff (object)" line per frame, at
+ * most max of them. */
+void ml__put_stack(struct ml__out *o, struct ml__symbols *sy,
+                   const uintptr_t *ip, uint32_t depth, uint32_t max);
+/* "[prog;]outer;...;inner", "[unknown]" for a stack not captured. */
+void ml__put_collapsed(struct ml__out *o, struct ml__symbols *sy,
+                       const char *prog, const struct ml__stack *st);
 
 /* ---- Statistics (stats.c) --------------------------------------------- */
 

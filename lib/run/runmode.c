@@ -19,6 +19,11 @@ struct root {
 };
 ML__POOL(static, root_pool, (sizeof(struct root) + 63) & ~(size_t)63)
 
+/* The whole process's held account: every root task charges it, so that
+ * a block freed by another thread than its allocator's leaves it too.
+ * Never runs; only its account is used. */
+static struct ml_task process;
+
 static struct root *root_of(const struct ml__thread *t)
 {
 	return t->hook_local[ML__RUN_ROOT];
@@ -28,7 +33,7 @@ static void thread_start(struct ml__thread *t)
 {
 	if (ml__run.stats)
 		ml__force_slow(t); /* every allocation is counted */
-	if (!ml__run.active || root_of(t))
+	if (!ml__run.profiling || root_of(t))
 		return;
 	struct root *root = ml__pool_get(&root_pool);
 	if (!root) {
@@ -47,6 +52,9 @@ static void thread_start(struct ml__thread *t)
 	atomic_init(&root->task.refs, 1);
 	root->slice.task = &root->task;
 	root->slice.seen = ML_OK;
+	if (ML__HELD_ON && !ml__held_share(&root->task, &process))
+		ml__diag("no memory for the held account: this thread's "
+		         "blocks are not counted as held");
 	/* At the bottom of the stack: below any task already running. */
 	ml__tasks_push_bottom(t, &root->slice);
 	t->hook_local[ML__RUN_ROOT] = root;
@@ -58,6 +66,7 @@ static void thread_exit(struct ml__thread *t)
 	if (root) {
 		/* The core has emptied the task stack already. */
 		t->hook_local[ML__RUN_ROOT] = NULL;
+		ml__held_task_end(&root->task);
 		ml__pool_put(&root_pool, root);
 	}
 	if (t->hook_local[ML__RUN_STATS])
@@ -101,6 +110,14 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	    ml__over_global(n)) {
 		fire(ML_GLOBAL_LIMIT, n);
 		return ML__HOOK_REFUSE; /* this allocation only */
+	}
+	/* As the core checks a task's held limit (tasks/task.c), but not
+	 * sticky: the program may free and go on. */
+	if (ml__run.held_limit != ML_NO_LIMIT &&
+	    ml__held_bytes(&process) + s * (uint64_t)t->sampler.interval >=
+	        ml__run.held_limit) {
+		fire(ML_HELD_LIMIT, n);
+		return ML__HOOK_REFUSE;
 	}
 	return 0;
 }
@@ -148,6 +165,13 @@ __attribute__((constructor(110))) static void run_start(void)
 		hooks.alloc = ml__stats_alloc;
 		hooks.failed = ml__stats_failed;
 		hooks.every_alloc = true;
+	}
+	if (ml__run.profiling) {
+		/* Stacks for the profile, held memory for the report. */
+		atomic_fetch_or(&ml__stacks_wanted, ML__STACKS_RUN);
+		process.magic = ML__TASK_FRAME;
+		process.internal = true;
+		ml__held_start();
 	}
 	ml__hooks_install(&hooks);
 	struct ml__thread *t = &ml__self;

@@ -7,7 +7,8 @@
 #include <string.h>
 
 struct ml__run ml__run = {.alloc_limit = ML_NO_LIMIT,
-                          .heap_limit = ML_NO_LIMIT};
+                          .heap_limit = ML_NO_LIMIT,
+                          .held_limit = ML_NO_LIMIT};
 
 static bool read_size(const char *name, uint64_t *out)
 {
@@ -56,6 +57,8 @@ void ml__run_configure(void)
 		r->alloc_limit = x;
 	if (read_size("MEMLIMITS_HEAP_LIMIT", &x))
 		r->heap_limit = x;
+	if (read_size("MEMLIMITS_HELD_LIMIT", &x))
+		r->held_limit = x;
 	const char *v = ml__getenv("MEMLIMITS_ON_LIMIT");
 	if (v) {
 		if (!strcmp(v, "fail"))
@@ -76,8 +79,9 @@ void ml__run_configure(void)
 	if (ml__names_stderr(r->report_path) ||
 	    ml__names_stderr(r->profile_path))
 		ml__diag_keep();
-	r->active =
-	    r->alloc_limit != ML_NO_LIMIT || r->heap_limit != ML_NO_LIMIT;
+	r->active = r->alloc_limit != ML_NO_LIMIT ||
+	            r->heap_limit != ML_NO_LIMIT ||
+	            r->held_limit != ML_NO_LIMIT;
 	r->profiling = r->active || r->profile_path || r->report_path;
 	r->stats = r->stats_dir != NULL;
 	if (!r->active && !r->profiling && !r->stats)

@@ -27,6 +27,7 @@ struct record {
 	uintptr_t addr; /* 0: empty slot */
 	uint64_t weight;
 	struct ml__account *acct[ML__HELD_TASKS];
+	uint32_t stack; /* core/stacks.c's id; 0: not captured */
 };
 
 ML__POOL(static, account_pool, sizeof(struct ml__account))
@@ -155,7 +156,8 @@ static struct ml__account *account_of(struct ml_task *task)
 void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 {
 	struct record r = {.addr = (uintptr_t)p,
-	                   .weight = s * (uint64_t)t->sampler.interval};
+	                   .weight = s * (uint64_t)t->sampler.interval,
+	                   .stack = t->stack};
 	int n = 0;
 	for (struct ml__slice *k = t->top; k && n < ML__HELD_TASKS;
 	     k = k->outer) {
@@ -227,6 +229,41 @@ void ml__held_task_end(struct ml_task *task)
 	    atomic_exchange_explicit(&task->acct, NULL, memory_order_acq_rel);
 	if (a)
 		account_unref(a);
+}
+
+bool ml__held_share(struct ml_task *to, struct ml_task *from)
+{
+	struct ml__account *a = account_of(from);
+	if (!a)
+		return false;
+	atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+	atomic_store_explicit(&to->acct, a, memory_order_release);
+	return true;
+}
+
+uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
+{
+	const struct ml__account *a =
+	    task ? atomic_load_explicit(&task->acct, memory_order_acquire)
+	         : NULL;
+	if (task && !a)
+		return 0; /* it never held anything */
+	uint64_t total = 0;
+	/* One pass under the lock: frees of sampled blocks wait meanwhile,
+	 * no other allocation does. */
+	ml__spin_lock(&table_lock);
+	for (size_t i = 0; i < cap; i++) {
+		const struct record *r = &table[i];
+		bool mine = r->addr && !a;
+		for (int j = 0; r->addr && a && j < ML__HELD_TASKS; j++)
+			mine |= r->acct[j] == a;
+		if (!mine)
+			continue;
+		sums[r->stack <= ML__NSTACKS ? r->stack : 0] += r->weight;
+		total += r->weight;
+	}
+	ml__spin_unlock(&table_lock);
+	return total;
 }
 
 void ml__held_start(void)

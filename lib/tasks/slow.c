@@ -153,6 +153,10 @@ int ml__alloc_slow(uint64_t n)
 	if (s) {
 		if (ML__METER_ON)
 			ml__meter_flush();
+		t->stack = ml__unlikely(atomic_load_explicit(
+		               &ml__stacks_wanted, memory_order_relaxed))
+		               ? ml__stack_here()
+		               : 0;
 		unsigned hv = h->sample ? h->sample(t, s, n) : 0;
 		verdict = ml__tasks_sample(t, s, n, hv);
 		/* A refused allocation allocated nothing. */

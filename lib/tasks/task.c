@@ -504,7 +504,7 @@ ML__SYMVER_DEFAULT(ml__run_0_2, ml_run, "MEMLIMITS_0.2");
 
 /* A task pointer from outside: a live task of ml_task_new, or ml_run's
  * (FRAME) while it runs; anything else is refused where it can be told. */
-static bool task_valid(const struct ml_task *task)
+bool ml__task_valid(const struct ml_task *task)
 {
 	return task && (task->magic == ML__TASK_LIVE ||
 	                (task->magic == ML__TASK_FRAME && !task->internal));
@@ -556,7 +556,7 @@ ML_EXPORT void ml_task_free(ml_task *task)
 ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
                                 ml_outcome *out)
 {
-	if (!task_valid(task) || !fn)
+	if (!ml__task_valid(task) || !fn)
 		return ML_EINVAL;
 	struct ml__slice slice;
 	slice.task = task;
@@ -576,14 +576,14 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 
 ML_EXPORT ml_status ml_task_status(const ml_task *task)
 {
-	if (!task_valid(task))
+	if (!ml__task_valid(task))
 		return ML_EINVAL;
 	return task_poll((struct ml_task *)task);
 }
 
 ML_EXPORT uint64_t ml_task_allocated(const ml_task *task)
 {
-	if (!task_valid(task))
+	if (!ml__task_valid(task))
 		return 0;
 	return atomic_load_explicit(&task->samples, memory_order_relaxed) *
 	       task->interval;
@@ -591,7 +591,7 @@ ML_EXPORT uint64_t ml_task_allocated(const ml_task *task)
 
 ML_EXPORT uint64_t ml_task_held(const ml_task *task)
 {
-	if (!task_valid(task))
+	if (!ml__task_valid(task))
 		return 0;
 	return ml__held_bytes(task);
 }

@@ -104,6 +104,9 @@ struct ml__thread {
 	 * (charged_samples samples): taken back if the allocator fails it. */
 	uint8_t charged;
 	uint64_t charged_samples;
+	/* The interned call stack of the last sample (core/stacks.c), when
+	 * stacks are wanted; else 0. */
+	uint32_t stack;
 };
 
 enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
@@ -249,6 +252,15 @@ uint64_t ml__held_bytes(const struct ml_task *task);
 uint64_t ml__held_peak(const struct ml_task *task);
 /* The task ends: it gives up its account (its records keep it alive). */
 void ml__held_task_end(struct ml_task *task);
+/* `to` holds its blocks in from's account (made now if need be): run
+ * mode's root tasks share one.  false when no memory. */
+bool ml__held_share(struct ml_task *to, struct ml_task *from);
+/* sums[id] += the weights of the live records of each stack id (0 ..
+ * ML__NSTACKS) charged to task (NULL: every record, once); the total. */
+uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums);
+/* A task pointer from the program: one of ml_task_new, not freed, or an
+ * ml_run's while it runs. */
+bool ml__task_valid(const struct ml_task *task);
 
 #pragma GCC visibility pop
 

@@ -70,6 +70,46 @@ void ml__out_u(struct ml__out *o, uint64_t v, unsigned base)
 	ml__out_puts(o, ml__utoa(v, base, tmp));
 }
 
+void ml__out_x(struct ml__out *o, uint64_t v)
+{
+	ml__out_puts(o, "0x");
+	ml__out_u(o, v, 16);
+}
+
+/* v/d with one decimal, rounded: "12.5". */
+void ml__out_ratio(struct ml__out *o, uint64_t v, uint64_t d)
+{
+	if (!d) {
+		ml__out_puts(o, "0.0");
+		return;
+	}
+	unsigned __int128 tenths = ((unsigned __int128)v * 10 + d / 2) / d;
+	ml__out_u(o, (uint64_t)(tenths / 10), 10);
+	ml__out_puts(o, ".");
+	ml__out_u(o, (uint64_t)(tenths % 10), 10);
+}
+
+/* "67108864 bytes (64.0 MiB)" */
+void ml__out_size(struct ml__out *o, uint64_t v)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+	ml__out_u(o, v, 10);
+	ml__out_puts(o, " bytes");
+	if (v < 1024)
+		return;
+	int u = 0;
+	uint64_t d = 1024;
+	while (u < 4 && v / d >= 1024) {
+		d *= 1024;
+		u++;
+	}
+	ml__out_puts(o, " (");
+	ml__out_ratio(o, v, d);
+	ml__out_puts(o, " ");
+	ml__out_puts(o, unit[u]);
+	ml__out_puts(o, ")");
+}
+
 static void put(struct ml__out *o, char c)
 {
 	ml__out_put(o, &c, 1);

@@ -131,6 +131,10 @@ struct ml__out {
 void ml__out_put(struct ml__out *o, const char *s, size_t n);
 void ml__out_puts(struct ml__out *o, const char *s);
 void ml__out_u(struct ml__out *o, uint64_t v, unsigned base);
+void ml__out_x(struct ml__out *o, uint64_t v);                  /* 0x1f */
+void ml__out_ratio(struct ml__out *o, uint64_t v, uint64_t d); /* 12.5 */
+/* "67108864 bytes (64.0 MiB)" */
+void ml__out_size(struct ml__out *o, uint64_t v);
 void ml__out_flush(struct ml__out *o, size_t upto); /* buf[0, upto) to fd */
 /* write(2) all of buf: 0 or an errno value. */
 int ml__out_write(int fd, const char *buf, size_t len);

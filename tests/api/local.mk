@@ -112,6 +112,13 @@ tests_api_test_held_SOURCES = tests/api/test-held.c
 tests_api_test_held_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_held_LDADD = $(ML_TEST_LIBS)
 tests_api_test_held_LDFLAGS = $(ML_TEST_LINK)
+# ml_write_held_profile and ml_set_stack_capture.
+check_PROGRAMS += tests/api/test-held-profile
+TESTS += tests/api/test-held-profile
+tests_api_test_held_profile_SOURCES = tests/api/test-held-profile.c
+tests_api_test_held_profile_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_held_profile_LDADD = $(ML_TEST_LIBS)
+tests_api_test_held_profile_LDFLAGS = $(ML_TEST_LINK)
 
 # A 0.1 binary against this library (tests/api/test-abi-0.1.sh): built
 # with the saved 0.1 header, linked against a stand-in with the 0.1 names

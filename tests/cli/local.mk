@@ -15,8 +15,8 @@ tests_cli_test_run_rss_LDFLAGS = -no-install
 # What is charged and what the report says: allocators the meter cannot
 # read, the report's figures.
 check_PROGRAMS += tests/cli/test-run-alloc
-TESTS += tests/cli/test-accounting.sh
-EXTRA_DIST += tests/cli/test-accounting.sh
+TESTS += tests/cli/test-accounting.sh tests/cli/test-run-held.sh
+EXTRA_DIST += tests/cli/test-accounting.sh tests/cli/test-run-held.sh
 # -rdynamic: the report test looks for functions by name (dladdr).
 tests_cli_test_run_alloc_SOURCES = tests/cli/test-run-alloc.c
 tests_cli_test_run_alloc_CFLAGS = $(AM_CFLAGS) -fno-builtin

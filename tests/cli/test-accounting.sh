@@ -78,7 +78,8 @@ else
 	notok "a site with 0 bytes is listed (or the limit was not reached)"
 	diag "$tmp/r.txt"
 fi
-listed=$(grep -c '^#[0-9]*: ' "$tmp/r.txt")
+# Only the allocation sites' section: the held sections follow it.
+listed=$(sed -n '/^top allocation sites/,/^memory held/p' "$tmp/r.txt" | grep -c '^#[0-9]*: ')
 distinct=$(sed -n 's/^top allocation sites by sampled bytes (\([0-9]*\) distinct.*/\1/p' "$tmp/r.txt")
 if test "$listed" = "$distinct"; then
 	ok "the count of distinct stacks counts the listed ones ($distinct)"

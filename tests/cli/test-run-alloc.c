@@ -11,8 +11,18 @@
  *   test-run-alloc fork MIB   1 MiB blocks until one is refused (at most
  *                             MIB), then fork: exit 0 when the child's 16
  *                             blocks of 1 MiB all succeed (its own budget)
+ *   test-run-alloc leak MIB   1 MiB blocks kept by leak_function: prints
+ *                             how many were refused
+ *   test-run-alloc stream MIB MIB blocks of 1 MiB, each freed at once
+ *                             (stream_function): exit 0 when none failed
+ *   test-run-alloc handoff MIB  MIB blocks of 1 MiB kept, freed by another
+ *                             thread, then MIB more kept: exit 0 when none
+ *                             failed
+ *   test-run-alloc twoleak MIB  two threads keep MIB blocks of 1 MiB each:
+ *                             prints how many were refused
  * Linked -rdynamic: the report names the functions through dladdr. */
 #include <errno.h>
+#include <pthread.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +33,8 @@
 
 void hog_until_refused(long mib);
 void refused_function(void);
+void leak_function(long mib);
+int stream_function(long mib);
 
 void *volatile sink; /* keeps the allocations from being optimised out */
 
@@ -115,6 +127,98 @@ static int forked(long mib)
 	return parent_refused && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
+__attribute__((noinline)) void leak_function(long mib)
+{
+	long refused = 0;
+	for (long i = 0; i < mib; i++) {
+		char *p = malloc(1 << 20);
+		if (!p) {
+			refused++;
+			continue;
+		}
+		p[0] = 1;
+		sink = p; /* kept */
+	}
+	printf("leak: %ld of %ld refused\n", refused, mib);
+}
+
+__attribute__((noinline)) int stream_function(long mib)
+{
+	int fails = 0;
+	for (long i = 0; i < mib; i++) {
+		char *p = malloc(1 << 20);
+		if (!p) {
+			fails++;
+			continue;
+		}
+		memset(p, 1, 4096);
+		sink = p;
+		free(p);
+	}
+	printf("stream: %ld MiB, %d failed\n", mib, fails);
+	return fails != 0;
+}
+
+struct blocks {
+	char **p;
+	long n;
+};
+
+static void *free_all(void *arg)
+{
+	struct blocks *b = arg;
+	for (long i = 0; i < b->n; i++)
+		free(b->p[i]);
+	return NULL;
+}
+
+static void *leak_thread(void *arg)
+{
+	long mib = *(long *)arg, refused = 0;
+	for (long i = 0; i < mib; i++) {
+		char *p = malloc(1 << 20);
+		refused += !p;
+		sink = p;
+	}
+	return (void *)(intptr_t)refused;
+}
+
+static int twoleak(long mib)
+{
+	pthread_t th[2];
+	long refused = 0;
+	for (int i = 0; i < 2; i++)
+		if (pthread_create(&th[i], NULL, leak_thread, &mib) != 0)
+			return 1;
+	for (int i = 0; i < 2; i++) {
+		void *r;
+		pthread_join(th[i], &r);
+		refused += (long)(intptr_t)r;
+	}
+	printf("twoleak: %ld of %ld refused\n", refused, 2 * mib);
+	return 0;
+}
+
+/* Held memory is the allocator's until freed, by whichever thread. */
+static int handoff(long mib)
+{
+	char **keep = calloc((size_t)mib, sizeof *keep);
+	int fails = 0;
+	for (int round = 0; keep && round < 2; round++) {
+		for (long i = 0; i < mib; i++) {
+			keep[i] = malloc(1 << 20);
+			fails += !keep[i];
+		}
+		struct blocks b = {keep, mib};
+		pthread_t th;
+		if (pthread_create(&th, NULL, free_all, &b) != 0 ||
+		    pthread_join(th, NULL) != 0)
+			return 1;
+	}
+	printf("handoff: %d failed\n", fails);
+	return !keep || fails != 0;
+}
+
 static int usable(void)
 {
 	int bad = 0;
@@ -144,6 +248,16 @@ int main(int argc, char **argv)
 		return peak(atol(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "fork"))
 		return forked(atol(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "leak")) {
+		leak_function(atol(argv[2]));
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "stream"))
+		return stream_function(atol(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "twoleak"))
+		return twoleak(atol(argv[2]));
+	if (argc == 3 && !strcmp(argv[1], "handoff"))
+		return handoff(atol(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "refused")) {
 		hog_until_refused(atol(argv[2]));
 		refused_function();
@@ -151,6 +265,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "usage: test-run-alloc huge | usable | peak MIB | "
-	                "refused MIB | fork MIB\n");
+	                "refused MIB | fork MIB | leak MIB | stream MIB | "
+	                "handoff MIB | twoleak MIB\n");
 	return 2;
 }
