@@ -219,6 +219,10 @@ static void put_limits(struct ml__out *o)
 		       "read\n");
 	} else {
 		ml__out_size(o, ml__run.heap_limit);
+		if (ml__run.heap_from) { /* a percentage: of what */
+			ml__out_puts(o, " = ");
+			ml__out_puts(o, ml__run.heap_from);
+		}
 		ml__out_puts(o, "\n  heap in use now: ");
 		ml__out_size(o, ml__meter_usage());
 		ml__out_puts(o, "\n  peak heap: ");

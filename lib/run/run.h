@@ -28,6 +28,7 @@ struct ml__run {
 	uint64_t alloc_limit;     /* ML_NO_LIMIT = none                  */
 	uint64_t heap_limit;      /* ML_NO_LIMIT = none                  */
 	uint64_t held_limit;      /* ML_NO_LIMIT = none: all threads' held */
+	const char *heap_from;    /* "80% of physical memory", or NULL   */
 	const char *heap_blind;   /* the heap limit is off: this allocator */
 	uint64_t k;               /* samples that reach alloc_limit      */
 	_Atomic uint64_t samples; /* all root tasks together        */

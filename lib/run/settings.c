@@ -28,6 +28,42 @@ static bool read_size(const char *name, uint64_t *out)
 	return false;
 }
 
+/* MEMLIMITS_HEAP_LIMIT=P%: P% of what the process may use, read now (its
+ * cgroup's memory.max, else physical memory); what it is a percentage of
+ * is kept for the report.  True when the value is a percentage, good or
+ * not: a bad one is said and leaves *out as it was. */
+static char heap_from[ML__PATH_MAX + 64];
+
+static bool read_percent(const char *name, uint64_t *out)
+{
+	const char *v = ml__getenv(name), *src;
+	uint64_t pct;
+	if (!v || !strchr(v, '%'))
+		return false;
+	if (ml__parse_percent(v, &pct) != 0) {
+		ml__diag("ignoring %s=%s: expected a percentage above 0 and at "
+		         "most 100 (e.g. 80%%, 12.5%%)",
+		         name, v);
+		return true;
+	}
+	uint64_t total = ml__memory_total(ML__CGROUP_ROOT, &src);
+	if (!src) {
+		ml__diag("ignoring %s=%s: the memory size is unknown", name, v);
+		return true;
+	}
+	*out = ml__percent_of(total, pct);
+	if (*out == ML_NO_LIMIT)
+		(*out)--; /* ML_NO_LIMIT would mean none */
+	struct ml__out o = {
+	    .buf = heap_from, .cap = sizeof heap_from - 1, .fd = -1};
+	ml__out_puts(&o, v);
+	ml__out_puts(&o, " of ");
+	ml__out_puts(&o, src);
+	heap_from[o.len] = 0;
+	ml__run.heap_from = heap_from;
+	return true;
+}
+
 /* Paths are copied at start: a program may overwrite its environment
  * strings (setproctitle: redis, nginx) before we write at exit.  A path
  * that does not fit is refused, never cut short. */
@@ -55,7 +91,8 @@ void ml__run_configure(void)
 	uint64_t x;
 	if (read_size("MEMLIMITS_ALLOC_LIMIT", &x))
 		r->alloc_limit = x;
-	if (read_size("MEMLIMITS_HEAP_LIMIT", &x))
+	if (!read_percent("MEMLIMITS_HEAP_LIMIT", &r->heap_limit) &&
+	    read_size("MEMLIMITS_HEAP_LIMIT", &x))
 		r->heap_limit = x;
 	if (read_size("MEMLIMITS_HELD_LIMIT", &x))
 		r->held_limit = x;

@@ -132,6 +132,42 @@ int ml__parse_limit(const char *s, uint64_t *out)
 	return 0;
 }
 
+int ml__parse_percent(const char *s, uint64_t *out)
+{
+	if (!s || !is_digit(*s))
+		return -1;
+	uint64_t v = 0;
+	const char *p = s;
+	for (; is_digit(*p); p++) {
+		v = v * 10 + (uint64_t)(*p - '0');
+		if (v > 100)
+			return -1; /* and no overflow below */
+	}
+	uint64_t unit = ML__PERCENT_UNIT;
+	v *= unit;
+	if (*p == '.') {
+		if (!is_digit(*++p))
+			return -1;
+		for (; is_digit(*p); p++) {
+			if (unit == 1)
+				return -1; /* more than 9 decimals */
+			unit /= 10;
+			v += unit * (uint64_t)(*p - '0');
+		}
+	}
+	if (p[0] != '%' || p[1] || v == 0 || v > 100ull * ML__PERCENT_UNIT)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+uint64_t ml__percent_of(uint64_t total, uint64_t pct)
+{
+	/* < 2^64 * 2^37: fits; the quotient is at most total. */
+	return (uint64_t)((unsigned __int128)total * pct /
+	                  (100ull * ML__PERCENT_UNIT));
+}
+
 int ml__parse_prob(const char *s, double *out)
 {
 	/* strtod would do, but it may consult the locale; this accepts

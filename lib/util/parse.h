@@ -16,6 +16,14 @@ int ml__parse_size(const char *s, uint64_t *out);
  * malformed value; ML__PARSE_NO_LIMIT for exactly 2^64-1 bytes. */
 #define ML__PARSE_NO_LIMIT (-2)
 int ml__parse_limit(const char *s, uint64_t *out);
+/* A percentage: "80%", "12.5%", more than 0 and at most 100, with at most
+ * 9 decimals (what it is a percentage of, the caller knows).  Counted
+ * exactly in billionths of a percent: *out = P * ML__PERCENT_UNIT.  0 on
+ * success; -1 on anything else ("0%", "101%", "x%", "%", " 5%"). */
+#define ML__PERCENT_UNIT 1000000000u /* 1% */
+int ml__parse_percent(const char *s, uint64_t *out);
+/* floor(total * pct / 100%), exactly: pct from ml__parse_percent. */
+uint64_t ml__percent_of(uint64_t total, uint64_t pct);
 /* A decimal or 0x-hexadecimal unsigned 64-bit integer. */
 int ml__parse_u64(const char *s, uint64_t *out);
 /* A probability in (0, 1): "1e-9", "0.001". */

@@ -157,6 +157,21 @@ const char *ml__strerror(int err); /* no allocation, no locale */
 /* This program's path (/proc/self/exe) in buf, or "?"; cap >= 2. */
 void ml__self_exe(char *buf, size_t cap);
 
+/* ---- The memory the process may use (memtotal.c) ---------------------- */
+
+/* The smallest memory.max (cgroup v2) over the process's cgroup and its
+ * ancestors, files under cgroup_root (ML__CGROUP_ROOT; tests pass a tree
+ * of their own), "max" meaning none; else physical memory.  *source says
+ * which: "cgroup /a/b/memory.max" (static storage: valid until the next
+ * call) or "physical memory"; NULL, and 0 returned, when neither can be
+ * read.  Garbage in a memory.max counts as none and is said once.  No
+ * allocation: safe in a constructor of the interposer.  _from reads the
+ * cgroup from self_cgroup, a file in /proc/self/cgroup's format. */
+#define ML__CGROUP_ROOT "/sys/fs/cgroup"
+uint64_t ml__memory_total(const char *cgroup_root, const char **source);
+uint64_t ml__memory_total_from(const char *self_cgroup,
+                               const char *cgroup_root, const char **source);
+
 /* ---- Loaded objects (objects.c) --------------------------------------- */
 
 /* The loaded object holding addr: _dl_find_object, or dl_iterate_phdr
