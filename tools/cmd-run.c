@@ -34,7 +34,7 @@
 #define MAX_SCRIPT_DEPTH 4 /* the kernel's own limit on #! nesting */
 
 static const char synopsis[] =
-    "[--alloc-limit SIZE] [--heap-limit SIZE] [--held-limit SIZE] "
+    "[--alloc-limit SIZE] [--heap-limit SIZE|P%] [--held-limit SIZE] "
     "[--interval SIZE] [--seed N] "
     "[--on-limit fail|abort] [--report FILE] [--profile FILE] [--stats DIR] "
     "[--verbose] -- PROGRAM [ARG...]";
@@ -54,6 +54,11 @@ static void help(void)
 	    "heap of a process\n"
 	    "                      over SIZE bytes (malloc returns NULL, "
 	    "ENOMEM)\n"
+	    "  --heap-limit P%%     the same with P%% of the cgroup's "
+	    "memory.max (cgroup v2),\n"
+	    "                      or of physical memory where it sets "
+	    "none, read by each\n"
+	    "                      process at start\n"
 	    "  --held-limit SIZE   refuse allocations that would take the "
 	    "bytes all threads\n"
 	    "                      of a process hold (not yet freed, "
@@ -106,6 +111,17 @@ static void size_opt(const char *name, const char *v, bool nonzero, bool limit)
 		                     name, v);
 	if (nonzero && x == 0)
 		ml__tool_usage_error(CMD, "%s must be at least 1 byte", name);
+}
+
+/* P%: passed on as it is, each process reads its memory size at start. */
+static void percent_opt(const char *name, const char *v)
+{
+	uint64_t x;
+	if (ml__parse_percent(v, &x) != 0)
+		ml__tool_usage_error(CMD,
+		                     "invalid percentage for %s: '%s' (above 0 "
+		                     "and at most 100: 80%%, 12.5%%)",
+		                     name, v);
 }
 
 /* One canonical form for the environment: plain bytes. */
@@ -227,7 +243,10 @@ static void parse(int argc, char **argv, struct opts *o)
 			o->alloc = optarg;
 			break;
 		case O_HEAP:
-			size_opt("--heap-limit", optarg, false, true);
+			if (strchr(optarg, '%'))
+				percent_opt("--heap-limit", optarg);
+			else
+				size_opt("--heap-limit", optarg, false, true);
 			o->heap = optarg;
 			break;
 		case O_HELD:
@@ -713,6 +732,27 @@ static void say(const char *name, const char *value, const char *source)
 	fprintf(stderr, "memlimits run: %s = %s (%s)\n", name, value, source);
 }
 
+/* A percentage, with what it is a percentage of here; each process
+ * reads that again at start (lib/run/settings.c). */
+static void say_percent(const char *name, const char *pct, const char *source)
+{
+	uint64_t p = 0;
+	ml__parse_percent(pct, &p);
+	const char *of;
+	uint64_t total = ml__memory_total(ML__CGROUP_ROOT, &of);
+	if (!of) {
+		fprintf(stderr,
+		        "memlimits run: %s = %s of a memory size that cannot "
+		        "be read: ignored (%s)\n",
+		        name, pct, source);
+		return;
+	}
+	fprintf(stderr,
+	        "memlimits run: %s = %" PRIu64 " bytes = %s of %s, read "
+	        "again by each process at start (%s)\n",
+	        name, ml__percent_of(total, p), pct, of, source);
+}
+
 /* --verbose: the settings the program starts with, each with where it
  * comes from.  The run's own variables are set above; MEMLIMITS_DELIVERY
  * and any other MEMLIMITS_* variable pass through from our environment
@@ -725,8 +765,11 @@ static void print_settings(const struct opts *o, const char *lib,
 	say("library", lib, "LD_PRELOAD");
 	say("alloc limit", o->alloc ? o->alloc : "none",
 	    o->alloc ? "--alloc-limit" : "default");
-	say("heap limit", o->heap ? o->heap : "none",
-	    o->heap ? "--heap-limit" : "default");
+	if (o->heap && strchr(o->heap, '%'))
+		say_percent("heap limit", o->heap, "--heap-limit");
+	else
+		say("heap limit", o->heap ? o->heap : "none",
+		    o->heap ? "--heap-limit" : "default");
 	say("held limit", o->held ? o->held : "none",
 	    o->held ? "--held-limit" : "default");
 	say("on limit", o->on_limit ? o->on_limit : "fail",
@@ -798,7 +841,8 @@ static int run_main(int argc, char **argv)
 	/* The run's settings are exactly these: nothing inherited from an
 	 * enclosing run. */
 	set("MEMLIMITS_ALLOC_LIMIT", o.alloc ? size_env(o.alloc) : NULL);
-	set("MEMLIMITS_HEAP_LIMIT", o.heap ? size_env(o.heap) : NULL);
+	set("MEMLIMITS_HEAP_LIMIT",
+	    !o.heap || strchr(o.heap, '%') ? o.heap : size_env(o.heap));
 	set("MEMLIMITS_HELD_LIMIT", o.held ? size_env(o.held) : NULL);
 	set("MEMLIMITS_SAMPLE_INTERVAL",
 	    o.interval ? size_env(o.interval) : NULL);
