@@ -16,7 +16,12 @@ void fuzz_run_parse(int argc, char **argv)
 	 * never 2^64-1 (ML_NO_LIMIT, which would mean none). */
 	if (o.alloc && !strcmp(size_env(o.alloc), "18446744073709551615"))
 		abort();
-	if (o.heap && !strcmp(size_env(o.heap), "18446744073709551615"))
+	/* A percentage is passed on as given: it must parse. */
+	uint64_t pct;
+	if (o.heap && strchr(o.heap, '%') && ml__parse_percent(o.heap, &pct))
+		abort();
+	if (o.heap && !strchr(o.heap, '%') &&
+	    !strcmp(size_env(o.heap), "18446744073709551615"))
 		abort();
 	if (o.interval && !strcmp(size_env(o.interval), "0"))
 		abort(); /* --interval 0 must have been refused */

@@ -1,7 +1,8 @@
 /* libFuzzer target: the environment the library reads at start
  * (lib/core/settings.c: MEMLIMITS_SAMPLE_INTERVAL, _SEED, _FAULT,
  * _DELIVERY; lib/run/settings.c: MEMLIMITS_ALLOC_LIMIT, _HEAP_LIMIT,
- * _ON_LIMIT, _REPORT, _PROFILE, _STATS_DIR) and the diagnostics it prints
+ * _ON_LIMIT, _REPORT, _PROFILE, _STATS_DIR; a percentage heap limit reads
+ * lib/util/memtotal.c's files) and the diagnostics it prints
  * about bad values (lib/util/diag.c).  The input is up to ten lines, one
  * value per variable.
  *
@@ -151,5 +152,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	                         ml__run.held_limit != ML_NO_LIMIT));
 	if (ml__run.heap_limit != ML_NO_LIMIT)
 		CHECK(global_limit == ml__run.heap_limit);
+	/* A good percentage sets the limit and says of what; a bad one
+	 * leaves none. */
+	if (val[5] && *val[5] && strchr(val[5], '%')) {
+		bool good = ml__parse_percent(val[5], &x) == 0;
+		CHECK(good == (ml__run.heap_limit != ML_NO_LIMIT));
+		CHECK(good == (ml__run.heap_from != NULL));
+	} else {
+		CHECK(ml__run.heap_from == NULL);
+	}
 	return 0;
 }

@@ -1,6 +1,6 @@
 /* libFuzzer target: the parsers of values from outside (lib/util/parse.c):
- * sizes, unsigned 64-bit integers and probabilities, as used by the
- * environment (MEMLIMITS_*) and the command line.  Each result is checked
+ * sizes, unsigned 64-bit integers, probabilities and percentages, as used by
+ * the environment (MEMLIMITS_*) and the command line.  Each result is checked
  * against a slow reference written from the grammar in lib/util/parse.h, so an
  * off-by-one in an overflow check or a suffix shows as a crash, and ASan
  * catches any read past the string's end (the input is copied into a
@@ -109,6 +109,38 @@ static int ref_size(const char *s, uint64_t *out, int *slack)
 	return -1;
 }
 
+/* Reference for ml__parse_percent: digits, an optional '.' and 1 to 9
+ * digits, '%', the end; in billionths of a percent, more than 0 and at
+ * most 100%.  Exact with 128-bit arithmetic (the integer part saturates). */
+static int ref_percent(const char *s, uint64_t *out)
+{
+	unsigned __int128 v = 0;
+	const char *p = s;
+	if (!(*p >= '0' && *p <= '9'))
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++)
+		if (v < 1000)
+			v = v * 10 + (unsigned)(*p - '0');
+	v *= 1000000000u;
+	if (*p == '.') {
+		unsigned __int128 scale = 100000000u;
+		int n = 0;
+		for (p++; *p >= '0' && *p <= '9'; p++, n++) {
+			if (n >= 9)
+				return -1;
+			v += scale * (unsigned)(*p - '0');
+			scale /= 10;
+		}
+		if (!n)
+			return -1;
+	}
+	if (strcmp(p, "%") || v == 0 ||
+	    v > 100 * (unsigned __int128)1000000000u)
+		return -1;
+	*out = (uint64_t)v;
+	return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -143,6 +175,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	else
 		CHECK(rl == 0 && l == a);
 
+	/* A percentage, and the bytes it makes never above the total. */
+	uint64_t pa = 7, pb = 0;
+	int rp = ml__parse_percent(s, &pa);
+	CHECK(rp == ref_percent(s, &pb));
+	CHECK(rp == 0 ? pa == pb : pa == 7);
+	if (rp == 0 && size >= 8) {
+		uint64_t total;
+		memcpy(&total, data, sizeof total);
+		uint64_t of = ml__percent_of(total, pa);
+		CHECK(of <= total);
+		CHECK(pa != 100ull * ML__PERCENT_UNIT || of == total);
+	}
+
 	double d = -1;
 	if (ml__parse_prob(s, &d) == 0)
 		CHECK(d > 0 && d < 1 && !isnan(d));
@@ -150,7 +195,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* NULL is refused, never dereferenced. */
 	CHECK(ml__parse_u64(NULL, &a) == -1 && ml__parse_size(NULL, &a) == -1 &&
 	      ml__parse_limit(NULL, &a) == -1 &&
-	      ml__parse_prob(NULL, &d) == -1);
+	      ml__parse_prob(NULL, &d) == -1 &&
+	      ml__parse_percent(NULL, &a) == -1);
 	free(s);
 	return 0;
 }

@@ -26,7 +26,7 @@ fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c 
 		$(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c -lm
 FUZZ_ENV_SRC = $(top_srcdir)/fuzz/fuzz-env.c $(top_srcdir)/lib/util/parse.c \
 	$(top_srcdir)/lib/util/diag.c $(top_srcdir)/lib/util/system.c \
-	$(top_srcdir)/lib/util/self.c \
+	$(top_srcdir)/lib/util/self.c $(top_srcdir)/lib/util/memtotal.c \
 	$(top_srcdir)/lib/core/settings.c $(top_srcdir)/lib/run/settings.c
 fuzz/fuzz-env: $(FUZZ_ENV_SRC) $(top_srcdir)/lib/run/run.h $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
@@ -35,13 +35,15 @@ fuzz/fuzz-env: $(FUZZ_ENV_SRC) $(top_srcdir)/lib/run/run.h $(FUZZ_DEPS)
 fuzz/fuzz-cli: $(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/fuzz-cli.h \
 		$(top_srcdir)/fuzz/cli-run.c $(top_srcdir)/fuzz/cli-bounds.c \
 		$(top_srcdir)/tools/cmd-run.c $(top_srcdir)/tools/cmd-bounds.c \
-		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c $(top_srcdir)/lib/sampler/bounds.c $(FUZZ_DEPS)
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c $(top_srcdir)/lib/sampler/bounds.c \
+		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
 		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
 		$(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/cli-run.c \
 		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
-		$(top_srcdir)/lib/sampler/bounds.c -lm
+		$(top_srcdir)/lib/sampler/bounds.c $(top_srcdir)/lib/util/memtotal.c \
+		$(top_srcdir)/lib/util/diag.c -lm
 fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h \
 		$(top_srcdir)/tools/cmd-stats.c $(top_srcdir)/lib/util/parse.c \
 		$(FUZZ_DEPS)
@@ -50,11 +52,13 @@ fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h
 		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/util/parse.c -lm
 fuzz/fuzz-elf: $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/fuzz/usage-jump.h \
 		$(top_srcdir)/tools/cmd-run.c \
-		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c $(FUZZ_DEPS)
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
+		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
 		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
-		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c -lm
+		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
+		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c -lm
 
 fuzz-build: $(FUZZ_TARGETS)
 
@@ -104,12 +108,13 @@ fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/util/parse.c
 fuzz_replay_parse_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_parse_LDADD = -lm
 fuzz_replay_env_SOURCES = fuzz/replay.c fuzz/fuzz-env.c lib/util/parse.c \
-	lib/util/diag.c lib/util/system.c lib/util/self.c lib/core/settings.c \
-	lib/run/settings.c
+	lib/util/diag.c lib/util/system.c lib/util/self.c lib/util/memtotal.c \
+	lib/core/settings.c lib/run/settings.c
 fuzz_replay_env_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_env_LDADD = -ldl -lm
 fuzz_replay_cli_SOURCES = fuzz/replay.c fuzz/fuzz-cli.c fuzz/cli-run.c \
-	fuzz/cli-bounds.c lib/util/parse.c lib/util/self.c lib/sampler/bounds.c
+	fuzz/cli-bounds.c lib/util/parse.c lib/util/self.c lib/sampler/bounds.c \
+	lib/util/memtotal.c lib/util/diag.c
 fuzz_replay_cli_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_cli_LDADD = -lm
 fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c fuzz/usage-jump.h \
@@ -117,6 +122,6 @@ fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c fuzz/usage-jump.h \
 fuzz_replay_stats_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_stats_LDADD = -lm
 fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \
-	lib/util/parse.c lib/util/self.c
+	lib/util/parse.c lib/util/self.c lib/util/memtotal.c lib/util/diag.c
 fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_elf_LDADD = -lm

@@ -25,3 +25,14 @@ tests_unit_test_faults_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
 # The layers go one way (docs/internals.md, "Layers").
 TESTS += tests/unit/test-layers.sh
 EXTRA_DIST += tests/unit/test-layers.sh
+
+# The memory a process may use (cgroup v2 memory.max, else physical memory)
+# over fake cgroup trees, and the percentage parser of --heap-limit P%
+# (issue 14).  The util files are compiled in: no interposer.
+check_PROGRAMS += tests/unit/test-memtotal
+TESTS += tests/unit/test-memtotal
+tests_unit_test_memtotal_SOURCES = tests/unit/test-memtotal.c \
+	lib/util/memtotal.c lib/util/parse.c lib/util/diag.c
+tests_unit_test_memtotal_LDADD = tests/tap/libtap.la -lm
+tests_unit_test_memtotal_LDFLAGS = $(ML_TEST_LINK)
+tests_unit_test_memtotal_CFLAGS = $(ML_TEST_CFLAGS)
