@@ -35,6 +35,11 @@ EXTRA_DIST += tests/cli/test-badinput-cli.sh
 tests_cli_make_elf_SOURCES = tests/cli/make-elf.c
 tests_cli_make_elf_LDFLAGS = -no-install
 
+# --heap-limit P% and MEMLIMITS_HEAP_LIMIT=P% (issue 14): a percentage of
+# the cgroup's memory.max or of physical memory, computed by the test too.
+TESTS += tests/cli/test-heap-percent.sh
+EXTRA_DIST += tests/cli/test-heap-percent.sh
+
 # The memlimits bounds command (tools/memlimits, built with `all`).
 TESTS += tests/cli/test-cli-bounds.sh
 EXTRA_DIST += tests/cli/test-cli-bounds.sh
