@@ -98,6 +98,8 @@ static void usage(void)
 	fprintf(stderr, "usage: bench pairs idle|task|global N REPS\n"
 #ifndef BENCH_GLIBC
 	                "       bench slow DEPTH S N REPS\n"
+	                "       bench slowheld|slowstack DEPTH S N REPS\n"
+	                "       bench heldmem S N\n"
 	                "       bench slowcmp DEPTH N REPS\n"
 	                "       bench run M REPS\n"
 #endif
@@ -187,6 +189,47 @@ static double samples_per_pair(uint64_t s, uint64_t n)
 	return (double)out.allocated / (double)s / (double)n;
 }
 
+/* Resident bytes of this process (VmRSS). */
+static double rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	double kb = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "VmRSS: %lf kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb * 1024;
+}
+
+static void **held_blocks;
+static void *hold_n(void *arg)
+{
+	uint64_t n = *(uint64_t *)arg;
+	for (uint64_t i = 0; i < n; i++)
+		held_blocks[i] = malloc(64);
+	return NULL;
+}
+
+/* The growth of the resident set while a task allocates and holds n
+ * blocks of 64 bytes: at S = 1 every block is tracked, at S = 2^40 none
+ * is; the difference over n is the memory per tracked block. */
+static double held_memory(uint64_t n)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	ml_task *t = ml_task_new(&l);
+	held_blocks = calloc(n, sizeof *held_blocks);
+	if (!t || !held_blocks)
+		exit(1);
+	memset(held_blocks, 1, n * sizeof *held_blocks);
+	double before = rss_bytes();
+	ml_task_run(t, hold_n, &n, NULL);
+	double after = rss_bytes();
+	ml_task_free(t);
+	return after - before;
+}
+
 static void *nothing(void *arg)
 {
 	return arg;
@@ -253,6 +296,25 @@ int main(int argc, char **argv)
 		return 0;
 	}
 #ifndef BENCH_GLIBC
+	if ((strcmp(argv[1], "slowheld") == 0 ||
+	     strcmp(argv[1], "slowstack") == 0) &&
+	    argc == 6) {
+		/* The slow path with held tracking on (every sampled block
+		 * recorded, found again at its free), and with stacks. */
+		ml_limits l = ML_LIMITS_INIT;
+		ml_task_free(ml_task_new(&l));
+		if (argv[1][4] == 's' && ml_set_stack_capture(true) != 0) {
+			fprintf(stderr, "bench: no stack capture here\n");
+			return 1;
+		}
+		argv[1] = "slow";
+	}
+	if (strcmp(argv[1], "heldmem") == 0 && argc == 4) {
+		ml_set_sample_interval(arg_u64(argv[2]));
+		uint64_t n = arg_u64(argv[3]);
+		printf("%.0f\n", held_memory(n));
+		return 0;
+	}
 	if (strcmp(argv[1], "slow") == 0 && argc == 6) {
 		int depth = (int)arg_u64(argv[2]);
 		uint64_t s = arg_u64(argv[3]), n = arg_u64(argv[4]);

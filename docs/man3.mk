@@ -31,6 +31,7 @@ dist_man_MANS += \
 	docs/ml_status_str.3 \
 	docs/ml_task_allocated.3 \
 	docs/ml_task_current.3 \
+	docs/ml_task_describe.3 \
 	docs/ml_task_free.3 \
 	docs/ml_task_held.3 \
 	docs/ml_task_new.3 \

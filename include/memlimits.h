@@ -182,6 +182,14 @@ ML_EXPORT ml_status ml_task_status(const ml_task *t);
 ML_EXPORT uint64_t ml_task_allocated(const ml_task *t);
 /* Estimated bytes t allocated that are not freed yet; 0 for NULL. */
 ML_EXPORT uint64_t ml_task_held(const ml_task *t);
+/* One line for a log: why t was interrupted (its status), the limit, the
+ * estimates of what it had allocated and held then, and where (the
+ * innermost frames of the allocation that tripped it, when it was t's
+ * own); for a task not interrupted, its estimates now.  Written to buf
+ * (NUL-terminated, cut to len - 1 bytes); returns the length of the whole
+ * line, as snprintf, or ML_EINVAL (not a task; buf NULL with len > 0).
+ * See ml_task_describe(3).  Since 0.2. */
+ML_EXPORT int ml_task_describe(const ml_task *t, char *buf, size_t len);
 /* The task of the innermost slice (or ml_run) on this thread, or NULL. */
 ML_EXPORT ml_task *ml_task_current(void);
 

@@ -32,7 +32,8 @@ lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 # Layer 7, run mode: a consumer of the core's hooks.
 lib_libmemlimits_la_SOURCES = \
 	lib/run/run.h \
-	lib/run/settings.c lib/run/symbols.c lib/run/report.c lib/run/stats.c \
+	lib/run/settings.c lib/run/symbols.c lib/run/report.c lib/run/describe.c \
+	lib/run/stats.c \
 	lib/run/runmode.c
 lib_libmemlimits_la_CPPFLAGS = $(lib_libmlcore_la_CPPFLAGS)
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)

@@ -155,6 +155,17 @@ static int deliver(struct ml__thread *t, uint64_t n)
 	return 0;
 }
 
+/* The same, from an allocation of the task's own: where it tripped is
+ * kept too (one stack walk per task, at most). */
+static void trip_here(struct ml_task *task, ml_status why)
+{
+	if (ml__task_trip(task, why) != why ||
+	    atomic_load_explicit(&task->trip_stack, memory_order_relaxed))
+		return;
+	uint32_t id = ml__stack_here(), none = 0;
+	atomic_compare_exchange_strong(&task->trip_stack, &none, id);
+}
+
 /* A held limit is set: neither 0 nor ML_NO_LIMIT (one comparison). */
 static inline bool held_limited(uint64_t held_limit)
 {
@@ -215,12 +226,12 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		    ML_OK)
 			continue;
 		if (total >= task->k)
-			ml__task_trip(task, ML_ALLOC_LIMIT);
+			trip_here(task, ML_ALLOC_LIMIT);
 		else if (held_limited(task->held_limit) &&
 		         ml__held_bytes(task) + w >= task->held_limit)
-			ml__task_trip(task, ML_HELD_LIMIT);
+			trip_here(task, ML_HELD_LIMIT);
 		else if (task->token && ml_token_is_set(task->token))
-			ml__task_trip(task, ML_CANCELLED);
+			trip_here(task, ML_CANCELLED);
 		else
 			global |= task->global;
 	}
@@ -232,7 +243,7 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		if (over > margin_of(limit))
 			for (struct ml__slice *k = t->top; k; k = k->outer)
 				if (k->task->global)
-					ml__task_trip(k->task, ML_GLOBAL_LIMIT);
+					trip_here(k->task, ML_GLOBAL_LIMIT);
 	}
 	if (refresh_seen(t) || (hook & ML__HOOK_TRIPPED))
 		update_pending(t);
@@ -459,6 +470,9 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	task->token = limits->token;
 	task->k = samples_needed(limits->alloc_bytes, interval);
 	task->held_limit = limits->held_bytes; /* 0 or ML_NO_LIMIT: none */
+	task->alloc_limit = limits->alloc_bytes;
+	task->trip_allocated = task->trip_held = 0;
+	atomic_init(&task->trip_stack, 0);
 	task->interval = interval;
 	atomic_init(&task->samples, 0);
 	atomic_init(&task->status, ML_OK);

@@ -27,6 +27,7 @@ struct ml_task {
 	ml_token *token;          /* borrowed: the caller owns it           */
 	uint64_t k;               /* samples that reach the allocation limit */
 	uint64_t held_limit;      /* bytes; 0 or ML_NO_LIMIT = none          */
+	uint64_t alloc_limit;     /* bytes as given (k is what counts)       */
 	uint64_t interval;        /* S at creation: allocated = samples x S  */
 	_Atomic uint64_t samples; /* credited so far, all slices together */
 	_Atomic int status;       /* ML_OK until interrupted; sticky after */
@@ -37,17 +38,14 @@ struct ml_task {
 	struct ml__account *_Atomic acct;
 	/* The list of live global tasks (global.c), if global. */
 	struct ml_task *gnext, *gprev;
+	/* At the interruption (ml_task_describe): the estimates then, and
+	 * the stack of the allocation that made it, when it was one of the
+	 * task's own (core/stacks.c's id; 0: none). */
+	uint64_t trip_allocated, trip_held;
+	_Atomic uint32_t trip_stack;
 };
 
-/* Interrupt task for `why`, unless it was already: its status is then
- * the first reason. */
-static inline ml_status ml__task_trip(struct ml_task *task, ml_status why)
-{
-	int expect = ML_OK;
-	if (atomic_compare_exchange_strong(&task->status, &expect, (int)why))
-		return why;
-	return (ml_status)expect;
-}
+
 enum {
 	ML__TASK_LIVE = 0x6d6c746b,  /* from ml_task_new, not freed       */
 	ML__TASK_FREED = 0x66726565, /* ml_task_free called; slices may run */
@@ -261,6 +259,21 @@ uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums);
 /* A task pointer from the program: one of ml_task_new, not freed, or an
  * ml_run's while it runs. */
 bool ml__task_valid(const struct ml_task *task);
+
+/* Interrupt task for `why`, unless it was already: its status is then
+ * the first reason.  The estimates of the moment are kept
+ * (ml_task_describe). */
+static inline ml_status ml__task_trip(struct ml_task *task, ml_status why)
+{
+	int expect = ML_OK;
+	if (!atomic_compare_exchange_strong(&task->status, &expect, (int)why))
+		return (ml_status)expect;
+	task->trip_allocated =
+	    atomic_load_explicit(&task->samples, memory_order_relaxed) *
+	    task->interval;
+	task->trip_held = ml__held_bytes(task);
+	return why;
+}
 
 #pragma GCC visibility pop
 

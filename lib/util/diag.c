@@ -90,23 +90,33 @@ void ml__out_ratio(struct ml__out *o, uint64_t v, uint64_t d)
 }
 
 /* "67108864 bytes (64.0 MiB)" */
-void ml__out_size(struct ml__out *o, uint64_t v)
+void ml__out_human(struct ml__out *o, uint64_t v)
 {
 	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-	ml__out_u(o, v, 10);
-	ml__out_puts(o, " bytes");
-	if (v < 1024)
+	if (v < 1024) {
+		ml__out_u(o, v, 10);
+		ml__out_puts(o, " bytes");
 		return;
+	}
 	int u = 0;
 	uint64_t d = 1024;
 	while (u < 4 && v / d >= 1024) {
 		d *= 1024;
 		u++;
 	}
-	ml__out_puts(o, " (");
 	ml__out_ratio(o, v, d);
 	ml__out_puts(o, " ");
 	ml__out_puts(o, unit[u]);
+}
+
+void ml__out_size(struct ml__out *o, uint64_t v)
+{
+	ml__out_u(o, v, 10);
+	ml__out_puts(o, " bytes");
+	if (v < 1024)
+		return;
+	ml__out_puts(o, " (");
+	ml__out_human(o, v);
 	ml__out_puts(o, ")");
 }
 

@@ -135,6 +135,8 @@ void ml__out_x(struct ml__out *o, uint64_t v);                  /* 0x1f */
 void ml__out_ratio(struct ml__out *o, uint64_t v, uint64_t d); /* 12.5 */
 /* "67108864 bytes (64.0 MiB)" */
 void ml__out_size(struct ml__out *o, uint64_t v);
+/* "64.0 MiB", or "12 bytes" below 1 KiB */
+void ml__out_human(struct ml__out *o, uint64_t v);
 void ml__out_flush(struct ml__out *o, size_t upto); /* buf[0, upto) to fd */
 /* write(2) all of buf: 0 or an errno value. */
 int ml__out_write(int fd, const char *buf, size_t len);

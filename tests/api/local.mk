@@ -112,6 +112,13 @@ tests_api_test_held_SOURCES = tests/api/test-held.c
 tests_api_test_held_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_held_LDADD = $(ML_TEST_LIBS)
 tests_api_test_held_LDFLAGS = $(ML_TEST_LINK)
+# ml_task_describe: why, how much and where, in one line.
+check_PROGRAMS += tests/api/test-describe
+TESTS += tests/api/test-describe
+tests_api_test_describe_SOURCES = tests/api/test-describe.c
+tests_api_test_describe_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_describe_LDADD = $(ML_TEST_LIBS)
+tests_api_test_describe_LDFLAGS = $(ML_TEST_LINK)
 # ml_write_held_profile and ml_set_stack_capture.
 check_PROGRAMS += tests/api/test-held-profile
 TESTS += tests/api/test-held-profile
