@@ -45,15 +45,18 @@ static ssize_t read_small(const char *path, char *buf, size_t cap)
 static bool cgroup_path(const char *self_cgroup, char *path)
 {
 	char buf[8192];
-	if (read_small(self_cgroup, buf, sizeof buf) < 0)
+	ssize_t len = read_small(self_cgroup, buf, sizeof buf);
+	if (len < 0)
 		return false;
+	/* A file longer than buf: its last line may be cut short. */
+	bool full = (size_t)len == sizeof buf - 1;
 	for (const char *l = buf; *l;) {
 		const char *end = strchrnul(l, '\n');
 		size_t n = (size_t)(end - l);
 		/* "/.." when the cgroup is outside our namespace: its files
 		 * are not under the mount. */
 		if (n > 3 && !memcmp(l, "0::/", 4) && n - 3 < ML__PATH_MAX &&
-		    !(n >= 6 && !memcmp(l + 3, "/..", 3))) {
+		    !(n >= 6 && !memcmp(l + 3, "/..", 3)) && (*end || !full)) {
 			memcpy(path, l + 3, n - 3);
 			path[n - 3] = 0;
 			return true;

@@ -184,6 +184,28 @@ static void cgroup_trees(void)
 	expect("a cgroup outside the namespace: physical memory", physical(),
 	       "physical memory", 0);
 
+	/* A cgroup file longer than the library reads (8 KiB), its 0:: line
+	 * cut short at the end: not taken for a cgroup of that name (here
+	 * /a/b, whose limit would be 1000). */
+	fresh("/a");
+	set_max("/a/b", "1000\n");
+	set_max("/a", "6000\n");
+	{
+		char big[8300];
+		size_t n = 0;
+		while (n < 8191 - 40)
+			n += (size_t)snprintf(big + n, sizeof big - n,
+			                      "9:name=x:/%030u\n", (unsigned)n);
+		snprintf(big + n, sizeof big - n, "%s",
+		         "0::/a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r/s/t/u/v/w\n");
+		put_file(self, big);
+		/* Cut inside "0::/a/b/...": byte 8191 is the last read. */
+		if (8191 - n < 6 || 8191 - n > 40)
+			tap_bail("cgroup file layout: 0:: line at %zu", n);
+	}
+	expect("a 0:: line cut by the read: not used", physical(),
+	       "physical memory", 0);
+
 	/* cgroup v1 only: no 0:: line. */
 	put_file(self, "12:memory:/v1\n3:cpu:/\n");
 	set_max("/v1", "4096\n");
