@@ -3,6 +3,7 @@
 #   include docs/man3.mk
 # (ml_bound_*.3, memlimits.3 and memlimits.1 are listed elsewhere.)
 dist_man_MANS += \
+	docs/ml_allocator.3 \
 	docs/ml_capabilities.3 \
 	docs/ml_check.3 \
 	docs/ml_cleanup_pop.3 \

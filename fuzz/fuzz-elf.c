@@ -29,7 +29,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static uint16_t machine;
 	if (!cls)
 		host_ident(&cls, &machine);
-	heap_limit = true; /* the allocator lookup too (--heap-limit) */
 	unsigned char *buf = malloc(size ? size : 1);
 	if (!buf)
 		return 0;

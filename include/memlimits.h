@@ -290,6 +290,11 @@ ML_EXPORT unsigned ml_capabilities(void);
 /* Held memory is tracked (not yet: always clear). */
 #define ML_CAP_HELD 8u
 
+/* The allocator the library forwards to, the one after it in the lookup
+ * order: "glibc", "jemalloc", "tcmalloc", "mimalloc" or "other".  See
+ * ml_allocator(3).  Since 0.2. */
+ML_EXPORT const char *ml_allocator(void);
+
 /* A short description of s; "unknown status" outside the enum. */
 ML_EXPORT const char *ml_status_str(ml_status s);
 

@@ -9,8 +9,10 @@
 #include "config.h"
 
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -35,7 +37,7 @@
 
 static const char synopsis[] =
     "[--alloc-limit SIZE] [--heap-limit SIZE|P%] [--held-limit SIZE] "
-    "[--interval SIZE] [--seed N] "
+    "[--interval SIZE] [--seed N] [--allocator NAME] "
     "[--on-limit fail|abort] [--report FILE] [--profile FILE] [--stats DIR] "
     "[--verbose] -- PROGRAM [ARG...]";
 
@@ -68,6 +70,9 @@ static void help(void)
 	    " "
 	    "bytes)\n"
 	    "  --seed N            seed the sampler (reproducible runs)\n"
+	    "  --allocator NAME    glibc (default), jemalloc, tcmalloc or "
+	    "mimalloc: preload\n"
+	    "                      that allocator behind the library\n"
 	    "  --on-limit fail     allocations fail once a limit is reached "
 	    "(default)\n"
 	    "  --on-limit abort    write the report and exit with status 3\n"
@@ -89,9 +94,12 @@ static void help(void)
 	    "usage (nothing is run).\n");
 }
 
+static const char *soname_of(const char *name);
+
 struct opts {
 	const char *alloc, *heap, *held, *interval, *seed, *on_limit;
 	const char *report, *profile, *stats;
+	const char *allocator;
 	bool verbose;
 };
 
@@ -206,6 +214,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		O_ALLOC = 256,
 		O_HEAP,
 		O_HELD,
+		O_ALLOCATOR,
 		O_INTERVAL,
 		O_SEED,
 		O_ON_LIMIT,
@@ -219,6 +228,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	    {"alloc-limit", required_argument, NULL, O_ALLOC},
 	    {"heap-limit", required_argument, NULL, O_HEAP},
 	    {"held-limit", required_argument, NULL, O_HELD},
+	    {"allocator", required_argument, NULL, O_ALLOCATOR},
 	    {"interval", required_argument, NULL, O_INTERVAL},
 	    {"seed", required_argument, NULL, O_SEED},
 	    {"on-limit", required_argument, NULL, O_ON_LIMIT},
@@ -248,6 +258,15 @@ static void parse(int argc, char **argv, struct opts *o)
 			else
 				size_opt("--heap-limit", optarg, false, true);
 			o->heap = optarg;
+			break;
+		case O_ALLOCATOR:
+			if (!soname_of(optarg))
+				ml__tool_usage_error(
+				    CMD,
+				    "invalid --allocator '%s' (glibc, jemalloc, "
+				    "tcmalloc or mimalloc)",
+				    optarg);
+			o->allocator = optarg;
 			break;
 		case O_HELD:
 			size_opt("--held-limit", optarg, false, true);
@@ -450,12 +469,6 @@ static const char *needs_one_of(const struct elf *e, const Elf64_Ehdr *eh,
  * any preloaded library. */
 static const char *const sanitizers[] = {"libasan", "libtsan", "libmsan",
                                          "libhwasan", "liblsan"};
-/* These allocators keep their heaps where the heap meter (glibc's chunk
- * headers) cannot see: under them the heap limit would silently never
- * fire (the library says so when it meets one preloaded). */
-static const char *const allocators[] = {"libtcmalloc", "libjemalloc",
-                                         "libmimalloc"};
-static bool heap_limit; /* --heap-limit was given */
 
 /* The loader runs set-user-ID, set-group-ID and file-capability programs
  * in secure mode, where LD_PRELOAD paths are ignored. */
@@ -549,18 +562,6 @@ static void check_elf(const char *path, const unsigned char *m, size_t len,
 			    "'%s' is linked with %s, which replaces malloc: "
 			    "the library would be bypassed",
 			    path, san);
-		const char *alloc =
-		    heap_limit
-		        ? needs_one_of(&e, &eh, allocators,
-		                       sizeof allocators / sizeof allocators[0])
-		        : NULL;
-		if (alloc)
-			ml__tool_usage_error(
-			    CMD,
-			    "'%s' is linked with %s, whose heap the heap "
-			    "limit cannot measure: --heap-limit would never "
-			    "fire",
-			    path, alloc);
 		if (defines_malloc(&e, &eh, SHT_DYNSYM) ||
 		    defines_malloc(&e, &eh, SHT_SYMTAB))
 			ml__tool_usage_error(
@@ -631,6 +632,68 @@ static bool same_dir(const char *a, const char *b)
 /* Installed: $bindir/memlimits uses $libdir/libmemlimits.so.0.  From the
  * build tree (tools/memlimits): lib/.libs/ next to it.  Moved as a whole
  * (a relocated prefix): ../lib/. */
+/* --allocator: the shared object memlimits forwards to, by name ("" for
+ * glibc's, which is always there); NULL for an unknown name. */
+static const char *soname_of(const char *name)
+{
+	static const char *const map[][2] = {
+	    {"glibc", ""},
+	    {"jemalloc", "libjemalloc.so.2"},
+	    {"tcmalloc", "libtcmalloc_minimal.so.4"},
+	    {"mimalloc", "libmimalloc.so.2"},
+	};
+	for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+		if (!strcmp(name, map[i][0]))
+			return map[i][1];
+	return NULL;
+}
+
+/* The allocator's path in the system library directories (those of the
+ * C library in use, their /usr twins, LD_LIBRARY_PATH's), or a one-line
+ * refusal naming the Debian package; NULL for glibc. */
+static char *find_allocator(const char *name)
+{
+	const char *so = soname_of(name);
+	if (!*so)
+		return NULL;
+	char libc_dir[PATH_MAX] = "/lib";
+	Dl_info info;
+	if (dladdr((void *)gnu_get_libc_version, &info) && info.dli_fname &&
+	    strlen(info.dli_fname) < sizeof libc_dir) {
+		strcpy(libc_dir, info.dli_fname);
+		*strrchr(libc_dir, '/') = 0;
+	}
+	char *dirs[16];
+	int nd = 0;
+	dirs[nd++] = strdup(libc_dir);
+	if (asprintf(&dirs[nd++], "/usr%s", libc_dir) < 0)
+		nd--;
+	const char *llp = getenv("LD_LIBRARY_PATH");
+	char *copy = llp ? strdup(llp) : NULL, *save = NULL;
+	for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d && nd < 13;
+	     d = strtok_r(NULL, ":", &save))
+		dirs[nd++] = strdup(d);
+	dirs[nd++] = strdup("/usr/local/lib");
+	dirs[nd++] = strdup("/usr/lib");
+	dirs[nd++] = strdup("/lib");
+	for (int i = 0; i < nd; i++) {
+		char *p;
+		if (dirs[i] && asprintf(&p, "%s/%s", dirs[i], so) >= 0) {
+			if (readable(p) && !strpbrk(p, " \t:"))
+				return p;
+			free(p);
+		}
+	}
+	ml__tool_usage_error(CMD,
+	                     "--allocator %s: %s not found in the system "
+	                     "library path (Debian: apt install %s)",
+	                     name, so,
+	                     !strcmp(name, "jemalloc") ? "libjemalloc2"
+	                     : !strcmp(name, "tcmalloc")
+	                         ? "libtcmalloc-minimal4"
+	                         : "libmimalloc2.0");
+}
+
 static char *find_library(void)
 {
 	char self[PATH_MAX];
@@ -763,6 +826,11 @@ static void print_settings(const struct opts *o, const char *lib,
 {
 	say("program", path, "PROGRAM");
 	say("library", lib, "LD_PRELOAD");
+	say("allocator",
+	    o->allocator ? o->allocator
+	                 : "glibc's, or the one the program links (jemalloc, "
+	                   "tcmalloc, mimalloc)",
+	    o->allocator ? "--allocator" : "default");
 	say("alloc limit", o->alloc ? o->alloc : "none",
 	    o->alloc ? "--alloc-limit" : "default");
 	if (o->heap && strchr(o->heap, '%'))
@@ -819,7 +887,6 @@ static int run_main(int argc, char **argv)
 	parse(argc, argv, &o);
 	char **prog = argv + optind;
 	char *path = find_program(prog[0]);
-	heap_limit = o.heap != NULL;
 	check_program(prog[0], path, 0);
 	warn_env_drops_library(path, prog);
 	char *lib = find_library();
@@ -852,9 +919,12 @@ static int run_main(int argc, char **argv)
 	set("MEMLIMITS_PROFILE", profile);
 	set("MEMLIMITS_STATS_DIR", stats);
 
+	/* The allocator right after the library: the one it forwards to. */
+	char *alloc = o.allocator ? find_allocator(o.allocator) : NULL;
 	const char *old = getenv("LD_PRELOAD");
 	char *preload;
-	if (asprintf(&preload, "%s%s%s", lib, old && *old ? ":" : "",
+	if (asprintf(&preload, "%s%s%s%s%s", lib, alloc ? ":" : "",
+	             alloc ? alloc : "", old && *old ? ":" : "",
 	             old ? old : "") < 0)
 		ml__tool_usage_error(CMD, "out of memory");
 	set("LD_PRELOAD", preload);

@@ -20,9 +20,12 @@ void __libc_free(void *);
 
 /* ---- The allocator underneath (underlying.c) --------------------------
  *
- * Every allocating call into it goes through this table: glibc's entry
- * points, or in a build configured with --enable-fault-injection the
- * wrappers MEMLIMITS_FAULT=libc:N swaps in (tests only). */
+ * The allocator after the library in the lookup order (glibc's, jemalloc,
+ * tcmalloc, mimalloc or another exporting the family), found at the first
+ * call through this table, before anything is forwarded.  Every
+ * allocating call into it goes through the table: its entry points, or in
+ * a build configured with --enable-fault-injection the wrappers
+ * MEMLIMITS_FAULT=libc:N swaps in (tests only). */
 struct ml__real {
 	void *(*malloc)(size_t);
 	void *(*calloc)(size_t, size_t);
@@ -30,15 +33,32 @@ struct ml__real {
 	void *(*memalign)(size_t, size_t);
 	void *(*valloc)(size_t);
 	void *(*pvalloc)(size_t);
+	void *(*aligned_alloc)(size_t, size_t);
+	int (*posix_memalign)(void **, size_t, size_t);
+	void (*free)(void *);
+	/* The block size query: NULL for glibc's (its chunk header). */
+	size_t (*usable)(void *);
 };
 extern struct ml__real ml__real;
+/* Find the allocator now (idempotent; allocates nothing). */
+void ml__allocator_resolve(void);
+/* "glibc", "jemalloc", "tcmalloc", "mimalloc" or "other". */
+const char *ml__allocator_kind(void);
+/* Its object's name and address range ([start, end): 0s for glibc's when
+ * not found, e.g. static). */
+const char *ml__allocator_object(uintptr_t *start, uintptr_t *end);
+/* The allocator after ours lacks what forwarding needs (free, calloc,
+ * realloc, an aligned allocation or a size query): glibc's is used. */
+bool ml__allocator_unusable(void);
+/* The bytes it says are in use (the meter's start), 0 if it cannot say. */
+uint64_t ml__allocator_in_use(void);
 /* ml__real.malloc as a plain function (a tail the meter can switch to). */
 void *ml__malloc_plain(size_t n);
-/* Every call into glibc's allocator fails with probability 1/every. */
+/* Every call into the allocator fails with probability 1/every. */
 void ml__fault_libc(uint64_t every);
 /* The bytes a block of ours takes: glibc's chunk size (the usable bytes
- * plus its header word), or the foreign allocator's usable size plus one
- * word. */
+ * plus its header word), another allocator's usable size, or under
+ * valgrind its usable size plus one word. */
 size_t ml__chunk_bytes(const void *p);
 /* glibc's chunk header: the size word just before the block, its low three
  * bits flags (bit 1: mmapped). */
@@ -48,9 +68,11 @@ static inline size_t ml__chunk_word(const void *p)
 }
 /* malloc_usable_size of a block of ours. */
 size_t ml__usable_size(void *p);
-/* The allocator below us is not glibc's (valgrind): take block sizes from
- * its malloc_usable_size instead of glibc's chunk headers. */
+/* The allocator below us is valgrind's replacement of glibc's: take block
+ * sizes from its malloc_usable_size instead of glibc's chunk headers. */
 void ml__foreign_allocator(size_t (*usable)(void *));
+/* Block sizes do not come from glibc's headers (another allocator, or
+ * valgrind's). */
 bool ml__allocator_foreign(void);
 /* At start: valgrind's heap tools replace glibc's allocator below us. */
 void ml__detect_foreign_allocator(void);

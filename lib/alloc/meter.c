@@ -100,22 +100,10 @@ void ml__meter_add(int64_t bytes)
 		ml__meter_flush();
 }
 
-static uint64_t glibc_in_use(void)
-{
-#ifdef HAVE_MALLINFO2
-	struct mallinfo2 mi = mallinfo2();
-	return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
-#else
-	/* glibc before 2.33: int fields, which wrap past 2 GiB. */
-	struct mallinfo mi = mallinfo();
-	return (uint64_t)(unsigned)mi.uordblks + (uint64_t)(unsigned)mi.hblkhd;
-#endif
-}
-
 uint64_t ml__meter_usage(void)
 {
 	if (!ML__METER_ON)
-		return glibc_in_use();
+		return ml__allocator_in_use();
 	int64_t v = atomic_load_explicit(&total, memory_order_relaxed) +
 	            (int64_t)(ml__meter_self.down - ml__meter_self.up);
 	return v < 0 ? 0 : (uint64_t)v;
@@ -204,11 +192,15 @@ static void free_metered(void *p)
 	if (ml__likely(p != NULL) &&
 	    ml__unlikely(METER_SUB(down, ml__chunk_word(p) & ~(size_t)7)))
 		meter_fold();
-	__libc_free(p);
+	ml__real.free(p);
 }
 
-void *(*ml__malloc_tail)(size_t) = __libc_malloc;
-void (*ml__free_tail)(void *) = __libc_free;
+static void *boot_malloc(size_t n);
+static void boot_free(void *p);
+/* Until the allocator is known: stubs that find it (underlying.c) and set
+ * the tails. */
+void *(*ml__malloc_tail)(size_t) = boot_malloc;
+void (*ml__free_tail)(void *) = boot_free;
 
 static void *malloc_metered_foreign(size_t n)
 {
@@ -220,7 +212,7 @@ static void *malloc_metered_foreign(size_t n)
 static void free_metered_foreign(void *p)
 {
 	ml__meter_block(p, -1);
-	__libc_free(p);
+	ml__real.free(p);
 }
 
 /* ---- free through the sampled-block filter ---------------------------
@@ -261,7 +253,7 @@ static ML__COLD void sampled_free(void *p)
 			sampled_free(p);            \
 		under(p);                           \
 	}
-FREE_SAMPLED(free_sampled, __libc_free)
+FREE_SAMPLED(free_sampled, ml__real.free)
 FREE_SAMPLED(free_sampled_metered, free_metered)
 FREE_SAMPLED(free_sampled_metered_foreign, free_metered_foreign)
 
@@ -272,12 +264,16 @@ _Atomic uint8_t ml__watch;
  * call for. */
 static void tails_update(void)
 {
-	void *(*plain)(size_t) =
-	    ml__real.malloc == __libc_malloc ? __libc_malloc : ml__malloc_plain;
+#ifdef ML_FAULT_INJECTION
+	/* MEMLIMITS_FAULT may wrap the allocator's functions later. */
+	void *(*plain)(size_t) = ml__malloc_plain;
+#else
+	void *(*plain)(size_t) = ml__real.malloc;
+#endif
 	bool foreign = ml__allocator_foreign();
 	bool s = atomic_load_explicit(&ml__sampled_on, memory_order_relaxed);
 	void *(*m)(size_t) = plain;
-	void (*f)(void *) = s ? free_sampled : __libc_free;
+	void (*f)(void *) = s ? free_sampled : ml__real.free;
 	if (meter_tails) {
 		m = foreign ? malloc_metered_foreign : malloc_metered;
 		if (foreign)
@@ -296,29 +292,49 @@ static void tails_update(void)
 
 void ml__meter_switch(bool on)
 {
+	ml__allocator_resolve();
 	meter_tails = on;
 	tails_update();
+}
+
+static void boot_tails(void)
+{
+	ml__allocator_resolve();
+	ml__spin_lock(&ml__meter_switch_lock);
+	tails_update();
+	ml__spin_unlock(&ml__meter_switch_lock);
+}
+
+static void *boot_malloc(size_t n)
+{
+	boot_tails();
+	return ml__malloc_tail(n);
+}
+
+static void boot_free(void *p)
+{
+	boot_tails();
+	ml__free_tail(p);
 }
 
 void ml__sampled_switch_on(void)
 {
 	if (atomic_load(&ml__sampled_on))
 		return;
+	ml__allocator_resolve();
 	ml__spin_lock(&ml__meter_switch_lock);
 	atomic_store(&ml__sampled_on, true);
 	tails_update();
 	ml__spin_unlock(&ml__meter_switch_lock);
 }
 
-/* ---- An allocator the meter cannot read -------------------------------
+/* ---- A malloc the meter never sees -----------------------------------
  *
- * The meter reads glibc's chunk headers (and, when the meter starts,
- * glibc's mallinfo2).  tcmalloc and mimalloc define __libc_malloc too, so
- * that "glibc's" allocator below us is theirs; jemalloc leaves glibc's in
- * place but hands out its own blocks (mallocx); a malloc defined in front
- * of ours (preloaded earlier, or in the program) never reaches us.  Found
- * once at start, without allocating (ml__find_object, dl_iterate_phdr and
- * a dlsym that finds its symbol allocate nothing). */
+ * The meter counts the blocks that pass through the library, whichever
+ * allocator is under it (underlying.c).  A malloc defined in front of ours
+ * (preloaded earlier, or in the program) never reaches us: nothing is
+ * seen.  Found once, without allocating (ml__find_object, dl_iterate_phdr
+ * and a dlsym that finds its symbol allocate nothing). */
 static const char *blind, *in_front;
 static bool blind_checked;
 
@@ -403,22 +419,7 @@ const char *ml__meter_blind(void)
 		else
 			dl_iterate_phdr(allocator_before_us, &in_front);
 	}
-	const void *libc = base_of((const void *)gnu_get_libc_version);
-	const void *under = (const void *)__libc_malloc;
-	if (libc && base_of(under) != libc) {
-		blind = object_of(under);
-		/* Its blocks have no glibc headers: malloc_usable_size must
-		 * ask it (the next definition after ours). */
-		size_t (*usable)(void *) =
-		    (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
-		if (usable)
-			ml__foreign_allocator(usable);
-		return blind;
-	}
-	if (in_front)
-		return blind = in_front;
-	dl_iterate_phdr(known_allocator, &blind);
-	return blind;
+	return blind = in_front;
 }
 
 const char *ml__malloc_in_front(void)
@@ -442,7 +443,7 @@ void ml__meter_set_limit(uint64_t bytes)
 		atomic_store_explicit(&ml__meter_on_, true,
 		                      memory_order_relaxed);
 		ml__meter_switch(true);
-		atomic_store(&total, (int64_t)glibc_in_use());
+		atomic_store(&total, (int64_t)ml__allocator_in_use());
 		raise_peak(atomic_load(&total));
 	}
 	ml__spin_unlock(&ml__meter_switch_lock);

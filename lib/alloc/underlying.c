@@ -1,23 +1,21 @@
-/* The allocator underneath: glibc's, reached through its exported
- * __libc_* entry points (no dlsym bootstrap), what its blocks take, and
- * the requests it refuses.  The malloc family above (api/interpose.c)
- * calls it through ml__real; the meter reads its block sizes. */
+/* The allocator underneath: the one that comes after the library in the
+ * lookup order (glibc's, or jemalloc, tcmalloc, mimalloc, or another that
+ * exports the family), found at the first call into it, what its blocks
+ * take, and the requests it refuses.  The malloc family above
+ * (api/interpose.c) calls it through ml__real; the meter reads its block
+ * sizes. */
 #define _GNU_SOURCE
 #include "alloc/alloc.h"
 #include "sampler/sampler.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <gnu/libc-version.h>
+#include <link.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef ML_FAULT_INJECTION
-static void *fail(void)
-{
-	errno = ENOMEM;
-	return NULL;
-}
-#endif
+#include <unistd.h>
 
 /* ---- Requests the allocator refuses anyway ----------------------------
  *
@@ -36,23 +34,389 @@ static void *fail(void)
 bool ml__refused_anyway(size_t n)
 {
 	int e = errno;
-	void *p = __libc_malloc(n);
+	void *p = ml__real.malloc(n);
 	if (p)
-		__libc_free(p);
+		ml__real.free(p);
 	errno = e;
 	return p == NULL;
 }
 
-/* ---- The real allocator, and fault injection for the tests ------------
+/* ---- glibc's members ---------------------------------------------------
  *
- * Every allocating call into glibc goes through this table (alloc.h).  In a
- * build configured with --enable-fault-injection, MEMLIMITS_FAULT=libc:N (tests
- * only) swaps in wrappers that make each call fail with probability 1/N, as
- * glibc does when it is out of memory, so the tests can check that such a
- * failure passes through untouched and is never taken for an interruption. */
-struct ml__real ml__real = {__libc_malloc,   __libc_calloc, __libc_realloc,
-                            __libc_memalign, __libc_valloc, __libc_pvalloc};
+ * glibc's allocator is called through its __libc_* entry points, resolved
+ * by the loader in libc itself (the library finds glibc next only when no
+ * object between it and libc defines malloc, tcmalloc's and mimalloc's
+ * __libc_* aliases included).  aligned_alloc and posix_memalign have no
+ * such entry point: they are made from __libc_memalign with glibc's own
+ * checks. */
 
+/* Does the glibc we forward to reject, in aligned_alloc, an alignment
+ * that is not a power of two?  Before 2.38 aligned_alloc is an alias of
+ * memalign (any alignment, rounded up; any size); from 2.38 on (ISO C17)
+ * such an alignment fails with EINVAL.  Read once from the glibc really
+ * loaded (gnu_get_libc_version allocates nothing), not the one built
+ * against. */
+static bool strict_aligned_alloc(void)
+{
+	static _Atomic int strict = -1;
+	int s = atomic_load_explicit(&strict, memory_order_relaxed);
+	if (ml__unlikely(s < 0)) {
+		const char *v = gnu_get_libc_version();
+		unsigned major = 0, minor = 0;
+		for (; *v >= '0' && *v <= '9'; v++)
+			major = major * 10 + (unsigned)(*v - '0');
+		if (*v == '.')
+			for (v++; *v >= '0' && *v <= '9'; v++)
+				minor = minor * 10 + (unsigned)(*v - '0');
+		s = major > 2 || (major == 2 && minor >= 38);
+		atomic_store_explicit(&strict, s, memory_order_relaxed);
+	}
+	return s;
+}
+
+static void *glibc_aligned_alloc(size_t align, size_t n)
+{
+	if ((align == 0 || (align & (align - 1)) != 0) &&
+	    strict_aligned_alloc()) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return ml__real.memalign(align, n);
+}
+
+/* The alignment must be a power-of-two multiple of sizeof(void *); the
+ * error is returned, errno is left alone (as glibc). */
+static int memalign_posix(void **out, size_t align, size_t n)
+{
+	if (align % sizeof(void *) != 0 || align == 0 ||
+	    ((align / sizeof(void *)) & (align / sizeof(void *) - 1)) != 0)
+		return EINVAL;
+	int e = errno;
+	void *p = ml__real.memalign(align, n);
+	if (!p)
+		return ENOMEM;
+	errno = e;
+	*out = p;
+	return 0;
+}
+
+/* Members an allocator lacks, made from its aligned allocation (jemalloc
+ * has no pvalloc). */
+static void *page_valloc(size_t n)
+{
+	return ml__real.memalign((size_t)getpagesize(), n);
+}
+
+static void *page_pvalloc(size_t n)
+{
+	size_t page = (size_t)getpagesize();
+	if (n > SIZE_MAX - page) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return ml__real.memalign(page, n ? (n + page - 1) & ~(page - 1) : page);
+}
+
+static void *memalign_aligned_alloc(size_t align, size_t n)
+{
+	return ml__real.memalign(align, n);
+}
+
+/* ---- Which allocator: found at the first call -------------------------
+ *
+ * The loader binds a program's malloc to the first definition in the
+ * global scope; ours comes first, and the allocator we forward to is the
+ * next definition after ours in that order (dl_iterate_phdr's, the order
+ * of the link maps), as dlsym(RTLD_NEXT) would find it.  dlsym may
+ * allocate (its error state), and nothing may be forwarded before the
+ * allocator is known: a block from one allocator must never reach another
+ * one's free.  So every entry point of ml__real starts as a stub that
+ * finds it first, reading the objects' own symbol tables
+ * (util/elfsym.c), which allocates nothing. */
+
+struct ml__real ml__real;
+static size_t (*foreign_usable)(void *); /* valgrind's: see below */
+static struct ml__real under; /* as found; ml__real may wrap it (faults) */
+static _Atomic int resolved;  /* 0 no, 1 finding, 2 done */
+static const char *kind_name = "glibc", *object_name = "libc.so.6";
+static uintptr_t object_start, object_end;
+static int (*je_mallctl)(const char *, void *, size_t *, void *, size_t);
+static int (*tc_property)(const char *, size_t *);
+static size_t (*je_sallocx)(const void *, int);
+
+static size_t jemalloc_size(void *p)
+{
+	return je_sallocx(p, 0);
+}
+
+struct search {
+	uintptr_t self;
+	bool past_self;
+	bool found;
+	struct ml__real r;
+	const char *kind;
+};
+
+static bool contains(const struct dl_phdr_info *info, uintptr_t a,
+                     uintptr_t *lo, uintptr_t *hi)
+{
+	bool in = false;
+	*lo = UINTPTR_MAX;
+	*hi = 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type != PT_LOAD)
+			continue;
+		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
+		in |= a - s < ph->p_memsz;
+		if (s < *lo)
+			*lo = s;
+		if (s + ph->p_memsz > *hi)
+			*hi = s + ph->p_memsz;
+	}
+	return in;
+}
+
+#define SYM(info, name) ml__elf_symbol((info), (name))
+
+static int visit(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct search *s = data;
+	uintptr_t lo, hi;
+	(void)size;
+	if (contains(info, s->self, &lo, &hi)) {
+		s->past_self = true;
+		return 0;
+	}
+	void *m;
+	if (!s->past_self || !(m = SYM(info, "malloc")))
+		return 0;
+	s->found = true;
+	object_start = lo;
+	object_end = hi;
+	object_name = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name
+	                                                    : "the program";
+	if (SYM(info, "gnu_get_libc_version")) {
+		s->kind = "glibc";
+		return 1;
+	}
+	struct ml__real *r = &s->r;
+	*(void **)&r->malloc = m;
+	*(void **)&r->calloc = SYM(info, "calloc");
+	*(void **)&r->realloc = SYM(info, "realloc");
+	*(void **)&r->free = SYM(info, "free");
+	*(void **)&r->memalign = SYM(info, "memalign");
+	*(void **)&r->valloc = SYM(info, "valloc");
+	*(void **)&r->pvalloc = SYM(info, "pvalloc");
+	*(void **)&r->aligned_alloc = SYM(info, "aligned_alloc");
+	*(void **)&r->posix_memalign = SYM(info, "posix_memalign");
+	*(void **)&r->usable = SYM(info, "malloc_usable_size");
+	if ((*(void **)&je_sallocx = SYM(info, "sallocx")) &&
+	    (*(void **)&je_mallctl = SYM(info, "mallctl"))) {
+		s->kind = "jemalloc";
+		r->usable = jemalloc_size;
+	} else if (SYM(info, "tc_malloc")) {
+		s->kind = "tcmalloc";
+		*(void **)&tc_property =
+		    SYM(info, "MallocExtension_GetNumericProperty");
+		void *q = SYM(info, "tc_malloc_size");
+		if (q)
+			*(void **)&r->usable = q;
+	} else if (SYM(info, "mi_malloc")) {
+		s->kind = "mimalloc";
+		void *q = SYM(info, "mi_usable_size");
+		if (q)
+			*(void **)&r->usable = q;
+	} else {
+		s->kind = "other";
+	}
+	return 1;
+}
+
+static const struct ml__real glibc = {
+    .malloc = __libc_malloc,
+    .calloc = __libc_calloc,
+    .realloc = __libc_realloc,
+    .memalign = __libc_memalign,
+    .valloc = __libc_valloc,
+    .pvalloc = __libc_pvalloc,
+    .aligned_alloc = glibc_aligned_alloc,
+    .posix_memalign = memalign_posix,
+    .free = __libc_free,
+    .usable = NULL, /* its chunk headers */
+};
+
+static bool unusable; /* the allocator found lacks a member we need */
+
+static void find(void)
+{
+	struct search s = {.self = (uintptr_t)&find};
+	dl_iterate_phdr(visit, &s);
+	if (!s.found || !strcmp(s.kind, "glibc")) {
+		under = glibc;
+		return;
+	}
+	struct ml__real *r = &s.r;
+	/* Without these there is nothing to forward to: glibc's instead,
+	 * said at start (ml__allocator_check). */
+	if (!r->calloc || !r->realloc || !r->free || !r->usable ||
+	    (!r->memalign && !r->aligned_alloc)) {
+		unusable = true;
+		under = glibc;
+		return;
+	}
+	kind_name = s.kind;
+	if (!r->memalign)
+		r->memalign = r->aligned_alloc;
+	if (!r->aligned_alloc)
+		r->aligned_alloc = memalign_aligned_alloc;
+	if (!r->posix_memalign)
+		r->posix_memalign = memalign_posix;
+	if (!r->valloc)
+		r->valloc = page_valloc;
+	if (!r->pvalloc)
+		r->pvalloc = page_pvalloc;
+	under = *r;
+}
+
+void ml__allocator_resolve(void)
+{
+	if (ml__likely(atomic_load_explicit(&resolved, memory_order_acquire) ==
+	               2))
+		return;
+	int expect = 0;
+	if (!atomic_compare_exchange_strong(&resolved, &expect, 1)) {
+		/* Another thread is finding it (nothing it does allocates). */
+		while (atomic_load_explicit(&resolved, memory_order_acquire) !=
+		       2)
+			;
+		return;
+	}
+	find();
+	ml__real = under;
+	atomic_store_explicit(&resolved, 2, memory_order_release);
+}
+
+/* The stubs ml__real starts with: each finds the allocator, then calls
+ * the member found. */
+static void *boot_malloc(size_t n)
+{
+	ml__allocator_resolve();
+	return ml__real.malloc(n);
+}
+static void *boot_calloc(size_t a, size_t b)
+{
+	ml__allocator_resolve();
+	return ml__real.calloc(a, b);
+}
+static void *boot_realloc(void *p, size_t n)
+{
+	ml__allocator_resolve();
+	return ml__real.realloc(p, n);
+}
+static void *boot_memalign(size_t a, size_t n)
+{
+	ml__allocator_resolve();
+	return ml__real.memalign(a, n);
+}
+static void *boot_valloc(size_t n)
+{
+	ml__allocator_resolve();
+	return ml__real.valloc(n);
+}
+static void *boot_pvalloc(size_t n)
+{
+	ml__allocator_resolve();
+	return ml__real.pvalloc(n);
+}
+static void *boot_aligned_alloc(size_t a, size_t n)
+{
+	ml__allocator_resolve();
+	return ml__real.aligned_alloc(a, n);
+}
+static int boot_posix_memalign(void **out, size_t a, size_t n)
+{
+	ml__allocator_resolve();
+	return ml__real.posix_memalign(out, a, n);
+}
+static void boot_free(void *p)
+{
+	ml__allocator_resolve();
+	ml__real.free(p);
+}
+
+struct ml__real ml__real = {
+    .malloc = boot_malloc,
+    .calloc = boot_calloc,
+    .realloc = boot_realloc,
+    .memalign = boot_memalign,
+    .valloc = boot_valloc,
+    .pvalloc = boot_pvalloc,
+    .aligned_alloc = boot_aligned_alloc,
+    .posix_memalign = boot_posix_memalign,
+    .free = boot_free,
+    .usable = NULL,
+};
+
+const char *ml__allocator_kind(void)
+{
+	ml__allocator_resolve();
+	return kind_name;
+}
+
+const char *ml__allocator_object(uintptr_t *start, uintptr_t *end)
+{
+	ml__allocator_resolve();
+	if (start)
+		*start = object_start;
+	if (end)
+		*end = object_end;
+	return object_name;
+}
+
+bool ml__allocator_unusable(void)
+{
+	ml__allocator_resolve();
+	return unusable;
+}
+
+/* What the allocator says it has handed out and not taken back, where it
+ * says: the meter's starting point.  0 where it does not (mimalloc,
+ * another allocator): the meter then counts from when it starts. */
+uint64_t ml__allocator_in_use(void)
+{
+	ml__allocator_resolve();
+	if (!strcmp(kind_name, "glibc")) {
+		if (foreign_usable)
+			return 0; /* valgrind: no arena to ask */
+#ifdef HAVE_MALLINFO2
+		struct mallinfo2 mi = mallinfo2();
+		return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+#else
+		/* glibc before 2.33: int fields, which wrap past 2 GiB. */
+		struct mallinfo mi = mallinfo();
+		return (uint64_t)(unsigned)mi.uordblks +
+		       (uint64_t)(unsigned)mi.hblkhd;
+#endif
+	}
+	size_t v = 0, len = sizeof v;
+	uint64_t epoch = 1;
+	if (je_mallctl &&
+	    je_mallctl("epoch", NULL, NULL, &epoch, sizeof epoch) == 0 &&
+	    je_mallctl("stats.allocated", &v, &len, NULL, 0) == 0)
+		return v;
+	if (tc_property && tc_property("generic.current_allocated_bytes", &v))
+		return v;
+	return 0;
+}
+
+/* ---- Fault injection for the tests -------------------------------------
+ *
+ * In a build configured with --enable-fault-injection, MEMLIMITS_FAULT=libc:N
+ * (tests only) swaps in wrappers that make each call fail with probability
+ * 1/N, as the allocator does when it is out of memory, so the tests can
+ * check that such a failure passes through untouched and is never taken
+ * for an interruption. */
 #ifdef ML_FAULT_INJECTION
 static uint64_t fault_every;
 static _Atomic uint64_t fault_calls;
@@ -70,31 +434,59 @@ static bool fault_now(void)
 	return ml__splitmix64(&x) % fault_every == 0;
 }
 
-/* Each wrapper calls glibc itself: the table points at the wrappers. */
+static void *fail(void)
+{
+	errno = ENOMEM;
+	return NULL;
+}
+
+/* Each wrapper calls the allocator found: ml__real points at them. */
 static void *fault_malloc(size_t n)
 {
-	return fault_now() ? fail() : __libc_malloc(n);
+	return fault_now() ? fail() : under.malloc(n);
 }
 static void *fault_calloc(size_t a, size_t b)
 {
-	return fault_now() ? fail() : __libc_calloc(a, b);
+	return fault_now() ? fail() : under.calloc(a, b);
 }
 static void *fault_realloc(void *p, size_t n)
 {
 	/* realloc(p, 0) frees p and needs no memory: it never fails. */
-	return n && fault_now() ? fail() : __libc_realloc(p, n);
+	return n && fault_now() ? fail() : under.realloc(p, n);
 }
 static void *fault_memalign(size_t a, size_t n)
 {
-	return fault_now() ? fail() : __libc_memalign(a, n);
+	return fault_now() ? fail() : under.memalign(a, n);
 }
 static void *fault_valloc(size_t n)
 {
-	return fault_now() ? fail() : __libc_valloc(n);
+	return fault_now() ? fail() : under.valloc(n);
 }
 static void *fault_pvalloc(size_t n)
 {
-	return fault_now() ? fail() : __libc_pvalloc(n);
+	return fault_now() ? fail() : under.pvalloc(n);
+}
+static void *fault_aligned_alloc(size_t a, size_t n)
+{
+	return fault_now() ? fail() : under.aligned_alloc(a, n);
+}
+static int fault_posix_memalign(void **out, size_t a, size_t n)
+{
+	return fault_now() ? ENOMEM : under.posix_memalign(out, a, n);
+}
+
+void ml__fault_libc(uint64_t every)
+{
+	ml__allocator_resolve();
+	fault_every = every;
+	ml__real.malloc = fault_malloc;
+	ml__real.calloc = fault_calloc;
+	ml__real.realloc = fault_realloc;
+	ml__real.memalign = fault_memalign;
+	ml__real.valloc = fault_valloc;
+	ml__real.pvalloc = fault_pvalloc;
+	ml__real.aligned_alloc = fault_aligned_alloc;
+	ml__real.posix_memalign = fault_posix_memalign;
 }
 #endif
 
@@ -103,26 +495,21 @@ void *ml__malloc_plain(size_t n)
 	return ml__real.malloc(n);
 }
 
-#ifdef ML_FAULT_INJECTION
-void ml__fault_libc(uint64_t every)
-{
-	fault_every = every;
-	ml__real =
-	    (struct ml__real){fault_malloc,   fault_calloc, fault_realloc,
-	                      fault_memalign, fault_valloc, fault_pvalloc};
-}
-#endif
-
-/* Under valgrind (memcheck replaces glibc's allocator below us, see
+/* ---- Block sizes ------------------------------------------------------
+ *
+ * glibc's: its chunk header, read in place.  Another allocator's: its own
+ * size query (malloc_usable_size, or a faster one where it exports it).
+ * Under valgrind (memcheck replaces glibc's allocator below us, see
  * docs/reliability.md) there is no glibc header to read: block sizes come
  * from the replacement's malloc_usable_size, plus one header word, so the
  * meter keeps its unit. */
-static size_t (*foreign_usable)(void *);
 
 size_t ml__chunk_bytes(const void *p)
 {
 	if (ml__unlikely(foreign_usable != NULL))
 		return foreign_usable((void *)p) + sizeof(size_t);
+	if (ml__unlikely(ml__real.usable != NULL))
+		return ml__real.usable((void *)p);
 	return ml__chunk_word(p) & ~(size_t)7;
 }
 
@@ -133,7 +520,7 @@ void ml__foreign_allocator(size_t (*usable)(void *))
 
 bool ml__allocator_foreign(void)
 {
-	return foreign_usable != NULL;
+	return foreign_usable != NULL || ml__real.usable != NULL;
 }
 
 /* Mirrors glibc's musable(): no __libc_ entry point exists for it. */
@@ -143,6 +530,8 @@ size_t ml__usable_size(void *p)
 		return 0;
 	if (ml__unlikely(foreign_usable != NULL))
 		return foreign_usable(p);
+	if (ml__unlikely(ml__real.usable != NULL))
+		return ml__real.usable(p);
 	size_t w = ml__chunk_word(p), size = w & ~(size_t)7;
 	if (w & 2) /* mmapped: two header words */
 		return size - 2 * sizeof(size_t);

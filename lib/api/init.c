@@ -44,6 +44,11 @@ __attribute__((constructor(101))) static void ml_constructor(void)
 	ml__global_init();
 	ml__unwind_load();
 	ml__detect_foreign_allocator();
+	if (ml__allocator_unusable())
+		ml__diag("%s defines malloc but not what forwarding to it "
+		         "needs (free, calloc, realloc, an aligned allocation, "
+		         "malloc_usable_size): allocations go to glibc's",
+		         ml__allocator_object(NULL, NULL));
 	uint32_t epochs =
 	    atomic_load(&ml__seed_epoch) + atomic_load(&ml__interval_epoch);
 	ml__settings_read_env();

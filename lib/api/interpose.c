@@ -9,7 +9,6 @@
 #include "api/api.h"
 
 #include <errno.h>
-#include <gnu/libc-version.h>
 #include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -201,52 +200,53 @@ ML__API void *memalign(size_t align, size_t n)
 	return aligned(align, n);
 }
 
-/* Does the glibc we forward to reject, in aligned_alloc, an alignment
- * that is not a power of two?  Before 2.38 aligned_alloc is an alias of
- * memalign (any alignment, rounded up; any size); from 2.38 on (ISO C17)
- * such an alignment fails with EINVAL.  Read once from the glibc really
- * loaded (gnu_get_libc_version allocates nothing), not the one built
- * against. */
-static bool strict_aligned_alloc(void)
+/* aligned_alloc and posix_memalign check their arguments as the allocator
+ * underneath does (underlying.c), after sampling: a request they refuse
+ * is then settled as a failure, charged to nothing. */
+static inline void *aligned_alloc_real(size_t align, size_t n)
 {
-	static _Atomic int strict = -1;
-	int s = atomic_load_explicit(&strict, memory_order_relaxed);
-	if (ml__unlikely(s < 0)) {
-		const char *v = gnu_get_libc_version();
-		unsigned major = 0, minor = 0;
-		for (; *v >= '0' && *v <= '9'; v++)
-			major = major * 10 + (unsigned)(*v - '0');
-		if (*v == '.')
-			for (v++; *v >= '0' && *v <= '9'; v++)
-				minor = minor * 10 + (unsigned)(*v - '0');
-		s = major > 2 || (major == 2 && minor >= 38);
-		atomic_store_explicit(&strict, s, memory_order_relaxed);
-	}
-	return s;
+	void *p = ml__real.aligned_alloc(align, n);
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_block(p, 1);
+	return p;
+}
+
+static ML__COLD void *aligned_alloc_slow(size_t align, size_t n)
+{
+	if (sample_slow(n))
+		return enomem();
+	return settled(aligned_alloc_real(align, n), n);
 }
 
 ML__API void *aligned_alloc(size_t align, size_t n)
 {
-	if (ml__unlikely(align == 0 || (align & (align - 1)) != 0) &&
-	    strict_aligned_alloc()) {
-		errno = EINVAL; /* as glibc >= 2.38: nothing sampled */
-		return NULL;
-	}
-	return aligned(align, n);
+	if (ml__unlikely(borrow(n)))
+		return aligned_alloc_slow(align, n);
+	return aligned_alloc_real(align, n);
+}
+
+static inline int posix_memalign_real(void **out, size_t align, size_t n)
+{
+	int rc = ml__real.posix_memalign(out, align, n);
+	if (ml__unlikely(ML__METER_ON) && rc == 0)
+		ml__meter_block(*out, 1);
+	return rc;
+}
+
+static ML__COLD int posix_memalign_slow(void **out, size_t align, size_t n)
+{
+	if (sample_slow(n))
+		return ENOMEM; /* errno left alone, as the allocators' own */
+	int rc = posix_memalign_real(out, align, n);
+	settled(rc == 0 ? *out : NULL, n);
+	return rc;
 }
 
 ML__API int posix_memalign(void **out, size_t align, size_t n)
 {
-	/* The alignment must be a power-of-two multiple of sizeof(void *);
-	 * the error is returned, errno is left alone (as glibc). */
-	if (align % sizeof(void *) != 0 || align == 0 ||
-	    ((align / sizeof(void *)) & (align / sizeof(void *) - 1)) != 0)
-		return EINVAL;
-	void *p = aligned(align, n);
-	if (!p)
-		return ENOMEM;
-	*out = p;
-	return 0;
+	if (ml__unlikely(borrow(n)))
+		return posix_memalign_slow(out, align, n);
+	return posix_memalign_real(out, align, n);
 }
 
 static inline void *valloc_real(size_t n)
@@ -297,7 +297,8 @@ ML__API void *pvalloc(size_t n)
 	return pvalloc_real(n);
 }
 
-/* glibc's has no __libc_ entry point for it. */
+/* glibc has no __libc_ entry point for it: read its header (or ask the
+ * allocator underneath). */
 ML__API size_t malloc_usable_size(void *p)
 {
 	return ml__usable_size(p);

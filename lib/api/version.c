@@ -32,6 +32,11 @@ ML_EXPORT unsigned ml_capabilities(void)
 	return (unsigned)c;
 }
 
+ML_EXPORT const char *ml_allocator(void)
+{
+	return ml__allocator_kind();
+}
+
 ML_EXPORT const char *ml_status_str(ml_status s)
 {
 	switch (s) {

@@ -14,7 +14,8 @@
  * Frame safety only runs after an interruption (never on the sampling
  * path).  Each frame is attributed to the object holding its return
  * address; an object is "runtime" when abandoning or failing inside it is
- * unsafe: the C library, the loader, libstdc++, libgcc, libunwind, and this
+ * unsafe: the C library, the loader, libstdc++, libgcc, libunwind, the
+ * allocator underneath (jemalloc, tcmalloc, mimalloc), and this
  * library (except its own task frames, which a jump is meant to leave). */
 #define _GNU_SOURCE
 #include "core/core.h"
@@ -622,6 +623,11 @@ static enum kind classify(uintptr_t ip)
 		return K_USER; /* JIT code or similar: not ours to judge */
 	if (o.start == self_base)
 		return K_SELF;
+	/* The allocator underneath: never jumped across, nor failed in. */
+	uintptr_t lo;
+	ml__allocator_object(&lo, NULL);
+	if (o.start == lo && lo)
+		return K_RUNTIME;
 	/* The main program's link map has an empty name. */
 	return classify_name(o.name);
 }

@@ -198,6 +198,14 @@ static void put_limits(struct ml__out *o)
 		ml__out_u(o, atomic_load(&ml__run.samples), 10);
 		ml__out_puts(o, "\n");
 	}
+	ml__out_puts(o, "allocator: ");
+	ml__out_puts(o, ml__allocator_kind());
+	if (strcmp(ml__allocator_kind(), "glibc")) {
+		ml__out_puts(o, " (");
+		ml__out_puts(o, ml__allocator_object(NULL, NULL));
+		ml__out_puts(o, ")");
+	}
+	ml__out_puts(o, "\n");
 	ml__out_puts(o, "held limit: ");
 	if (ml__run.held_limit == ML_NO_LIMIT) {
 		ml__out_puts(o, "none\n");

@@ -131,7 +131,7 @@ struct ml__out {
 void ml__out_put(struct ml__out *o, const char *s, size_t n);
 void ml__out_puts(struct ml__out *o, const char *s);
 void ml__out_u(struct ml__out *o, uint64_t v, unsigned base);
-void ml__out_x(struct ml__out *o, uint64_t v);                  /* 0x1f */
+void ml__out_x(struct ml__out *o, uint64_t v);                 /* 0x1f */
 void ml__out_ratio(struct ml__out *o, uint64_t v, uint64_t d); /* 12.5 */
 /* "67108864 bytes (64.0 MiB)" */
 void ml__out_size(struct ml__out *o, uint64_t v);
@@ -171,8 +171,8 @@ void ml__self_exe(char *buf, size_t cap);
  * cgroup from self_cgroup, a file in /proc/self/cgroup's format. */
 #define ML__CGROUP_ROOT "/sys/fs/cgroup"
 uint64_t ml__memory_total(const char *cgroup_root, const char **source);
-uint64_t ml__memory_total_from(const char *self_cgroup,
-                               const char *cgroup_root, const char **source);
+uint64_t ml__memory_total_from(const char *self_cgroup, const char *cgroup_root,
+                               const char **source);
 
 /* ---- Loaded objects (objects.c) --------------------------------------- */
 
@@ -184,6 +184,15 @@ struct ml__object {
 	const char *name;
 };
 int ml__find_object(uintptr_t addr, struct ml__object *o);
+
+/* ---- Symbols of a loaded object (elfsym.c) ----------------------------- */
+
+struct dl_phdr_info;
+/* The address of the global definition `name` in one object (the one
+ * dl_iterate_phdr describes by info), from its own dynamic symbol table,
+ * as the loader would bind it (no hidden version); NULL if it has none.
+ * Allocates nothing, takes no lock. */
+void *ml__elf_symbol(const struct dl_phdr_info *info, const char *name);
 
 #pragma GCC visibility pop
 
