@@ -111,6 +111,40 @@ for row in 1:slow:1 3:slow:3 h:slowheld:1 k:slowstack:1; do
 	fi
 done >"$tmp/slow-ir"
 
+# Over each allocator (issue 15): Ir per pair for the allocator alone, the
+# library idle over it (preloaded before it), and a task with an
+# allocation limit over it.
+cgp() { # cgp PRELOAD BINARY ARGS...: callgrind's total Ir
+	pre=$1
+	shift
+	LD_PRELOAD=$pre "$VALGRIND" --tool=callgrind \
+	    --soname-synonyms=somalloc=nouserintercepts \
+	    --callgrind-out-file="$tmp/cgp.out" "$@" >/dev/null 2>"$tmp/cgp.err" ||
+		{ cat "$tmp/cgp.err" >&2; echo "bench: callgrind failed: $*" >&2; exit 1; }
+	awk '/^summary:/ { print $2 }' "$tmp/cgp.out"
+}
+libdir=$(dirname "$(/sbin/ldconfig -p 2>/dev/null |
+	sed -n 's/^[[:space:]]*libc.so.6 (.*) => //p' | head -1)")
+for so in libjemalloc.so.2 libtcmalloc_minimal.so.4 libmimalloc.so.2; do
+	lib=$libdir/$so
+	if [ -z "$VALGRIND" ] || ! [ -r "$lib" ]; then
+		echo "$so n/a n/a n/a"
+		continue
+	fi
+	r=""
+	for cfg in alone idle task; do
+		case $cfg in
+		alone) pre=$lib bin=$GLIBC_BENCH wl=idle ;;
+		idle) pre="$ML_LIB $lib" bin=$GLIBC_BENCH wl=idle ;;
+		task) pre="$ML_LIB $lib" bin=$ML_BENCH wl=task ;;
+		esac
+		a=$(cgp "$pre" "$bin" pairs $wl $N1 1)
+		b=$(cgp "$pre" "$bin" pairs $wl $N2 1)
+		r="$r $(echo "$a $b" | awk -v n=$((N2 - N1)) '{ printf "%.2f", ($2 - $1) / n }')"
+	done
+	echo "$so$r"
+done >"$tmp/allocs"
+
 # Memory per tracked block: the resident growth while a task holds 10^6
 # blocks of 64 bytes, all tracked (S = 1) less none tracked (S = 2^40).
 a=$(run idle heldmem 1 1000000)
@@ -179,6 +213,7 @@ FILENAME ~ /slow-ir$/ { sir[$1] = $2; shits[$1] = $3; next }
 FILENAME ~ /run-ir$/ { runir = $1; next }
 FILENAME ~ /slice-ir$/ { sliceir = $1; next }
 FILENAME ~ /heldmem$/ { heldmem = $1; next }
+FILENAME ~ /allocs$/ { alloc[++nalloc] = $0; next }
 FILENAME ~ /\/wall$/ { ns[$1, $2] = $3; next }
 FILENAME ~ /slow-wall$/ {
 	if ($1 == "run") { rn[++nrun] = $2; next }
@@ -267,8 +302,20 @@ END {
 	if (shits[1] != "n/a" && shits[1] != "")
 		printf "\n(slow paths per 1-byte block at S = 1: %.4f measured," \
 		    " %.4f expected)\n", shits[1], 1 - exp(-1)
+	printf "\n%-27s %8s %8s %8s %8s %8s  %s\n", "over another allocator",
+	    "alone", "idle", "+Ir", "task", "+Ir", "idle target"
+	for (k = 1; k <= nalloc; k++) {
+		split(alloc[k], f, " ")
+		if (f[2] == "n/a") {
+			printf "%-27s %8s\n", f[1], "n/a (not installed)"
+			continue
+		}
+		printf "%-27s %8.2f %8.2f %+8.2f %8.2f %+8.2f  <= +8: %s\n",
+		    f[1], f[2], f[3], f[3] - f[2], f[4], f[4] - f[2],
+		    (f[3] - f[2] <= 8 ? "met" : "MISSED")
+	}
 	printf "\nheld tracking: %.1f bytes of memory per tracked block " \
 	    "(10^6 blocks held; a 56-byte record in a table kept at most " \
 	    "half full)\n", heldmem
 }' "$tmp/ir" "$tmp/slow-ir" "$tmp/run-ir" "$tmp/slice-ir" "$tmp/wall" \
-	"$tmp/slow-wall" "$tmp/heldmem"
+	"$tmp/slow-wall" "$tmp/heldmem" "$tmp/allocs"

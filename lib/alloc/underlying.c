@@ -117,6 +117,17 @@ static void *page_pvalloc(size_t n)
 	return ml__real.memalign(page, n ? (n + page - 1) & ~(page - 1) : page);
 }
 
+/* reallocarray: glibc's checks the product, then is realloc. */
+static void *mul_reallocarray(void *p, size_t a, size_t b)
+{
+	size_t n;
+	if (__builtin_mul_overflow(a, b, &n)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return ml__real.realloc(p, n);
+}
+
 static void *memalign_aligned_alloc(size_t align, size_t n)
 {
 	return ml__real.memalign(align, n);
@@ -204,6 +215,7 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data)
 	*(void **)&r->malloc = m;
 	*(void **)&r->calloc = SYM(info, "calloc");
 	*(void **)&r->realloc = SYM(info, "realloc");
+	*(void **)&r->reallocarray = SYM(info, "reallocarray");
 	*(void **)&r->free = SYM(info, "free");
 	*(void **)&r->memalign = SYM(info, "memalign");
 	*(void **)&r->valloc = SYM(info, "valloc");
@@ -237,6 +249,7 @@ static const struct ml__real glibc = {
     .malloc = __libc_malloc,
     .calloc = __libc_calloc,
     .realloc = __libc_realloc,
+    .reallocarray = mul_reallocarray,
     .memalign = __libc_memalign,
     .valloc = __libc_valloc,
     .pvalloc = __libc_pvalloc,
@@ -272,6 +285,8 @@ static void find(void)
 		r->aligned_alloc = memalign_aligned_alloc;
 	if (!r->posix_memalign)
 		r->posix_memalign = memalign_posix;
+	if (!r->reallocarray)
+		r->reallocarray = mul_reallocarray;
 	if (!r->valloc)
 		r->valloc = page_valloc;
 	if (!r->pvalloc)
@@ -314,6 +329,11 @@ static void *boot_realloc(void *p, size_t n)
 	ml__allocator_resolve();
 	return ml__real.realloc(p, n);
 }
+static void *boot_reallocarray(void *p, size_t a, size_t b)
+{
+	ml__allocator_resolve();
+	return ml__real.reallocarray(p, a, b);
+}
 static void *boot_memalign(size_t a, size_t n)
 {
 	ml__allocator_resolve();
@@ -349,6 +369,7 @@ struct ml__real ml__real = {
     .malloc = boot_malloc,
     .calloc = boot_calloc,
     .realloc = boot_realloc,
+    .reallocarray = boot_reallocarray,
     .memalign = boot_memalign,
     .valloc = boot_valloc,
     .pvalloc = boot_pvalloc,
@@ -381,8 +402,10 @@ bool ml__allocator_unusable(void)
 }
 
 /* What the allocator says it has handed out and not taken back, where it
- * says: the meter's starting point.  0 where it does not (mimalloc,
- * another allocator): the meter then counts from when it starts. */
+ * says: the meter's starting point.  mimalloc (whose statistics Debian
+ * builds without) and another allocator say nothing: the process's
+ * resident size then, more than their blocks by the code, stacks and the
+ * allocator's own free pages (the safe side for a limit). */
 uint64_t ml__allocator_in_use(void)
 {
 	ml__allocator_resolve();
@@ -407,7 +430,7 @@ uint64_t ml__allocator_in_use(void)
 		return v;
 	if (tc_property && tc_property("generic.current_allocated_bytes", &v))
 		return v;
-	return 0;
+	return ml__resident_bytes();
 }
 
 /* ---- Fault injection for the tests -------------------------------------
@@ -454,6 +477,10 @@ static void *fault_realloc(void *p, size_t n)
 	/* realloc(p, 0) frees p and needs no memory: it never fails. */
 	return n && fault_now() ? fail() : under.realloc(p, n);
 }
+static void *fault_reallocarray(void *p, size_t a, size_t b)
+{
+	return a && b && fault_now() ? fail() : under.reallocarray(p, a, b);
+}
 static void *fault_memalign(size_t a, size_t n)
 {
 	return fault_now() ? fail() : under.memalign(a, n);
@@ -482,6 +509,7 @@ void ml__fault_libc(uint64_t every)
 	ml__real.malloc = fault_malloc;
 	ml__real.calloc = fault_calloc;
 	ml__real.realloc = fault_realloc;
+	ml__real.reallocarray = fault_reallocarray;
 	ml__real.memalign = fault_memalign;
 	ml__real.valloc = fault_valloc;
 	ml__real.pvalloc = fault_pvalloc;

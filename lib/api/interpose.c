@@ -129,19 +129,26 @@ ML__API void *calloc(size_t a, size_t b)
 	return calloc_real(a, b);
 }
 
-static inline void *realloc_real(void *p, size_t n)
+/* realloc(p, b) (a = 0) or reallocarray(p, a, b): the allocator's own,
+ * which says what b = 0 means.  n = the bytes asked for. */
+static inline void *resize_call(void *p, size_t a, size_t b)
+{
+	return a ? ml__real.reallocarray(p, a, b) : ml__real.realloc(p, b);
+}
+
+static inline void *resize_real(void *p, size_t n, size_t a, size_t b)
 {
 	uint8_t watch = ML__WATCH;
 	if (ml__likely(!watch))
-		return ml__real.realloc(p, n);
+		return resize_call(p, a, b);
 	/* The old block's record goes (a new one is made if the new block
 	 * carries samples); if realloc fails, the old block stays untracked. */
 	if ((watch & ML__WATCH_SAMPLED) && p)
 		ml__held_forget(p);
 	if (!(watch & ML__WATCH_METER))
-		return ml__real.realloc(p, n);
+		return resize_call(p, a, b);
 	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
-	void *q = ml__real.realloc(p, n);
+	void *q = resize_call(p, a, b);
 	if (q)
 		ml__meter_add((int64_t)ml__chunk_bytes(q) - old);
 	else if (p && n == 0)
@@ -149,11 +156,11 @@ static inline void *realloc_real(void *p, size_t n)
 	return q;
 }
 
-static ML__COLD void *realloc_slow(void *p, size_t n)
+static ML__COLD void *resize_slow(void *p, size_t n, size_t a, size_t b)
 {
 	if (sample_slow(n))
 		return enomem(); /* the old block stays valid */
-	return settled(realloc_real(p, n), n);
+	return settled(resize_real(p, n, a, b), n);
 }
 
 ML__API void *realloc(void *p, size_t n)
@@ -161,16 +168,18 @@ ML__API void *realloc(void *p, size_t n)
 	/* realloc(p, 0) frees p (glibc's REALLOC_ZERO_BYTES_FREES) and
 	 * allocates nothing, so it carries no sample (0 never borrows). */
 	if (ml__unlikely(borrow(n)))
-		return realloc_slow(p, n);
-	return realloc_real(p, n);
+		return resize_slow(p, n, 0, n);
+	return resize_real(p, n, 0, n);
 }
 
 ML__API void *reallocarray(void *p, size_t a, size_t b)
 {
 	size_t n;
 	if (__builtin_mul_overflow(a, b, &n))
-		return enomem();
-	return realloc(p, n);
+		return ml__real.reallocarray(p, a, b); /* its own error */
+	if (ml__unlikely(borrow(n)))
+		return resize_slow(p, n, a ? a : 1, a ? b : 0);
+	return resize_real(p, n, a ? a : 1, a ? b : 0);
 }
 
 static inline void *aligned_real(size_t align, size_t n)

@@ -149,3 +149,16 @@ uint64_t ml__memory_total(const char *cgroup_root, const char **source)
 {
 	return ml__memory_total_from("/proc/self/cgroup", cgroup_root, source);
 }
+
+uint64_t ml__resident_bytes(void)
+{
+	char buf[128];
+	if (read_small("/proc/self/statm", buf, sizeof buf) <= 0)
+		return 0;
+	/* "size resident shared ...", in pages. */
+	const char *p = strchr(buf, ' ');
+	uint64_t pages = 0;
+	for (p = p ? p + 1 : buf; *p >= '0' && *p <= '9'; p++)
+		pages = pages * 10 + (uint64_t)(*p - '0');
+	return pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}

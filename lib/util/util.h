@@ -171,6 +171,8 @@ void ml__self_exe(char *buf, size_t cap);
  * cgroup from self_cgroup, a file in /proc/self/cgroup's format. */
 #define ML__CGROUP_ROOT "/sys/fs/cgroup"
 uint64_t ml__memory_total(const char *cgroup_root, const char **source);
+/* The process's resident size now (/proc/self/statm), 0 if unknown. */
+uint64_t ml__resident_bytes(void);
 uint64_t ml__memory_total_from(const char *self_cgroup, const char *cgroup_root,
                                const char **source);
 

@@ -159,3 +159,12 @@ tests_api_test_pressure_SOURCES = tests/api/test-pressure.c
 tests_api_test_pressure_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_pressure_LDADD = $(ML_TEST_LIBS)
 tests_api_test_pressure_LDFLAGS = $(ML_TEST_LINK)
+
+# The library over jemalloc, tcmalloc and mimalloc (issue 15): the family,
+# tasks, held memory and the global limit over each one installed.
+check_PROGRAMS += tests/api/allocator-name
+tests_api_allocator_name_SOURCES = tests/api/allocator-name.c
+tests_api_allocator_name_LDADD = lib/libmemlimits.la
+tests_api_allocator_name_LDFLAGS = -no-install
+TESTS += tests/api/test-allocators.sh
+EXTRA_DIST += tests/api/test-allocators.sh

@@ -183,9 +183,29 @@ after 10"; then
 		notok "python3 [0] * 10**9 (status $st)"
 		diag "$tmp/py2.out" "$tmp/py2.err"
 	fi
+	# The same over each allocator (issue 15): the library forwards to
+	# it, meters its blocks, and the script gets a clean MemoryError.
+	for a in jemalloc tcmalloc mimalloc; do
+		"$M" run --allocator $a --heap-limit 100M --report "$tmp/pa.txt" \
+			-- "$py" -c "$grow" >"$tmp/py.out" 2>"$tmp/py.err"
+		st=$?
+		got=$(sed -n 's/^MemoryError after //p' "$tmp/py.out")
+		if grep -q 'not found in the system library path' "$tmp/py.err"; then
+			skip "--allocator $a: not installed (scripts/install-deps)"
+		elif test "$st" = 0 && test -n "$got" && test "$got" -ge 50 &&
+			test "$got" -le 101 &&
+			grep -qx 'still running: 499500' "$tmp/py.out" &&
+			grep -q "^allocator: $a (" "$tmp/pa.txt"; then
+			ok "python3 --allocator $a --heap-limit 100M: MemoryError after $got MiB, caught, the script goes on"
+		else
+			notok "python3 over $a under --heap-limit 100M (status $st)"
+			diag "$tmp/py.out" "$tmp/py.err" "$tmp/pa.txt"
+		fi
+	done
 else
-	skip "python3 not found"
-	skip "python3 not found"
+	for i in 1 2 3 4 5; do
+		skip "python3 not found"
+	done
 fi
 
 # ---- xmllint: an entity-expansion bomb ----------------------------------
@@ -472,6 +492,8 @@ printf '' >"$tmp/bs.in"
 badstats "an empty file" <"$tmp/bs.in"
 printf '{"a\0": 1}' >"$tmp/bs.in"
 badstats "a NUL byte" <"$tmp/bs.in"
+bad "run --allocator with an unknown name" run --allocator tlsf -- true
+bad "run --allocator with no name" run --allocator "" -- true
 bad "stats without a directory" stats
 bad "stats on a missing directory" stats "$tmp/no/such"
 rm -rf "$tmp/empty" && mkdir "$tmp/empty"
