@@ -11,12 +11,13 @@
 #  - tasks trip under all three deliveries, held memory, task objects,
 #    the global limit's choice and its pressure callback, jump safety
 #    (test-tasks, test-held, test-task-objects, test-pressure,
-#    test-jump-safety, test-describe, test-held-profile).
+#    test-jump-safety, test-describe, test-held-profile), threads and
+#    fork (test-threads, test-fork).
 # Each program is one test line: it passes when it exits 0 with no
 # failed test of its own.
 : "${top_builddir:?}"
 L=$top_builddir/lib/.libs/libmemlimits.so.0
-B=$top_builddir/tests/api
+B=$top_builddir/tests
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-allocs.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 export LC_ALL=C
@@ -28,8 +29,10 @@ libpath() { # the path of a shared library the loader knows, or nothing
 	/sbin/ldconfig -p 2>/dev/null | sed -n "s/^[[:space:]]*$1 (.*) => //p" | head -1
 }
 
-programs="test-family test-refused test-tasks test-held test-task-objects
-	test-pressure test-jump-safety test-describe test-held-profile"
+programs="api/test-family api/test-refused api/test-tasks api/test-held
+	api/test-task-objects api/test-pressure api/test-jump-safety
+	api/test-describe api/test-held-profile concurrency/test-threads
+	concurrency/test-fork"
 
 for entry in jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 \
 	tcmalloc:libtcmalloc.so.4 mimalloc:libmimalloc.so.2; do
@@ -43,7 +46,7 @@ for entry in jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 \
 		skip "$so is not installed (scripts/install-deps)"
 		continue
 	fi
-	LD_PRELOAD="$L $lib" "$B/allocator-name" >"$tmp/out" 2>"$tmp/err"
+	LD_PRELOAD="$L $lib" "$B/api/allocator-name" >"$tmp/out" 2>"$tmp/err"
 	st=$?
 	read -r name held after <"$tmp/out"
 	if test "$st" = 0 && test "$name" = "$kind" && ! test -s "$tmp/err" &&
@@ -59,9 +62,9 @@ for entry in jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 \
 			"$B/$p" >"$tmp/out" 2>&1
 		st=$?
 		if test "$st" = 0 && ! grep -q '^not ok' "$tmp/out"; then
-			ok "$p over $so: $(grep -c '^ok' "$tmp/out") passed"
+			ok "${p#*/} over $so: $(grep -c '^ok' "$tmp/out") passed"
 		else
-			notok "$p over $so: status $st"
+			notok "${p#*/} over $so: status $st"
 			grep '^not ok' "$tmp/out" | head -20 | sed 's/^/# /'
 		fi
 	done
