@@ -31,6 +31,13 @@
 #include "memlimits.h"
 #include "../tap/tap.h"
 
+/* child_meter reads glibc's chunk headers and mallinfo2: over glibc
+ * only (tests/api/test-allocators.sh runs this over the others). */
+static bool over_glibc(void)
+{
+	return strcmp(ml_allocator(), "glibc") == 0;
+}
+
 void *volatile sink;
 
 #define S 4096u           /* sample interval for most of the tests */
@@ -425,6 +432,13 @@ static void test_thread_exit(void)
 	if (under_valgrind()) {
 		tap_skip(2,
 		         "VmRSS/VmData over thread exits: not under valgrind");
+	} else if (!over_glibc()) {
+		/* jemalloc's retained extents grow by 4 MiB over 2000 thread
+		 * exits by themselves: the check is over glibc's. */
+		tap_skip(2,
+		         "VmRSS/VmData over thread exits: over %s, whose "
+		         "own caches grow with threads",
+		         ml_allocator());
 	} else {
 		tap_ok(rss0 > 0 && rss1 - rss0 < 1024,
 		       "VmRSS flat over %d thread exits: %ld kB -> %ld kB",
@@ -748,13 +762,6 @@ static void *busy_main(void *arg)
 		}
 	}
 	return NULL;
-}
-
-/* child_meter reads glibc's chunk headers and mallinfo2: over glibc
- * only (tests/api/test-allocators.sh runs this over the others). */
-static bool over_glibc(void)
-{
-	return strcmp(ml_allocator(), "glibc") == 0;
 }
 
 static uint64_t glibc_in_use(void)
