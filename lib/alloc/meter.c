@@ -187,11 +187,23 @@ static void *malloc_metered(size_t n)
 	return p;
 }
 
-static void free_metered(void *p)
+/* The meter's count of a block freed: glibc's header read in place, or
+ * another allocator's size query. */
+static inline __attribute__((always_inline)) void uncount(void *p)
 {
 	if (ml__likely(p != NULL) &&
 	    ml__unlikely(METER_SUB(down, ml__chunk_word(p) & ~(size_t)7)))
 		meter_fold();
+}
+
+static inline __attribute__((always_inline)) void uncount_foreign(void *p)
+{
+	ml__meter_block(p, -1);
+}
+
+static void free_metered(void *p)
+{
+	uncount(p);
 	ml__real.free(p);
 }
 
@@ -211,7 +223,7 @@ static void *malloc_metered_foreign(size_t n)
 
 static void free_metered_foreign(void *p)
 {
-	ml__meter_block(p, -1);
+	uncount_foreign(p);
 	ml__real.free(p);
 }
 
@@ -246,16 +258,26 @@ static ML__COLD void sampled_free(void *p)
 	ml__sampled_free_hook(p);
 }
 
-#define FREE_SAMPLED(name, under)                   \
+/* The meter counts the block freed first, then its record goes, then
+ * the allocator gets it back: the global limit's choice reads held
+ * estimates before usage (tasks/global.c), so usage must never lag a
+ * victim's freeing; and a record must go before its address can be
+ * handed out again. */
+static inline __attribute__((always_inline)) void no_count(void *p)
+{
+	(void)p;
+}
+#define FREE_SAMPLED(name, count)                   \
 	static void name(void *p)                   \
 	{                                           \
+		count(p);                           \
 		if (ml__unlikely(sampled_maybe(p))) \
 			sampled_free(p);            \
-		under(p);                           \
+		ml__real.free(p);                   \
 	}
-FREE_SAMPLED(free_sampled, ml__real.free)
-FREE_SAMPLED(free_sampled_metered, free_metered)
-FREE_SAMPLED(free_sampled_metered_foreign, free_metered_foreign)
+FREE_SAMPLED(free_sampled, no_count)
+FREE_SAMPLED(free_sampled_metered, uncount)
+FREE_SAMPLED(free_sampled_metered_foreign, uncount_foreign)
 
 static bool meter_tails; /* the metered tails are chosen */
 _Atomic uint8_t ml__watch;

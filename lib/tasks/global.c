@@ -87,9 +87,6 @@ void ml__global_choose(struct ml__thread *t, uint64_t n)
 	}
 	uint64_t unwinding = 0, limit;
 	ml__spin_lock(&list_lock);
-	/* Still over, now that no task can come or go: a task is chosen
-	 * only while the limit it is chosen for holds. */
-	uint64_t over = ml__global_overshoot(n, &limit);
 	for (struct ml_task *task = head; task; task = task->gnext) {
 		ml_status st = status_of(task);
 		uint64_t h = ml__held_bytes(task);
@@ -100,6 +97,14 @@ void ml__global_choose(struct ml__thread *t, uint64_t n)
 			best_held = h;
 		}
 	}
+	/* Still over, now that no task can come or go: a task is chosen
+	 * only while the limit it is chosen for holds.  Read after the held
+	 * estimates: a victim frees its blocks (its held estimate falls)
+	 * before the meter counts them freed, never after (alloc/meter.c),
+	 * so a usage read first could be that of a heap the victim has
+	 * emptied since, with nobody left holding the overshoot: a bystander
+	 * would be chosen (seen under load, 1 run in 6 over mimalloc). */
+	uint64_t over = ml__global_overshoot(n, &limit);
 	if (best && over && unwinding < over)
 		ml__task_trip(best, ML_GLOBAL_LIMIT);
 	ml__spin_unlock(&list_lock);
