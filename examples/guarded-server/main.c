@@ -36,8 +36,11 @@ int main(int argc, char **argv)
 {
 	struct gs_config cfg;
 	gs_default_config(&cfg);
-	struct gs_demo_opts o = {
-	    .well = 4, .runaway = 4, .baseline_s = 6, .load_s = 12};
+	struct gs_demo_opts o = {.well = 4,
+	                         .runaway = 4,
+	                         .stream_mb = 1024,
+	                         .baseline_s = 6,
+	                         .load_s = 12};
 	bool demo = false, seconds_set = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -104,7 +107,9 @@ int main(int argc, char **argv)
 			o.load_s = 4;
 		o.well = o.well > 3 ? 3 : o.well;
 		o.runaway = o.runaway > 3 ? 3 : o.runaway;
+		o.stream_mb = 256;
 		cfg.deadline_ms = 1000;
+		cfg.long_deadline_ms = 10000;
 		cfg.read_timeout_ms = 500;
 	}
 	if (seconds_set)

@@ -1,11 +1,17 @@
 /* The guarded server: HTTP/1.1 on 127.0.0.1, an acceptor, a fixed pool of
  * workers that each serve one connection at a time (keep-alive), and a
  * timer thread that cancels requests whose deadline passed or whose client
- * went away.  Every request runs as a memlimits task:
+ * went away.  Every request runs as a memlimits task, under an allocation
+ * limit and a held limit (memory allocated and not freed yet):
  *   /json   FAIL delivery: the parser checks every malloc and unwinds by
  *           returning, freeing what it built (json.c);
  *   /expand JUMP delivery: everything lives in one arena, freed by a
- *           cleanup handler when the task is interrupted (expand.c).
+ *           cleanup handler when the task is interrupted (expand.c);
+ *   /stream FAIL delivery: a digest of N MiB made in 64 KiB chunks, each
+ *           malloc'd and freed: it allocates a lot and holds little, so it
+ *           has a held limit and no allocation limit;
+ *   /leak   FAIL delivery: keeps 1 MiB blocks, slowly, until its held
+ *           limit stops it (the demo's slow leak).
  * Reading requests and writing responses happen outside the task: only the
  * work whose size the client controls is limited. */
 #define _GNU_SOURCE
@@ -45,11 +51,8 @@ const char *const gs_stat_names[GS_NSTATS] = {
 #define QUEUE_CAP 256         /* accepted connections waiting for a worker */
 #define TICK_NS 5000000ull    /* timer thread period */
 #define MAX_INDENT 10000000ul /* /json?indent=N */
-/* A request hit by the global limit after allocating less than this cannot
- * be what took the heap over it: it is a bystander and is run again (see
- * run_job). */
-#define BYSTANDER_BYTES (1ull << 20)
-#define BYSTANDER_TRIES 4
+#define LEAK_MAX_MB 1024      /* /leak?mb=N */
+#define LEAK_MAX_MS 100       /* /leak?ms=M, the pause after each MiB */
 
 void gs_default_config(struct gs_config *c)
 {
@@ -60,7 +63,12 @@ void gs_default_config(struct gs_config *c)
 	    .global_limit = 256 * MiB,
 	    .json_limit = 32 * MiB,
 	    .expand_limit = 160 * MiB,
+	    .json_held = 16 * MiB,
+	    .expand_held = 128 * MiB,
+	    .stream_held = 16 * MiB,
+	    .leak_held = 64 * MiB,
 	    .deadline_ms = 2000,
+	    .long_deadline_ms = 20000,
 	    .read_timeout_ms = 1000,
 	    .idle_timeout_ms = 5000,
 	    .watchdog_rss = 1024 * MiB,
@@ -393,7 +401,7 @@ static bool respond(int fd, int code, bool keep, const char *stopped,
 
 /* ---- Requests --------------------------------------------------------- */
 
-enum route { ROUTE_HEALTH, ROUTE_JSON, ROUTE_EXPAND };
+enum route { ROUTE_JSON, ROUTE_EXPAND, ROUTE_STREAM, ROUTE_LEAK };
 
 struct request {
 	char method[16];
@@ -529,8 +537,9 @@ struct job {
 	enum route route;
 	const char *body;
 	size_t blen;
-	unsigned long indent, summary;
+	unsigned long indent, summary, mb, ms;
 	int err;
+	uint64_t digest;     /* /stream */
 	struct json_buf out; /* /json */
 	struct arena arena;  /* /expand: everything it allocates */
 	struct expansion x;
@@ -571,6 +580,70 @@ static void *expand_task(void *arg)
 	return NULL;
 }
 
+uint64_t gs_stream_step(uint64_t h, void *buf, uint64_t i)
+{
+	/* Cheap to make and to fold (four independent lanes): the request
+	 * is about allocating, not about CPU. */
+	uint64_t w = (i + 1) * 0x9e3779b97f4a7c15ull;
+	uint64_t *p = buf;
+	for (size_t k = 0; k < GS_STREAM_CHUNK / 8; k++)
+		p[k] = w + k;
+	uint64_t lane[4] = {h, h ^ 1, h ^ 2, h ^ 3};
+	for (size_t k = 0; k < GS_STREAM_CHUNK / 8; k += 4)
+		for (int l = 0; l < 4; l++)
+			lane[l] =
+			    (lane[l] ^ p[k + (size_t)l]) * 1099511628211ull;
+	return lane[0] ^ (lane[1] << 1) ^ (lane[2] << 2) ^ (lane[3] << 3);
+}
+
+/* FAIL delivery: once interrupted, malloc returns NULL and the loop ends
+ * (it holds nothing else). */
+static void *stream_task(void *arg)
+{
+	struct job *j = arg;
+	uint64_t h = 1469598103934665603ull;
+	uint64_t chunks = (uint64_t)j->mb * (MiB / GS_STREAM_CHUNK);
+	for (uint64_t i = 0; i < chunks; i++) {
+		void *buf = malloc(GS_STREAM_CHUNK);
+		if (!buf) {
+			j->err = EXPAND_ENOMEM;
+			return NULL;
+		}
+		h = gs_stream_step(h, buf, i);
+		free(buf);
+	}
+	j->digest = h;
+	return NULL;
+}
+
+/* FAIL delivery: a slow leak.  Keeps a 1 MiB block (touched: resident)
+ * every ms milliseconds, mb times, and frees them all at the end, or as
+ * soon as malloc fails once the task is interrupted: its held limit is
+ * what stops it. */
+static void *leak_task(void *arg)
+{
+	struct job *j = arg;
+	void **blocks = NULL; /* a list through each block's first word */
+	for (unsigned long i = 0; i < j->mb; i++) {
+		void **b = malloc(MiB);
+		if (!b) {
+			j->err = EXPAND_ENOMEM;
+			break;
+		}
+		memset(b, 0x5a, MiB);
+		*b = blocks;
+		blocks = b;
+		struct timespec ts = {0, (long)j->ms * 1000000};
+		nanosleep(&ts, NULL);
+	}
+	while (blocks) {
+		void **next = *blocks;
+		free(blocks);
+		blocks = next;
+	}
+	return NULL;
+}
+
 static void job_release(struct job *j)
 {
 	free(j->out.data);
@@ -579,53 +652,71 @@ static void job_release(struct job *j)
 	memset(&j->x, 0, sizeof j->x);
 }
 
-/* Run the job as a task (or bare, with --no-limits).  Returns its status. */
-static ml_status run_job(struct job *j, ml_token *tok, ml_outcome *out)
+/* The limits of a route's task. */
+static ml_limits route_limits(enum route r, ml_token *tok)
 {
-	void *(*fn)(void *) = j->route == ROUTE_JSON ? json_task : expand_task;
-	*out = (ml_outcome){.status = ML_OK};
-	if (!cfg->limits) {
-		fn(j);
-		return ML_OK;
-	}
 	ml_limits l = ML_LIMITS_INIT;
-	l.alloc_bytes =
-	    j->route == ROUTE_JSON ? cfg->json_limit : cfg->expand_limit;
+	switch (r) {
+	case ROUTE_JSON:
+		l.alloc_bytes = cfg->json_limit;
+		l.held_bytes = cfg->json_held;
+		l.delivery = ML_DELIVER_FAIL;
+		break;
+	case ROUTE_EXPAND:
+		l.alloc_bytes = cfg->expand_limit;
+		l.held_bytes = cfg->expand_held;
+		l.delivery = ML_DELIVER_JUMP;
+		break;
+	case ROUTE_STREAM: /* allocates GiBs on purpose: held limit only */
+		l.held_bytes = cfg->stream_held;
+		l.delivery = ML_DELIVER_FAIL;
+		break;
+	case ROUTE_LEAK:
+		l.held_bytes = cfg->leak_held;
+		l.delivery = ML_DELIVER_FAIL;
+		break;
+	}
 	l.global = true;
 	l.token = tok;
-	l.delivery = j->route == ROUTE_JSON ? ML_DELIVER_FAIL : ML_DELIVER_JUMP;
-	for (int attempt = 0;; attempt++) {
-		ml_status s = ml_run(&l, fn, j, out);
-		if (s == ML_OK)
-			return s;
-		job_release(j);
-		/* The global limit interrupts whichever global task samples
-		 * while the heap is over it: mostly the request that took it
-		 * there, sometimes a small one that happened to allocate in
-		 * the same moment.  A small one is rerun once the culprit's
-		 * memory is freed: wait (1 ms steps, at most 200 ms: the
-		 * culprit may be descheduled) for the heap to be back under
-		 * the limit with room for this request. */
-		if (s != ML_GLOBAL_LIMIT || out->allocated > BYSTANDER_BYTES ||
-		    attempt + 1 >= BYSTANDER_TRIES || ml_token_is_set(tok))
-			return s;
-		count(GS_bystander_retries);
-		for (int ms = 0; ms < 200; ms++) {
-			struct timespec ts = {0, 1000000};
-			nanosleep(&ts, NULL);
-			if (ml_global_memory_usage() + 2 * BYSTANDER_BYTES <=
-			    cfg->global_limit)
-				break;
-		}
-	}
+	return l;
 }
 
-static void slot_arm(struct slot *s, ml_token *tok, int fd)
+/* Run the job as a task (or bare, with --no-limits).  Returns its status.
+ * No rerun when the global limit interrupts it: the library interrupts
+ * the task that holds the most memory, so a small request is not hit. */
+static ml_status run_job(struct job *j, ml_token *tok, ml_outcome *out)
+{
+	static void *(*const fns[])(void *) = {
+	    [ROUTE_JSON] = json_task,
+	    [ROUTE_EXPAND] = expand_task,
+	    [ROUTE_STREAM] = stream_task,
+	    [ROUTE_LEAK] = leak_task,
+	};
+	*out = (ml_outcome){.status = ML_OK};
+	if (!cfg->limits) {
+		fns[j->route](j);
+		return ML_OK;
+	}
+	ml_limits l = route_limits(j->route, tok);
+	ml_status s = ml_run(&l, fns[j->route], j, out);
+	if (s != ML_OK)
+		job_release(j);
+	return s;
+}
+
+/* Long requests (a stream, a long poll) get the longer deadline. */
+static unsigned deadline_of(enum route r)
+{
+	return r == ROUTE_STREAM || r == ROUTE_LEAK ? cfg->long_deadline_ms
+	                                            : cfg->deadline_ms;
+}
+
+static void slot_arm(struct slot *s, ml_token *tok, int fd, unsigned ms)
 {
 	pthread_mutex_lock(&s->mu);
 	s->tok = tok;
 	s->fd = fd;
-	s->deadline = gs_now_ns() + (uint64_t)cfg->deadline_ms * 1000000u;
+	s->deadline = gs_now_ns() + (uint64_t)ms * 1000000u;
 	s->reason = R_NONE;
 	pthread_mutex_unlock(&s->mu);
 }
@@ -639,15 +730,17 @@ static enum reason slot_disarm(struct slot *s)
 	return r;
 }
 
-/* Run a /json or /expand request and answer it.  false: close. */
+/* Run a task's request and answer it.  false: close. */
 static bool handle(struct slot *slot, int fd, const struct request *rq,
-                   const char *body, size_t blen)
+                   enum route route, const char *body, size_t blen)
 {
-	struct job j = {.route = rq->path_len == 5 ? ROUTE_JSON : ROUTE_EXPAND,
-	                .body = body,
-	                .blen = blen};
+	struct job j = {.route = route, .body = body, .blen = blen};
 	if (!query_ulong(rq, "indent", MAX_INDENT, &j.indent) ||
-	    !query_ulong(rq, "summary", 1, &j.summary)) {
+	    !query_ulong(rq, "summary", 1, &j.summary) ||
+	    !query_ulong(rq, "mb",
+	                 route == ROUTE_LEAK ? LEAK_MAX_MB : GS_STREAM_MAX_MB,
+	                 &j.mb) ||
+	    !query_ulong(rq, "ms", LEAK_MAX_MS, &j.ms)) {
 		count(GS_bad_content);
 		return respond(fd, 400, rq->keep, NULL, "bad query\n") &&
 		       rq->keep;
@@ -658,25 +751,31 @@ static bool handle(struct slot *slot, int fd, const struct request *rq,
 		respond(fd, 500, false, NULL, "out of memory\n");
 		return false;
 	}
-	slot_arm(slot, tok, fd);
+	slot_arm(slot, tok, fd, deadline_of(route));
 	ml_outcome out;
 	ml_status s = run_job(&j, tok, &out);
 	enum reason why = slot_disarm(slot);
 	ml_token_free(tok);
 	unsigned long long mib = (unsigned long long)(out.allocated / MiB);
+	ml_limits lim = route_limits(j.route, NULL);
 	switch (s) {
 	case ML_OK:
 		break;
-	case ML_ALLOC_LIMIT: {
+	case ML_ALLOC_LIMIT:
 		count(GS_stopped_alloc);
-		uint64_t lim =
-		    j.route == ROUTE_JSON ? cfg->json_limit : cfg->expand_limit;
 		respond(fd, 413, false, "allocation-limit",
 		        "stopped: allocation limit of %llu MiB reached "
 		        "(~%llu MiB allocated)\n",
-		        (unsigned long long)(lim / MiB), mib);
+		        (unsigned long long)(lim.alloc_bytes / MiB), mib);
 		break;
-	}
+	case ML_HELD_LIMIT:
+		count(GS_stopped_held);
+		respond(fd, 413, false, "held-limit",
+		        "stopped: held memory limit of %llu MiB reached "
+		        "(~%llu MiB held)\n",
+		        (unsigned long long)(lim.held_bytes / MiB),
+		        (unsigned long long)(out.held_peak / MiB));
+		break;
 	case ML_GLOBAL_LIMIT:
 		count(GS_stopped_global);
 		respond(fd, 503, false, "global-limit",
@@ -689,7 +788,7 @@ static bool handle(struct slot *slot, int fd, const struct request *rq,
 			count(GS_stopped_deadline);
 			respond(fd, 503, false, "deadline",
 			        "stopped: deadline of %u ms passed\n",
-			        cfg->deadline_ms);
+			        deadline_of(route));
 		} else if (why == R_SHUTDOWN) {
 			count(GS_stopped_shutdown);
 			respond(fd, 503, false, "shutdown",
@@ -730,7 +829,15 @@ static bool handle(struct slot *slot, int fd, const struct request *rq,
 	}
 	count(GS_ok);
 	bool alive;
-	if (j.route == ROUTE_JSON) {
+	if (j.route == ROUTE_STREAM) {
+		alive = respond(fd, 200, rq->keep, NULL,
+		                "length=%llu digest=%016llx\n",
+		                (unsigned long long)(j.mb * MiB),
+		                (unsigned long long)j.digest);
+	} else if (j.route == ROUTE_LEAK) {
+		alive =
+		    respond(fd, 200, rq->keep, NULL, "kept %lu MiB\n", j.mb);
+	} else if (j.route == ROUTE_JSON) {
 		struct iovec iov = {j.out.data, j.out.len};
 		alive =
 		    respond_iov(fd, 200, rq->keep, NULL, &iov, 1, j.out.len);
@@ -875,14 +982,23 @@ static void serve_conn(struct slot *slot, int fd)
 
 		count(GS_requests);
 		bool keep;
-		bool is_json = rq.path_len == 5 && !memcmp(rq.path, "/json", 5);
-		bool is_expand =
-		    rq.path_len == 7 && !memcmp(rq.path, "/expand", 7);
+		static const struct {
+			const char *path;
+			enum route route;
+		} routes[] = {{"/json", ROUTE_JSON},
+		              {"/expand", ROUTE_EXPAND},
+		              {"/stream", ROUTE_STREAM},
+		              {"/leak", ROUTE_LEAK}};
+		int route = -1;
+		for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+			if (rq.path_len == strlen(routes[i].path) &&
+			    !memcmp(rq.path, routes[i].path, rq.path_len))
+				route = (int)routes[i].route;
 		if (rq.path_len == 7 && !memcmp(rq.path, "/health", 7)) {
 			count(GS_ok);
 			keep =
 			    respond(fd, 200, rq.keep, NULL, "ok\n") && rq.keep;
-		} else if (!is_json && !is_expand) {
+		} else if (route < 0) {
 			count(GS_bad_route);
 			keep =
 			    respond(fd, 404, rq.keep, NULL, "no such path\n") &&
@@ -892,7 +1008,8 @@ static void serve_conn(struct slot *slot, int fd)
 			keep = respond(fd, 405, rq.keep, NULL, "POST only\n") &&
 			       rq.keep;
 		} else {
-			keep = handle(slot, fd, &rq, body, blen);
+			keep = handle(slot, fd, &rq, (enum route)route, body,
+			              blen);
 		}
 		free(body);
 		if (!keep || stopping)
