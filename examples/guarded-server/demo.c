@@ -1284,7 +1284,7 @@ int gs_demo(const struct gs_config *cfg, const struct gs_demo_opts *o)
 		          (unsigned long long)r->stream_failed);
 		if (r->load)
 			pass &= check(
-			    r->leak_sent > 0 &&
+			    r->leak_held > 0 &&
 			        r->leak_held + r->leak_global == r->leak_sent,
 			    "%s every slow leak was stopped by a "
 			    "memory limit (%llu of %llu: %llu by its "

@@ -1,9 +1,12 @@
 #!/bin/sh
 # The guarded server's demo, short version: with memlimits, under
-# well-behaved, runaway and bad clients at once, no well-behaved request
-# fails, every runaway request is stopped, peak RSS stays under the global
-# limit plus the documented slack, and bad requests are answered and
-# counted.  Then the same load without limits must fail those checks (the
+# well-behaved, streaming, runaway, leaking and bad clients at once, no
+# well-behaved request fails, no well-behaved or streaming request is
+# stopped by the global limit (it stops the largest holder), no streaming
+# request (GiBs allocated, 64 KiB held) is stopped, every slow leak is
+# stopped by a memory limit, every runaway request is stopped, peak RSS
+# stays under the global limit plus the documented slack, and bad requests
+# are answered and counted.  Then the same load without limits must fail those checks (the
 # checker can tell), with the server killed by its RSS watchdog.
 prog=${top_builddir:-.}/examples/guarded-server/guarded-server
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-server.XXXXXX") || exit 1
@@ -22,7 +25,7 @@ if ! test -x "$prog"; then
 	echo "1..0 # SKIP $prog not built"
 	exit 0
 fi
-echo "1..8"
+echo "1..11"
 
 # timeout bounds the run whatever happens; the demo bounds itself too.
 timeout 60 "$prog" --demo --quick >"$tmp/out" 2>"$tmp/err"
@@ -36,6 +39,9 @@ else
 fi
 check "no well-behaved request failed" "well-behaved requests"
 check "every runaway request was stopped" "runaway requests"
+check "no bystander hit" "bystanders (global limit)"
+check "every streaming request was served" "streaming requests"
+check "every slow leak was stopped" "slow leaks"
 check "peak RSS" "peak RSS"
 check "the server survived" "bad requests"
 # The baseline phase must pass the same conditions.
