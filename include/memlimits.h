@@ -88,13 +88,21 @@ typedef struct ml_limits {
 	/* Since 0.2.  Limit on the memory the task holds (allocated and not
 	 * freed yet); ML_NO_LIMIT or 0 = none. */
 	uint64_t held_bytes;
+	/* Since 0.2.  Count alloc_bytes exactly, every byte requested, instead
+	 * of by samples: interrupted at the allocation that would bring its
+	 * bytes (all slices) to alloc_bytes (ml_run(3), "Exact budgets"). */
+	bool exact_alloc;
+	/* Since 0.2.  This task's sample interval in bytes; 0 = the
+	 * process's (ml_set_sample_interval). */
+	uint64_t interval;
 } ml_limits;
 
 /* No limit, for ml_limits.alloc_bytes and ml_set_global_memory_limit(). */
 #define ML_NO_LIMIT UINT64_MAX
 
 /* No limits, not global, no token, jump delivery. */
-#define ML_LIMITS_INIT { ML_NO_LIMIT, false, NULL, ML_DELIVER_JUMP, ML_NO_LIMIT }
+#define ML_LIMITS_INIT                                                   \
+	{ ML_NO_LIMIT, false, NULL, ML_DELIVER_JUMP, ML_NO_LIMIT, false, 0 }
 
 /* What ml_run reports about a task. */
 typedef struct ml_outcome {

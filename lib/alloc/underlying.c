@@ -41,6 +41,11 @@ bool ml__refused_anyway(size_t n)
 	return p == NULL;
 }
 
+/* The allocator found: ml__real may wrap it (fault injection), and what
+ * is made of its members calls them directly, so that one call faults
+ * once. */
+static struct ml__real under;
+
 /* ---- glibc's members ---------------------------------------------------
  *
  * glibc's allocator is called through its __libc_* entry points, resolved
@@ -81,7 +86,7 @@ static void *glibc_aligned_alloc(size_t align, size_t n)
 		errno = EINVAL;
 		return NULL;
 	}
-	return ml__real.memalign(align, n);
+	return under.memalign(align, n);
 }
 
 /* The alignment must be a power-of-two multiple of sizeof(void *); the
@@ -92,7 +97,7 @@ static int memalign_posix(void **out, size_t align, size_t n)
 	    ((align / sizeof(void *)) & (align / sizeof(void *) - 1)) != 0)
 		return EINVAL;
 	int e = errno;
-	void *p = ml__real.memalign(align, n);
+	void *p = under.memalign(align, n);
 	if (!p)
 		return ENOMEM;
 	errno = e;
@@ -104,7 +109,7 @@ static int memalign_posix(void **out, size_t align, size_t n)
  * has no pvalloc). */
 static void *page_valloc(size_t n)
 {
-	return ml__real.memalign((size_t)getpagesize(), n);
+	return under.memalign((size_t)getpagesize(), n);
 }
 
 static void *page_pvalloc(size_t n)
@@ -114,7 +119,7 @@ static void *page_pvalloc(size_t n)
 		errno = ENOMEM;
 		return NULL;
 	}
-	return ml__real.memalign(page, n ? (n + page - 1) & ~(page - 1) : page);
+	return under.memalign(page, n ? (n + page - 1) & ~(page - 1) : page);
 }
 
 /* reallocarray: glibc's checks the product, then is realloc. */
@@ -125,12 +130,12 @@ static void *mul_reallocarray(void *p, size_t a, size_t b)
 		errno = ENOMEM;
 		return NULL;
 	}
-	return ml__real.realloc(p, n);
+	return under.realloc(p, n);
 }
 
 static void *memalign_aligned_alloc(size_t align, size_t n)
 {
-	return ml__real.memalign(align, n);
+	return under.memalign(align, n);
 }
 
 /* ---- Which allocator: found at the first call -------------------------
@@ -146,8 +151,7 @@ static void *memalign_aligned_alloc(size_t align, size_t n)
  * (util/elfsym.c), which allocates nothing. */
 
 struct ml__real ml__real;
-static size_t (*foreign_usable)(void *); /* valgrind's: see below */
-static struct ml__real under; /* as found; ml__real may wrap it (faults) */
+static size_t (*foreign_usable)(void *); /* valgrind's: see below */ /* as found; ml__real may wrap it (faults) */
 static _Atomic int resolved;  /* 0 no, 1 finding, 2 done */
 static const char *kind_name = "glibc", *object_name = "libc.so.6";
 static uintptr_t object_start, object_end;

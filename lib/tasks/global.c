@@ -14,9 +14,12 @@
  *  - otherwise the task holding the most is interrupted; a task on the
  *    sampling thread wins ties (also when every task holds nothing, so
  *    that an allocation with no holder in sight stops its own task);
- *  - beyond the margin L / 8 over the limit, the heap grows whatever the
- *    victims do: the sampling thread's own global tasks are interrupted
- *    too (ml__tasks_sample).
+ *  - beyond the margin L / 8 over the limit, and each time the heap has
+ *    grown by another margin since the last choice, the heap grows
+ *    whatever the victims do: the largest holder not interrupted yet is
+ *    chosen even while victims hold the overshoot.  A heap that waits
+ *    for its victims to free does not grow: a task streaming through a
+ *    small buffer meanwhile is never chosen.
  * The held estimates are those of tasks/held.c, so held tracking runs
  * while a global limit is set. */
 #include "tasks/tasks.h"
@@ -70,6 +73,9 @@ static ml_status status_of(struct ml_task *task)
 	                                       memory_order_relaxed);
 }
 
+/* Usage when the last victim was chosen (under list_lock). */
+static uint64_t chosen_at;
+
 void ml__global_choose(struct ml__thread *t, uint64_t n)
 {
 	/* The sampling thread's own best candidate first: it wins ties. */
@@ -105,8 +111,23 @@ void ml__global_choose(struct ml__thread *t, uint64_t n)
 	 * emptied since, with nobody left holding the overshoot: a bystander
 	 * would be chosen (seen under load, 1 run in 6 over mimalloc). */
 	uint64_t over = ml__global_overshoot(n, &limit);
-	if (best && over && unwinding < over)
+	/* Past the margin the heap grows whatever the victims do (slow to
+	 * free, or memory held outside tasks): another victim each time it
+	 * has grown by a margin since the last choice.  A heap only waiting
+	 * for its victims to free does not grow: nobody more is chosen. */
+	uint64_t margin = limit / 8, usage = limit + (over - n);
+	bool grown =
+	    over > n && over - n > margin && usage - margin >= chosen_at;
+	if (best && over && (unwinding < over || grown)) {
 		ml__task_trip(best, ML_GLOBAL_LIMIT);
+		chosen_at = usage;
+	}
+	/* A limit of 0 is always exceeded, whatever anyone frees: every
+	 * global task on the sampling thread stops too. */
+	if (limit == 0)
+		for (struct ml__slice *k = t->top; k; k = k->outer)
+			if (k->task->global)
+				ml__task_trip(k->task, ML_GLOBAL_LIMIT);
 	ml__spin_unlock(&list_lock);
 }
 
@@ -169,6 +190,7 @@ ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 	ml__spin_lock(&list_lock);
 	ml__meter_set_limit(bytes);
 	pressure_threshold(bytes);
+	chosen_at = 0; /* a new limit: a new episode */
 	ml__spin_unlock(&list_lock);
 	return 0;
 }

@@ -59,11 +59,7 @@ static void atfork_child(void)
 	atomic_store(&forks, 0);
 	if (t->state == ML__T_LIVE) {
 		ml__thread_reseed(t);
-		uint64_t c = ml__sampler_gap(&t->sampler);
-		if (t->forced)
-			t->saved = c;
-		else
-			t->countdown = c;
+		ml__thread_set_gap(t, ml__sampler_gap(&t->sampler));
 	}
 	if (h->fork_child)
 		h->fork_child(t);
@@ -127,6 +123,15 @@ int ml__alloc_slow(uint64_t n)
 	/* Undo the fast path's subtraction to recover the countdown the
 	 * allocation started from. */
 	uint64_t c = t->forced ? t->saved : t->countdown + n;
+	if (ml__unlikely(t->exact)) {
+		/* The bytes the fast path let through since the countdown
+		 * was set, and the sampler's gap the clip hid (exact.c). */
+		uint64_t spent = t->armed - c;
+		t->armed = c;
+		c += t->cut;
+		t->cut = 0;
+		ml__exact_spent(t, spent);
+	}
 	ml__force_slow(t);
 
 	if (ml__unlikely(t->state != ML__T_LIVE)) {
@@ -145,11 +150,15 @@ int ml__alloc_slow(uint64_t n)
 	else
 		c -= n;
 	t->saved = c;
+	t->armed = c; /* nothing spent since, whatever comes next */
 
 	const struct ml__hooks *h = ml__hooks_get();
 	if (ml__unlikely(h->alloc != NULL))
 		h->alloc(t, n, s);
 	int verdict = 0;
+	/* An allocation past an exact budget interrupts its task here. */
+	if (ml__unlikely(t->exact) && ml__exact_check(t, n))
+		ml__tasks_poll(t);
 	if (s) {
 		if (ML__METER_ON)
 			ml__meter_flush();
@@ -167,6 +176,11 @@ int ml__alloc_slow(uint64_t n)
 	}
 	t->charged = verdict == 0;
 	t->charged_samples = s;
+	if (ml__unlikely(t->exact)) {
+		if (verdict == 0)
+			ml__exact_spent(t, n);
+		ml__exact_clip(t);
+	}
 	t->busy = 0;
 	ml__unforce(t);
 	return verdict;

@@ -25,6 +25,7 @@
 #include "tasks/tasks.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 
@@ -47,13 +48,6 @@ bool ml__over_global(uint64_t n)
 {
 	uint64_t limit;
 	return ml__global_overshoot(n, &limit) != 0;
-}
-
-/* Beyond the limit by more than this, the heap grows whatever the chosen
- * task does: the sampling thread's global tasks stop too (global.c). */
-static uint64_t margin_of(uint64_t limit)
-{
-	return limit / 8;
 }
 
 /* The unwinder may allocate (frames registered at run time): those
@@ -99,6 +93,7 @@ static void run_cleanups_to(struct ml__thread *t, struct ml__cleanup *stop)
 }
 
 static void slice_end(struct ml__slice *slice);
+static void slice_exact_end(struct ml__thread *t, struct ml__slice *slice);
 
 static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 {
@@ -114,9 +109,13 @@ static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 	 * return. */
 	while (t->top != target) {
 		struct ml__slice *k = t->top;
+		if (t->exact)
+			slice_exact_end(t, k);
 		t->top = k->outer;
 		slice_end(k);
 	}
+	if (t->own_interval)
+		ml__thread_reinterval(t);
 	siglongjmp(target->jb, 1);
 }
 
@@ -155,17 +154,6 @@ static int deliver(struct ml__thread *t, uint64_t n)
 	return 0;
 }
 
-/* The same, from an allocation of the task's own: where it tripped is
- * kept too (one stack walk per task, at most). */
-static void trip_here(struct ml_task *task, ml_status why)
-{
-	if (ml__task_trip(task, why) != why ||
-	    atomic_load_explicit(&task->trip_stack, memory_order_relaxed))
-		return;
-	uint32_t id = ml__stack_here(), none = 0;
-	atomic_compare_exchange_strong(&task->trip_stack, &none, id);
-}
-
 /* A held limit is set: neither 0 nor ML_NO_LIMIT (one comparison). */
 static inline bool held_limited(uint64_t held_limit)
 {
@@ -183,10 +171,44 @@ static bool nested_again(const struct ml__thread *t, const struct ml__slice *k)
 
 void ml__tasks_unsample(struct ml__thread *t, uint64_t s)
 {
-	for (struct ml__slice *k = t->top; k; k = k->outer)
-		if (!nested_again(t, k))
-			atomic_fetch_sub_explicit(&k->task->samples, s,
-			                          memory_order_relaxed);
+	(void)s; /* each slice took back what it was credited */
+	for (struct ml__slice *k = t->top; k; k = k->outer) {
+		atomic_fetch_sub_explicit(&k->task->samples, k->credited,
+		                          memory_order_relaxed);
+		k->credited = 0;
+	}
+}
+
+/* Of s samples at the thread's interval, those a task with a longer
+ * interval of its own keeps: each with probability thread's / its own
+ * (independent thinning: its samples stay a Poisson process of its own
+ * mean gap; docs/statistics.md, "A task's own interval").  Binomial by
+ * coin flips up to 4096 samples (an allocation of 4096 intervals), by
+ * its normal approximation beyond. */
+static uint64_t thinned(struct ml__thread *t, const struct ml_task *task,
+                        uint64_t s)
+{
+	if (!t->own_interval)
+		return s;
+	double own = task->own_interval
+	                 ? (double)task->own_interval
+	                 : (double)atomic_load_explicit(&ml__interval,
+	                                                memory_order_relaxed);
+	double p = t->sampler.interval / own;
+	if (p >= 1)
+		return s;
+	if (s <= 4096) {
+		uint64_t kept = 0;
+		for (uint64_t i = 0; i < s; i++)
+			kept += ml__rng_unit(t->sampler.rng) < p;
+		return kept;
+	}
+	double mean = (double)s * p, sd = sqrt(mean * (1 - p));
+	double u1 = ml__rng_unit(t->sampler.rng),
+	       u2 = ml__rng_unit(t->sampler.rng);
+	double z = sqrt(-2 * log1p(-u1)) * cos(6.283185307179586 * u2);
+	double k = floor(mean + sd * z + 0.5);
+	return k < 0 ? 0 : k > (double)s ? s : (uint64_t)k;
 }
 
 /* Bring each slice's view of its task's status up to date: true when a
@@ -217,33 +239,31 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 	uint64_t w = s * (uint64_t)t->sampler.interval;
 	for (struct ml__slice *k = t->top; k; k = k->outer) {
 		struct ml_task *task = k->task;
+		k->credited = 0;
 		if (nested_again(t, k))
 			continue;
+		uint64_t sk = thinned(t, task, s);
+		k->credited = sk;
 		uint64_t total = atomic_fetch_add_explicit(
-		                     &task->samples, s, memory_order_relaxed) +
-		                 s;
+		                     &task->samples, sk, memory_order_relaxed) +
+		                 sk;
 		if (atomic_load_explicit(&task->status, memory_order_relaxed) !=
 		    ML_OK)
 			continue;
 		if (total >= task->k)
-			trip_here(task, ML_ALLOC_LIMIT);
+			ml__task_trip_here(task, ML_ALLOC_LIMIT);
 		else if (held_limited(task->held_limit) &&
 		         ml__held_bytes(task) + w >= task->held_limit)
-			trip_here(task, ML_HELD_LIMIT);
+			ml__task_trip_here(task, ML_HELD_LIMIT);
 		else if (task->token && ml_token_is_set(task->token))
-			trip_here(task, ML_CANCELLED);
+			ml__task_trip_here(task, ML_CANCELLED);
 		else
 			global |= task->global;
 	}
-	uint64_t limit, over;
-	if (global && (over = ml__global_overshoot(n, &limit)) != 0) {
-		/* The largest holder, wherever it runs (global.c); past the
-		 * margin, this thread's global tasks as well. */
+	uint64_t limit;
+	if (global && ml__global_overshoot(n, &limit) != 0) {
+		/* The largest holder, wherever it runs (global.c). */
 		ml__global_choose(t, n);
-		if (over > margin_of(limit))
-			for (struct ml__slice *k = t->top; k; k = k->outer)
-				if (k->task->global)
-					trip_here(k->task, ML_GLOBAL_LIMIT);
 	}
 	if (refresh_seen(t) || (hook & ML__HOOK_TRIPPED))
 		update_pending(t);
@@ -291,7 +311,12 @@ void ml__tasks_thread_exit(struct ml__thread *t)
 		t->cleanups = c->next;
 		ml__pool_put(&ml__cleanup_pool, c);
 	}
+	for (struct ml__slice *k = t->top; k; k = k->outer)
+		ml__exact_release(k);
 	t->top = NULL;
+	t->exact = 0;
+	t->own_interval = 0;
+	t->cut = 0;
 	t->mask_depth = 0;
 	t->pending = 0;
 	t->cleanup_holes = 0;
@@ -375,9 +400,25 @@ static void slice_unwound(void *arg)
 	struct ml__thread *t = &ml__self;
 	struct ml__slice *slice = arg;
 	slice_release(t, slice);
+	if (t->exact)
+		slice_exact_end(t, slice);
 	t->top = slice->outer;
+	if (t->own_interval)
+		ml__thread_reinterval(t);
 	update_pending(t);
 	slice_end(slice);
+}
+
+/* An exact slice leaves (or one above it): charge what the fast path
+ * allocated, give its reservation back, clip to what stays. */
+static ML__COLD void slice_exact_end(struct ml__thread *t,
+                                     struct ml__slice *slice)
+{
+	ml__exact_settle(t);
+	ml__exact_release(slice);
+	t->top = slice->outer;
+	ml__exact_clip(t);
+	t->top = slice;
 }
 
 /* Kept out of line so that every local the runner reads after the jump
@@ -405,8 +446,16 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 		(slice)->holes = (t)->cleanup_holes;                          \
 		(slice)->lost_cleanup = false;                                \
 		(slice)->pending_bytes = 0;                                   \
+		(slice)->res = 0;                                             \
+		(slice)->credited = 0;                                        \
 		(slice)->frame = (uintptr_t)__builtin_frame_address(0);       \
+		if (ml__unlikely((t)->exact | (slice)->task->exact))          \
+			ml__exact_settle(t);                                  \
 		(t)->top = (slice);                                           \
+		if (ml__unlikely((t)->exact | (slice)->task->exact))          \
+			ml__exact_clip(t);                                    \
+		if (ml__unlikely((slice)->task->own_interval != 0))           \
+			ml__thread_reinterval(t);                             \
 		/* pthread_exit, cancellation or a C++ exception inside fn    \
 		 * unwinds this frame without returning (the library is built \
 		 * with -fexceptions): end the slice before its record goes   \
@@ -420,12 +469,26 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 			slice_release((t), (slice));                          \
 		}                                                             \
 		pthread_cleanup_pop(0);                                       \
+		if (ml__unlikely((t)->exact))                                 \
+			slice_exact_end((t), (slice));                        \
 		(t)->top = (slice)->outer;                                    \
+		if (ml__unlikely((slice)->task->own_interval != 0))           \
+			ml__thread_reinterval(t);                             \
 		/* Taking a slice off the stack can only end a pending state. \
 		 */                                                           \
 		if ((t)->pending)                                             \
 			update_pending(t);                                    \
 	} while (0)
+
+/* Its bytes so far: exact, or estimated from its samples. */
+static inline uint64_t task_allocated(const struct ml_task *task)
+{
+	if (task->exact)
+		return atomic_load_explicit(&task->exact_used,
+		                            memory_order_relaxed);
+	return atomic_load_explicit(&task->samples, memory_order_relaxed) *
+	       task->interval;
+}
 
 /* Fill an outcome: the status the call returns, fn's result, the task's
  * estimate so far. */
@@ -442,9 +505,7 @@ finish(const struct ml__slice *slice, const struct ml_task *task, void *ret,
 	if (out) {
 		out->status = status;
 		out->ret = ret;
-		out->allocated =
-		    atomic_load_explicit(&task->samples, memory_order_relaxed) *
-		    task->interval;
+		out->allocated = task_allocated(task);
 		out->held = ml__held_bytes(task);
 		out->held_peak = ml__held_peak(task);
 	}
@@ -462,13 +523,21 @@ static inline __attribute__((always_inline)) void
 task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 {
 	uint64_t interval =
-	    atomic_load_explicit(&ml__interval, memory_order_relaxed);
+	    limits->interval
+	        ? limits->interval
+	        : atomic_load_explicit(&ml__interval, memory_order_relaxed);
+	task->own_interval = limits->interval;
 	task->magic = magic;
 	task->global = limits->global;
 	task->internal = false;
 	task->delivery = limits->delivery;
 	task->token = limits->token;
-	task->k = samples_needed(limits->alloc_bytes, interval);
+	/* An exact budget is counted by exact.c, not by samples. */
+	task->exact = limits->exact_alloc && limits->alloc_bytes != ML_NO_LIMIT;
+	task->k = task->exact ? UINT64_MAX
+	                      : samples_needed(limits->alloc_bytes, interval);
+	atomic_init(&task->exact_left, task->exact ? limits->alloc_bytes : 0);
+	atomic_init(&task->exact_used, 0);
 	task->held_limit = limits->held_bytes; /* 0 or ML_NO_LIMIT: none */
 	task->alloc_limit = limits->alloc_bytes;
 	task->trip_allocated = task->trip_held = 0;
@@ -599,8 +668,7 @@ ML_EXPORT uint64_t ml_task_allocated(const ml_task *task)
 {
 	if (!ml__task_valid(task))
 		return 0;
-	return atomic_load_explicit(&task->samples, memory_order_relaxed) *
-	       task->interval;
+	return task_allocated(task);
 }
 
 ML_EXPORT uint64_t ml_task_held(const ml_task *task)

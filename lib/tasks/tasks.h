@@ -43,8 +43,16 @@ struct ml_task {
 	 * task's own (core/stacks.c's id; 0: none). */
 	uint64_t trip_allocated, trip_held;
 	_Atomic uint32_t trip_stack;
+	/* Its own sample interval (ml_limits.interval), 0: the process's.
+	 * While it runs the thread samples at the smallest interval on its
+	 * stack and this task keeps each sample with probability
+	 * thread's / its own (thread.c, task.c). */
+	uint64_t own_interval;
+	/* An exact budget (exact.c): alloc_limit counted in bytes. */
+	bool exact;
+	_Atomic uint64_t exact_left; /* not reserved by any slice yet */
+	_Atomic uint64_t exact_used; /* bytes its slices allocated */
 };
-
 
 enum {
 	ML__TASK_LIVE = 0x6d6c746b,  /* from ml_task_new, not freed       */
@@ -65,7 +73,9 @@ struct ml__slice {
 	bool lost_cleanup;            /* a cleanup could not be registered  */
 	bool owner;                   /* ml_run's own slice of its task     */
 	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
-	uintptr_t frame;              /* an address in the runner's frame   */
+	uint64_t res;      /* an exact task's bytes reserved for this slice */
+	uint64_t credited; /* samples its task got at the last sample */
+	uintptr_t frame;   /* an address in the runner's frame   */
 	sigjmp_buf jb;
 };
 
@@ -105,6 +115,13 @@ struct ml__thread {
 	/* The interned call stack of the last sample (core/stacks.c), when
 	 * stacks are wanted; else 0. */
 	uint32_t stack;
+	/* Exact budgets on the stack (exact.c): the countdown is clipped to
+	 * the smallest reservation; armed: what it was set to; cut: what the
+	 * clip hid of the sampler's gap. */
+	uint8_t exact;
+	uint64_t armed, cut;
+	/* A task with an interval of its own is on the stack (thread.c). */
+	uint8_t own_interval;
 };
 
 enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
@@ -121,6 +138,15 @@ void ml__unforce(struct ml__thread *t);
 void ml__thread_reseed(struct ml__thread *t);
 uint64_t ml__thread_regap(struct ml__thread *t);
 void ml__thread_refresh(struct ml__thread *t);
+/* Set the sampler's countdown to c (in `saved` while forced), exact
+ * budgets kept. */
+void ml__thread_set_gap(struct ml__thread *t, uint64_t c);
+/* The interval t samples at: the smallest of its stack's tasks' (the
+ * process's for a task without one of its own, and with none). */
+double ml__thread_interval(const struct ml__thread *t);
+/* The stack changed under a task with an interval of its own: sample at
+ * the new smallest interval from here (a fresh gap: memorylessness). */
+void ml__thread_reinterval(struct ml__thread *t);
 /* Which process of a fork tree this is (slow.c advances it in a child). */
 extern uint32_t ml__lineage;
 
@@ -269,11 +295,39 @@ static inline ml_status ml__task_trip(struct ml_task *task, ml_status why)
 	if (!atomic_compare_exchange_strong(&task->status, &expect, (int)why))
 		return (ml_status)expect;
 	task->trip_allocated =
-	    atomic_load_explicit(&task->samples, memory_order_relaxed) *
-	    task->interval;
+	    task->exact
+	        ? atomic_load_explicit(&task->exact_used, memory_order_relaxed)
+	        : atomic_load_explicit(&task->samples, memory_order_relaxed) *
+	              task->interval;
 	task->trip_held = ml__held_bytes(task);
 	return why;
 }
+
+/* The same, from an allocation of the task's own: where it tripped is
+ * kept too (one stack walk per task, at most). */
+static inline void ml__task_trip_here(struct ml_task *task, ml_status why)
+{
+	if (ml__task_trip(task, why) != why ||
+	    atomic_load_explicit(&task->trip_stack, memory_order_relaxed))
+		return;
+	uint32_t id = ml__stack_here(), none = 0;
+	atomic_compare_exchange_strong(&task->trip_stack, &none, id);
+}
+
+/* ---- Exact budgets (exact.c) ------------------------------------------ */
+
+/* Charge the bytes the fast path allocated since the countdown was last
+ * set to the exact slices on t's stack (before the stack changes). */
+void ml__exact_settle(struct ml__thread *t);
+/* Charge `bytes` (the slow path's own reckoning of the fast path's). */
+void ml__exact_spent(struct ml__thread *t, uint64_t bytes);
+/* Clip the countdown to the smallest reservation on the stack. */
+void ml__exact_clip(struct ml__thread *t);
+/* An allocation of n bytes: refill reservations or interrupt the exact
+ * tasks it would take to their budget; true if one was interrupted. */
+bool ml__exact_check(struct ml__thread *t, uint64_t n);
+/* A slice leaves the stack: its unused reservation goes back. */
+void ml__exact_release(struct ml__slice *k);
 
 #pragma GCC visibility pop
 

@@ -44,7 +44,7 @@ void ml__thread_reseed(struct ml__thread *t)
 	uint64_t stream = ((uint64_t)ml__lineage << 32) | t->index;
 	t->seed_epoch = atomic_load(&ml__seed_epoch);
 	t->interval_epoch = atomic_load(&ml__interval_epoch);
-	t->sampler.interval = (double)atomic_load(&ml__interval);
+	t->sampler.interval = ml__thread_interval(t);
 	ml__sampler_seed(&t->sampler, atomic_load(&ml__seed), stream);
 }
 
@@ -55,15 +55,58 @@ uint64_t ml__thread_regap(struct ml__thread *t)
 	if (t->seed_epoch != atomic_load(&ml__seed_epoch))
 		ml__thread_reseed(t);
 	t->interval_epoch = atomic_load(&ml__interval_epoch);
-	t->sampler.interval = (double)atomic_load(&ml__interval);
+	t->sampler.interval = ml__thread_interval(t);
 	return ml__sampler_gap(&t->sampler);
 }
 
-void ml__thread_refresh(struct ml__thread *t)
+void ml__thread_set_gap(struct ml__thread *t, uint64_t c)
 {
-	uint64_t c = ml__thread_regap(t);
+	/* Exact budgets first take what the fast path spent (exact.c). */
+	ml__exact_settle(t);
 	if (t->forced)
 		t->saved = c;
 	else
 		t->countdown = c;
+	t->armed = c;
+	t->cut = 0;
+	if (t->exact)
+		ml__exact_clip(t);
+}
+
+void ml__thread_refresh(struct ml__thread *t)
+{
+	ml__thread_set_gap(t, ml__thread_regap(t));
+}
+
+double ml__thread_interval(const struct ml__thread *t)
+{
+	uint64_t process =
+	    atomic_load_explicit(&ml__interval, memory_order_relaxed);
+	if (!t->own_interval)
+		return (double)process;
+	uint64_t m = UINT64_MAX;
+	bool all_own = t->top != NULL;
+	for (const struct ml__slice *k = t->top; k; k = k->outer) {
+		uint64_t s = k->task->own_interval;
+		all_own &= s != 0;
+		if (s && s < m)
+			m = s;
+	}
+	/* A task without one of its own samples at the process's. */
+	if (!all_own && process < m)
+		m = process;
+	return (double)m;
+}
+
+void ml__thread_reinterval(struct ml__thread *t)
+{
+	bool any = false;
+	for (const struct ml__slice *k = t->top; k; k = k->outer)
+		any |= k->task->own_interval != 0;
+	t->own_interval = any;
+	double s = ml__thread_interval(t);
+	if (s == t->sampler.interval)
+		return;
+	t->sampler.interval = s;
+	ml__thread_set_gap(t, ml__sampler_gap(&t->sampler));
 }

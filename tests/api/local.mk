@@ -168,3 +168,11 @@ tests_api_allocator_name_LDADD = lib/libmemlimits.la
 tests_api_allocator_name_LDFLAGS = -no-install
 TESTS += tests/api/test-allocators.sh
 EXTRA_DIST += tests/api/test-allocators.sh
+
+# Exact allocation budgets (issue 16).
+check_PROGRAMS += tests/api/test-exact
+TESTS += tests/api/test-exact
+tests_api_test_exact_SOURCES = tests/api/test-exact.c
+tests_api_test_exact_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_exact_LDADD = $(ML_TEST_LIBS)
+tests_api_test_exact_LDFLAGS = $(ML_TEST_LINK)

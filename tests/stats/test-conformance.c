@@ -51,7 +51,9 @@ struct plan {
 	uint64_t limit; /* ML_NO_LIMIT: global-limit tasks */
 	bool global;
 	ml_delivery delivery;
-	uint64_t stop; /* bytes after which the task ends (0: far away) */
+	uint64_t stop;     /* bytes after which the task ends (0: far away) */
+	uint64_t interval; /* the task's own interval (0: the process's) */
+	bool outer;        /* run inside a task at the process's interval */
 };
 
 /* Size of allocation j: a fixed function of j, never of the sampler. */
@@ -83,8 +85,9 @@ static void *task(void *arg)
 	const struct plan *p = arg;
 	/* Without a stop, a cap no correct run reaches: P(Gamma(k, S) >
 	 * 2000 k S) is below 1e-300. */
-	uint64_t k = p->limit == ML_NO_LIMIT ? 1 : p->limit / S + 1;
-	uint64_t total = 0, limit = p->stop ? p->stop : 2000 * k * S;
+	uint64_t si = p->interval ? p->interval : S;
+	uint64_t k = p->limit == ML_NO_LIMIT ? 1 : p->limit / si + 1;
+	uint64_t total = 0, limit = p->stop ? p->stop : 2000 * k * si;
 	for (uint64_t j = 0; total < limit; j++) {
 		uint64_t m = size_of(p, j);
 		cur_index = j;
@@ -112,16 +115,37 @@ struct result {
 	bool interrupted;
 };
 
+struct inner {
+	const struct plan *p;
+	ml_status st;
+};
+
+static void *run_inner(void *arg)
+{
+	struct inner *in = arg;
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = in->p->limit;
+	l.global = in->p->global;
+	l.delivery = in->p->delivery;
+	l.interval = in->p->interval;
+	in->st = ml_run(&l, task, (void *)in->p, NULL);
+	return NULL;
+}
+
 static struct result run_one(const struct plan *p)
 {
-	ml_limits l = ML_LIMITS_INIT;
-	l.alloc_bytes = p->limit;
-	l.global = p->global;
-	l.delivery = p->delivery;
 	flagged = failed = false;
 	cur_index = 0;
-	ml_outcome out;
-	ml_status st = ml_run(&l, task, (void *)p, &out);
+	struct inner in = {p, ML_OK};
+	if (p->outer) {
+		/* The thread samples at the process's interval for the outer
+		 * task: the inner one keeps its samples by thinning. */
+		ml_limits outer = ML_LIMITS_INIT;
+		ml_run(&outer, run_inner, &in, NULL);
+	} else {
+		run_inner(&in);
+	}
+	ml_status st = in.st;
 	struct result r = {.status = st};
 	r.interrupted = cur_index != UINT64_MAX;
 	if (r.interrupted) {
@@ -163,8 +187,9 @@ static double ks_critical(size_t n)
 /* The CDF of T: Gamma(k, S) through the documented bound itself. */
 static double cdf_t(const struct plan *p, uint64_t x)
 {
-	return p->global ? ml_bound_global(x, S)
-	                 : ml_bound_alloc(x, p->limit, S);
+	uint64_t si = p->interval ? p->interval : S;
+	return p->global ? ml_bound_global(x, si)
+	                 : ml_bound_alloc(x, p->limit, si);
 }
 
 /* KS distance between the observed indices a[0..n) (sorted) and
@@ -222,24 +247,26 @@ static double run_ks(const char *name, const struct plan *p, size_t n,
 static void test_gamma(void)
 {
 	/* k = ceil(limit / S): 10 from a limit just under 10 S. */
-	struct plan one = {ONE_SIZE,        24, 10 * S - 100, false,
-	                   ML_DELIVER_JUMP, 0};
+	struct plan one = {ONE_SIZE, 24, 10 * S - 100, false, ML_DELIVER_JUMP,
+	                   0,        0,  false};
 	run_ks("one size (24 B), k = 10", &one, N_TASKS(10000), 1);
 	/* Mixed sizes from 1 byte to 3 S: many allocations carry a sample
 	 * in the middle, some several. */
-	struct plan mixed = {MIXED, 3 * S, 16 * S, false, ML_DELIVER_JUMP, 0};
+	struct plan mixed = {MIXED,           3 * S, 16 * S, false,
+	                     ML_DELIVER_JUMP, 0,     0,      false};
 	run_ks("mixed sizes (1 B .. 3 S), k = 16", &mixed, N_TASKS(10000), 2);
 	/* Larger than S: k = 11 from a limit just over 10 S. */
-	struct plan big = {ONE_SIZE, 3 * S + 5,       10 * S + 1,
-	                   false,    ML_DELIVER_JUMP, 0};
+	struct plan big = {ONE_SIZE,        3 * S + 5, 10 * S + 1, false,
+	                   ML_DELIVER_JUMP, 0,         0,          false};
 	run_ks("size 3 S + 5, k = 11", &big, N_TASKS(10000), 3);
 	/* Much larger than S: about 8 samples per allocation, so the
 	 * Poisson count inside an allocation decides where it stops. */
-	struct plan huge = {ONE_SIZE, 8 * S + 3,       40 * S,
-	                    false,    ML_DELIVER_JUMP, 0};
+	struct plan huge = {ONE_SIZE,        8 * S + 3, 40 * S, false,
+	                    ML_DELIVER_JUMP, 0,         0,      false};
 	run_ks("size 8 S + 3, k = 40", &huge, N_TASKS(10000), 4);
 	/* k = 1: the first sample. */
-	struct plan k1 = {ONE_SIZE, 100, 1, false, ML_DELIVER_JUMP, 0};
+	struct plan k1 = {ONE_SIZE,        100, 1, false,
+	                  ML_DELIVER_JUMP, 0,   0, false};
 	run_ks("size 100 B, k = 1", &k1, N_TASKS(10000), 5);
 }
 
@@ -301,7 +328,8 @@ static void *turn_worker(void *arg)
 
 static void test_threads_m(int m, size_t n, uint64_t seed)
 {
-	struct plan mixed = {MIXED, 3 * S, 16 * S, false, ML_DELIVER_FAIL, 0};
+	struct plan mixed = {MIXED,           3 * S, 16 * S, false,
+	                     ML_DELIVER_FAIL, 0,     0,      false};
 	static struct turns tt;
 	pthread_t th[4];
 	void *args[4][2];
@@ -425,8 +453,8 @@ static void test_deliveries(void)
 	static const char *names[] = {"JUMP", "FAIL", "FLAG"};
 	const size_t n = N_TASKS(4000);
 	for (int d = 0; d < 3; d++) {
-		struct plan p = {MIXED, 2 * S,          12 * S,
-		                 false, (ml_delivery)d, 0};
+		struct plan p = {MIXED,          2 * S, 12 * S, false,
+		                 (ml_delivery)d, 0,     0,      false};
 		char name[64];
 		snprintf(name, sizeof name, "%s delivery, mixed sizes, k = 12",
 		         names[d]);
@@ -456,7 +484,8 @@ static void test_triple(uint64_t safe, uint64_t chunk, size_t n)
 	/* stop: every task allocating it is interrupted but with probability
 	 * <= 1e-9 (the smallest n with P(n) > 1 - 1e-9). */
 	uint64_t stop = ml_bound_safe_bytes(limit, 1 - t, S) + 1;
-	struct plan p = {ONE_SIZE, chunk, limit, false, ML_DELIVER_JUMP, stop};
+	struct plan p = {ONE_SIZE,        chunk, limit, false,
+	                 ML_DELIVER_JUMP, stop,  0,     false};
 	ml_set_seed(safe ^ chunk);
 	size_t early = 0, late = 0;
 	uint64_t first_end = UINT64_MAX, last_end = 0;
@@ -515,7 +544,8 @@ static void test_global(void)
 	       (unsigned long long)ml_global_memory_limit());
 
 	const size_t n = N_TASKS(10000);
-	struct plan p = {ONE_SIZE, 64, ML_NO_LIMIT, true, ML_DELIVER_JUMP, 0};
+	struct plan p = {ONE_SIZE,        64, ML_NO_LIMIT, true,
+	                 ML_DELIVER_JUMP, 0,  0,           false};
 	run_ks("global limit, 64 B: bytes past the limit ~ Exp(S)", &p, n, 7);
 	/* The table: interrupted within x bytes with probability at least
 	 * 1 - exp(-x/S).  x is a multiple of 64, so "interrupted within x"
@@ -550,6 +580,116 @@ static void test_global(void)
 	free(ballast);
 }
 
+/* ---- (g) a task's own interval -----------------------------------------
+ *
+ * A task with ml_limits.interval = S_t is interrupted at the k-th point of
+ * a Poisson process of mean gap S_t (k = ceil(limit / S_t)): sampled at
+ * S_t when its interval is the smallest on the stack, by independent
+ * thinning of the thread's samples when a task at the process's interval
+ * is under it.  Meanwhile another thread's tasks keep the process's
+ * interval: the mean of their estimates is their bytes. */
+
+static atomic_bool bg_stop;
+static atomic_ullong bg_sum, bg_runs;
+#define BG_BYTES (64 * 1024)
+
+static void *bg_work(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < BG_BYTES / 64; i++) {
+		void *volatile q = malloc(64); /* sink is the main thread's */
+		free(q);
+	}
+	return NULL;
+}
+
+static void *bg_thread(void *arg)
+{
+	(void)arg;
+	ml_limits l = ML_LIMITS_INIT;
+	while (!atomic_load(&bg_stop)) {
+		ml_outcome out;
+		ml_run(&l, bg_work, NULL, &out);
+		atomic_fetch_add(&bg_sum, out.allocated);
+		atomic_fetch_add(&bg_runs, 1);
+	}
+	return NULL;
+}
+
+static void test_own_interval(void)
+{
+	pthread_t bg;
+	pthread_create(&bg, NULL, bg_thread, NULL);
+	/* Smaller than the process's: the thread samples at 1024. */
+	struct plan small = {
+	    ONE_SIZE, 24,   10 * 1024 - 100, false, ML_DELIVER_JUMP, 0,
+	    1024,     false};
+	run_ks("own interval 1024 (process 4096), k = 10", &small,
+	       N_TASKS(5000), 71);
+	/* Larger, under a task at the process's interval: thinned. */
+	struct plan large = {MIXED,           3 * S, 12 * 16384, false,
+	                     ML_DELIVER_JUMP, 0,     16384,      true};
+	run_ks("own interval 16384 under a 4096 task (thinned), k = 12", &large,
+	       N_TASKS(5000), 72);
+	/* Larger, alone on the stack: the thread samples at 16384. */
+	large.outer = false;
+	run_ks("own interval 16384 alone, k = 12", &large, N_TASKS(5000), 73);
+	atomic_store(&bg_stop, true);
+	pthread_join(bg, NULL);
+	/* Another thread's tasks at S = 4096: estimate of B bytes has
+	 * variance B S; the mean of R runs within 5.5 sd (P < 4e-8). */
+	double runs = (double)atomic_load(&bg_runs);
+	double mean = (double)atomic_load(&bg_sum) / runs;
+	double sd = sqrt((double)BG_BYTES * S / runs);
+	tap_ok(runs > 10 && fabs(mean - BG_BYTES) < 5.5 * sd,
+	       "meanwhile another thread's tasks estimate %.0f for %d bytes "
+	       "(%.0f runs, sd %.0f): still the process's interval",
+	       mean, BG_BYTES, runs, sd);
+	tap_ok(ml_sample_interval() == S,
+	       "the process interval is still %d afterwards", S);
+}
+
+/* A 1 MiB limit at interval L/4000 (k = 4000) fires between 0.9 and 1.1
+ * MiB: outside with probability 2.6e-10 per task (two normal tails at
+ * 6.3 sd), below 1e-7 for all 300. */
+static void *accurate_task(void *arg)
+{
+	uint64_t *at = arg;
+	uint64_t total = 0;
+	for (;;) {
+		sink = malloc(64);
+		free(sink);
+		total += 64;
+		if (ml_is_interrupted()) {
+			*at = total;
+			return NULL;
+		}
+	}
+}
+
+static void test_accuracy(void)
+{
+	const uint64_t limit = 1 << 20;
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = limit;
+	l.interval = limit / 4000;
+	l.delivery = ML_DELIVER_FLAG;
+	size_t n = 300 / quick, outside = 0;
+	uint64_t lo = UINT64_MAX, hi = 0;
+	ml_set_seed(81);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t at = 0;
+		ml_run(&l, accurate_task, &at, NULL);
+		outside += at < limit * 9 / 10 || at > limit * 11 / 10;
+		lo = at < lo ? at : lo;
+		hi = at > hi ? at : hi;
+	}
+	tap_ok(outside == 0,
+	       "1 MiB at interval L/4000: all %zu tasks stopped within "
+	       "+-10 %% (%.4f .. %.4f of the limit)",
+	       n, (double)lo / (double)limit, (double)hi / (double)limit);
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -572,6 +712,8 @@ int main(void)
 	TAP_RUN(test_global);
 	TAP_RUN(test_threads);
 	TAP_RUN(test_held_bound);
+	TAP_RUN(test_own_interval);
+	TAP_RUN(test_accuracy);
 	tap_diag("conformance tests took %.2f s", now() - t0);
 	return tap_done();
 }

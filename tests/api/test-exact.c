@@ -1,0 +1,309 @@
+/* Exact allocation budgets (ml_limits.exact_alloc, issue 16): a task is
+ * interrupted at the allocation that would bring the bytes it requested
+ * (all slices) to alloc_bytes, under FAIL, JUMP and FLAG delivery; nested
+ * budgets each hold; two threads sharing one budget stop within the
+ * documented slack ((threads - 1) x max(L / 64, 4 KiB)); every member of
+ * the family is counted by the bytes it asks for; outcome.allocated and
+ * ml_task_allocated are exact.  No statistics: every check is exact,
+ * whatever the sampler draws (the tests run at two intervals). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <memlimits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../tap/tap.h"
+
+static void *volatile sink;
+
+/* Sizes that do not divide the budget evenly, from a fixed generator. */
+static uint64_t rng = 42;
+static size_t next_size(void)
+{
+	rng = rng * 6364136223846793005u + 1442695040888963407u;
+	return 1 + (size_t)(rng >> 33) % 3000;
+}
+
+struct run {
+	uint64_t budget;
+	uint64_t granted; /* bytes of the allocations that succeeded */
+	int failed_at;    /* index of the first NULL, -1 if none */
+	uint64_t before_fail, fail_size;
+	int n;
+};
+
+/* Allocates (and frees) until an allocation fails or n are done. */
+static void *spend(void *arg)
+{
+	struct run *r = arg;
+	r->failed_at = -1;
+	for (int i = 0; i < r->n; i++) {
+		size_t sz = next_size();
+		void *p = malloc(sz);
+		if (!p) {
+			r->failed_at = i;
+			r->before_fail = r->granted;
+			r->fail_size = sz;
+			return NULL;
+		}
+		r->granted += sz;
+		sink = p;
+		free(p);
+	}
+	return NULL;
+}
+
+static void test_fail(void)
+{
+	for (int pass = 0; pass < 2; pass++) {
+		/* The sampler's interval does not matter: 1 byte (a sample
+		 * in every allocation) and the default. */
+		ml_set_sample_interval(pass ? 80000 : 1);
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = 1000000;
+		l.exact_alloc = true;
+		l.delivery = ML_DELIVER_FAIL;
+		struct run r = {.budget = l.alloc_bytes, .n = 100000};
+		ml_outcome out;
+		errno = 0;
+		ml_status st = ml_run(&l, spend, &r, &out);
+		tap_ok(st == ML_ALLOC_LIMIT && r.failed_at > 0 &&
+		           r.before_fail < l.alloc_bytes &&
+		           r.before_fail + r.fail_size >= l.alloc_bytes &&
+		           out.allocated == r.granted,
+		       "FAIL, S = %s: the allocation that would reach 1000000 "
+		       "fails (%llu granted before it, it asked %llu); "
+		       "allocated = %llu exactly",
+		       pass ? "80000" : "1", (unsigned long long)r.before_fail,
+		       (unsigned long long)r.fail_size,
+		       (unsigned long long)out.allocated);
+	}
+	ml_set_sample_interval(80000);
+}
+
+static _Atomic uint64_t jump_granted;
+static void *spend_jump(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		size_t sz = next_size();
+		void *p = malloc(sz);
+		/* Reached only if the allocation went through. */
+		atomic_fetch_add(&jump_granted, sz);
+		sink = p;
+		free(p);
+	}
+	return NULL;
+}
+
+static void test_jump(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 777777;
+	l.exact_alloc = true;
+	l.delivery = ML_DELIVER_JUMP;
+	ml_outcome out;
+	ml_status st = ml_run(&l, spend_jump, NULL, &out);
+	uint64_t g = atomic_load(&jump_granted);
+	tap_ok(st == ML_ALLOC_LIMIT && g < l.alloc_bytes &&
+	           g + 3000 >= l.alloc_bytes && out.allocated == g,
+	       "JUMP: back in ml_run at the allocation that would reach "
+	       "777777 (%llu granted, allocated = %llu)",
+	       (unsigned long long)g, (unsigned long long)out.allocated);
+}
+
+static void *spend_flag(void *arg)
+{
+	uint64_t *crossed_at = arg;
+	uint64_t total = 0;
+	for (int i = 0; i < 2000; i++) {
+		size_t sz = next_size();
+		void *p = malloc(sz);
+		if (!p)
+			return NULL;
+		total += sz;
+		free(p);
+		if (ml_is_interrupted()) {
+			*crossed_at = total;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+static void test_flag(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 500000;
+	l.exact_alloc = true;
+	l.delivery = ML_DELIVER_FLAG;
+	uint64_t crossed = 0;
+	ml_outcome out;
+	ml_status st = ml_run(&l, spend_flag, &crossed, &out);
+	tap_ok(st == ML_ALLOC_LIMIT && crossed >= l.alloc_bytes &&
+	           crossed < l.alloc_bytes + 3000 && out.allocated == crossed,
+	       "FLAG: the allocation reaching 500000 goes through and "
+	       "flags the task (at %llu bytes, allocated %llu)",
+	       (unsigned long long)crossed, (unsigned long long)out.allocated);
+}
+
+struct nest {
+	ml_status inner;
+	uint64_t inner_alloc;
+	struct run after;
+};
+
+static void *outer_fn(void *arg)
+{
+	struct nest *x = arg;
+	ml_limits in = ML_LIMITS_INIT;
+	in.alloc_bytes = 100000;
+	in.exact_alloc = true;
+	in.delivery = ML_DELIVER_FAIL;
+	struct run r = {.n = 100000};
+	ml_outcome o;
+	x->inner = ml_run(&in, spend, &r, &o);
+	x->inner_alloc = o.allocated;
+	x->after.n = 100000;
+	spend(&x->after);
+	return NULL;
+}
+
+static void test_nested(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 300000;
+	l.exact_alloc = true;
+	l.delivery = ML_DELIVER_FAIL;
+	struct nest x = {0};
+	ml_outcome out;
+	ml_status st = ml_run(&l, outer_fn, &x, &out);
+	uint64_t total = x.inner_alloc + x.after.granted;
+	tap_ok(x.inner == ML_ALLOC_LIMIT && x.inner_alloc < 100000 &&
+	           x.inner_alloc + 3000 >= 100000,
+	       "nested: the inner 100000-byte budget stops the inner task "
+	       "(%llu)",
+	       (unsigned long long)x.inner_alloc);
+	tap_ok(st == ML_ALLOC_LIMIT && out.allocated == total &&
+	           total < 300000 && total + 3000 >= 300000,
+	       "nested: the outer budget counts the inner task's bytes and "
+	       "stops at 300000 (%llu)",
+	       (unsigned long long)total);
+}
+
+struct share {
+	ml_task *task;
+	uint64_t granted;
+};
+
+static void *slice_spend(void *arg)
+{
+	struct run *r = arg;
+	return spend(r);
+}
+
+static void *share_thread(void *arg)
+{
+	struct share *s = arg;
+	struct run r = {.n = 1000000};
+	ml_task_run(s->task, slice_spend, &r, NULL);
+	s->granted = r.granted;
+	return NULL;
+}
+
+static void test_two_threads(void)
+{
+	const uint64_t budget = 10u << 20;
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = budget;
+	l.exact_alloc = true;
+	l.delivery = ML_DELIVER_FAIL;
+	ml_task *t = ml_task_new(&l);
+	struct share s[2] = {{t, 0}, {t, 0}};
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, share_thread, &s[i]);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	uint64_t total = s[0].granted + s[1].granted;
+	/* The other thread's reservation at most: max(L / 64, 4 KiB). */
+	uint64_t slack = budget / 64;
+	tap_ok(ml_task_status(t) == ML_ALLOC_LIMIT && total < budget &&
+	           total + slack + 3000 >= budget &&
+	           ml_task_allocated(t) == total,
+	       "two threads, one 10 MiB budget: %llu bytes granted (%.2f %% "
+	       "short of it; the bound is 1.56 %%), ml_task_allocated exact",
+	       (unsigned long long)total,
+	       100.0 * (double)(budget - total) / (double)budget);
+	ml_task_free(t);
+}
+
+/* Every member counts the bytes it asks for. */
+static void *family(void *arg)
+{
+	uint64_t *asked = arg;
+	void *p = calloc(10, 100);
+	*asked += 1000;
+	p = realloc(p, 5000);
+	*asked += 5000;
+	free(p);
+	p = memalign(64, 3000);
+	*asked += 3000;
+	free(p);
+	void *q = NULL;
+	if (posix_memalign(&q, 128, 2000) == 0)
+		*asked += 2000;
+	free(q);
+	p = aligned_alloc(256, 4096);
+	*asked += 4096;
+	free(p);
+	p = valloc(100);
+	*asked += 100;
+	free(p);
+	p = reallocarray(NULL, 7, 11);
+	*asked += 77;
+	free(p);
+	return NULL;
+}
+
+static void test_family(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 1 << 20;
+	l.exact_alloc = true;
+	uint64_t asked = 0;
+	ml_outcome out;
+	ml_status st = ml_run(&l, family, &asked, &out);
+	tap_ok(st == ML_OK && out.allocated == asked,
+	       "calloc, realloc, memalign, posix_memalign, aligned_alloc, "
+	       "valloc, reallocarray: %llu bytes counted for %llu asked",
+	       (unsigned long long)out.allocated, (unsigned long long)asked);
+	l.alloc_bytes = 0;
+	l.delivery = ML_DELIVER_FAIL;
+	errno = 0;
+	struct run r = {.n = 10};
+	st = ml_run(&l, spend, &r, &out);
+	tap_ok(st == ML_ALLOC_LIMIT && r.failed_at == 0 && errno == ENOMEM &&
+	           out.allocated == 0,
+	       "a budget of 0: the first allocation fails with ENOMEM");
+	ml_set_sample_interval(12345);
+	l.alloc_bytes = 64;
+	ml_run(&l, spend, &r, &out);
+	tap_ok(ml_sample_interval() == 12345,
+	       "the process interval is untouched by exact tasks");
+	ml_set_sample_interval(80000);
+}
+
+int main(void)
+{
+	tap_case("test_fail", test_fail, 60);
+	tap_case("test_jump", test_jump, 60);
+	tap_case("test_flag", test_flag, 60);
+	tap_case("test_nested", test_nested, 60);
+	tap_case("test_two_threads", test_two_threads, 60);
+	tap_case("test_family", test_family, 60);
+	return tap_done();
+}
