@@ -1,0 +1,741 @@
+/* ngx_http_memlimits_module: a memory limit per request (docs/nginx.md).
+ *
+ * Each request is a memlimits task object with FAIL delivery.  Everything
+ * nginx runs for the request runs as a slice of that task: the rest of the
+ * phases from PREACCESS on (content handler, filters, body reading started
+ * there), and every later event of the request's client connection and of
+ * its upstream connection (the connection's read and write handlers are
+ * wrapped).  A stopped request's allocations fail (NULL, which nginx
+ * answers with an error); the header filter answers memlimits_status if
+ * the headers are not sent yet, the request is closed if they are, and the
+ * log phase writes one line to the error log.  The task is freed by a
+ * cleanup of the request's pool, never while a slice of it runs.
+ *
+ * The library must be the process's allocator (LD_PRELOAD or memlimits
+ * run): checked at start-up with ml_capabilities(). */
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <memlimits.h>
+
+/* The module does not link with libmemlimits: it uses the one loaded
+ * into the process (LD_PRELOAD, memlimits run), through weak references,
+ * so that nginx without it fails at start-up with one clear line
+ * (ngx_http_memlimits_init) instead of a loader error.  Each function used
+ * has a single symbol version, which an unversioned reference binds to.
+ * ml_task_describe (why and where a task was interrupted) is newer than
+ * some libraries the module may meet: used when present. */
+#pragma weak ml_capabilities
+#pragma weak ml_global_memory_usage
+#pragma weak ml_mask
+#pragma weak ml_set_global_memory_limit
+#pragma weak ml_status_str
+#pragma weak ml_task_allocated
+#pragma weak ml_task_current
+#pragma weak ml_task_free
+#pragma weak ml_task_held
+#pragma weak ml_task_new
+#pragma weak ml_task_run
+#pragma weak ml_task_status
+#pragma weak ml_unmask
+int ml_task_describe(const ml_task *t, char *buf, size_t len)
+    __attribute__((weak));
+
+typedef struct {
+	ngx_flag_t enable;
+	size_t request_limit; /* 0: none */
+	size_t request_held;  /* 0: none */
+	ngx_uint_t status;
+} ngx_http_memlimits_loc_conf_t;
+
+typedef struct {
+	size_t global;      /* 0: none */
+	ngx_int_t pressure; /* fraction in 1/10000; 0: none */
+} ngx_http_memlimits_main_conf_t;
+
+/* One slice running on this thread (on the C stack of the wrapper that
+ * started it): the request's pool may be destroyed inside the slice, so
+ * the wrapper learns it from here, never from the freed context. */
+typedef struct ml_ngx_frame_s ml_ngx_frame_t;
+struct ml_ngx_frame_s {
+	ml_ngx_frame_t *prev;
+	unsigned gone : 1;      /* the request's pool is gone */
+	unsigned free_task : 1; /* free the task once the slice is over */
+};
+
+typedef struct {
+	ml_task *task;
+	ngx_http_request_t *r; /* the main request */
+	ngx_queue_t live;      /* the worker's live tasks, for the sweep */
+	ml_ngx_frame_t *frame; /* innermost slice of this task running */
+	uint64_t alloc_limit, held_limit;
+	uint64_t stop_allocated, stop_held; /* when it was seen stopped */
+	ngx_uint_t status;
+	unsigned stopped : 1;  /* seen stopped: no slice runs any more */
+	unsigned answered : 1; /* the header filter gave the status */
+	unsigned noted : 1;
+	unsigned logged : 1;
+	unsigned refused : 1; /* refused at memlimits_pressure */
+} ngx_http_memlimits_ctx_t;
+
+typedef struct {
+	ngx_event_handler_pt handler;
+	ngx_event_t *ev;
+} ml_ngx_call_t;
+
+static ngx_int_t ngx_http_memlimits_add_variables(ngx_conf_t *cf);
+static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf);
+static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle);
+static void *ngx_http_memlimits_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_memlimits_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_memlimits_merge_loc_conf(ngx_conf_t *cf, void *parent,
+                                               void *child);
+static char *ngx_http_memlimits_pressure(ngx_conf_t *cf, ngx_command_t *cmd,
+                                         void *conf);
+static char *ngx_http_memlimits_set_status(ngx_conf_t *cf, ngx_command_t *cmd,
+                                           void *conf);
+
+static ngx_command_t ngx_http_memlimits_commands[] = {
+    {ngx_string("memlimits"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF | NGX_CONF_FLAG,
+     ngx_conf_set_flag_slot, NGX_HTTP_LOC_CONF_OFFSET,
+     offsetof(ngx_http_memlimits_loc_conf_t, enable), NULL},
+    {ngx_string("memlimits_request_limit"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
+         NGX_CONF_TAKE1,
+     ngx_conf_set_size_slot, NGX_HTTP_LOC_CONF_OFFSET,
+     offsetof(ngx_http_memlimits_loc_conf_t, request_limit), NULL},
+    {ngx_string("memlimits_request_held"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
+         NGX_CONF_TAKE1,
+     ngx_conf_set_size_slot, NGX_HTTP_LOC_CONF_OFFSET,
+     offsetof(ngx_http_memlimits_loc_conf_t, request_held), NULL},
+    {ngx_string("memlimits_status"),
+     NGX_HTTP_MAIN_CONF | NGX_HTTP_SRV_CONF | NGX_HTTP_LOC_CONF |
+         NGX_CONF_TAKE1,
+     ngx_http_memlimits_set_status, NGX_HTTP_LOC_CONF_OFFSET,
+     offsetof(ngx_http_memlimits_loc_conf_t, status), NULL},
+    {ngx_string("memlimits_global"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_size_slot, NGX_HTTP_MAIN_CONF_OFFSET,
+     offsetof(ngx_http_memlimits_main_conf_t, global), NULL},
+    {ngx_string("memlimits_pressure"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     ngx_http_memlimits_pressure, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    ngx_null_command};
+
+static ngx_http_module_t ngx_http_memlimits_module_ctx = {
+    ngx_http_memlimits_add_variables,    /* preconfiguration */
+    ngx_http_memlimits_init,             /* postconfiguration */
+    ngx_http_memlimits_create_main_conf, /* create main configuration */
+    NULL,                                /* init main configuration */
+    NULL,                                /* create server configuration */
+    NULL,                                /* merge server configuration */
+    ngx_http_memlimits_create_loc_conf,  /* create location configuration */
+    ngx_http_memlimits_merge_loc_conf    /* merge location configuration */
+};
+
+ngx_module_t ngx_http_memlimits_module = {
+    NGX_MODULE_V1,
+    &ngx_http_memlimits_module_ctx,  /* module context */
+    ngx_http_memlimits_commands,     /* module directives */
+    NGX_HTTP_MODULE,                 /* module type */
+    NULL,                            /* init master */
+    NULL,                            /* init module */
+    ngx_http_memlimits_init_process, /* init process */
+    NULL,                            /* init thread */
+    NULL,                            /* exit thread */
+    NULL,                            /* exit process */
+    NULL,                            /* exit master */
+    NGX_MODULE_V1_PADDING};
+
+static ngx_http_output_header_filter_pt ngx_http_next_header_filter;
+
+/* nginx's own handlers of request connections (ngx_http_request_handler)
+ * and of upstream connections (ngx_http_upstream_handler) are static in
+ * nginx: learned from the first request and upstream seen, and only
+ * handlers equal to them are wrapped. */
+static ngx_event_handler_pt ml_request_handler, ml_upstream_handler;
+
+static ngx_queue_t ml_live; /* this worker's live tasks */
+static ngx_event_t ml_sweep_ev;
+static ngx_connection_t ml_sweep_conn; /* ngx_event_t wants a data */
+
+#define ML_SWEEP_MS 50
+
+/* ---- The request's context ----------------------------------------------- */
+
+static void ngx_http_memlimits_cleanup(void *data)
+{
+	ngx_http_memlimits_ctx_t *ctx = data;
+	if (ngx_queue_next(&ctx->live)) {
+		ngx_queue_remove(&ctx->live);
+	}
+	if (ctx->frame) {
+		/* A slice of the task runs: the outermost one frees it. */
+		ml_ngx_frame_t *f, *outer = NULL;
+		for (f = ctx->frame; f; f = f->prev) {
+			f->gone = 1;
+			outer = f;
+		}
+		outer->free_task = 1;
+	} else
+		ml_task_free(ctx->task);
+	ctx->task = NULL;
+}
+
+/* The context survives internal redirects and filter finalization (which
+ * clear r->ctx) through the pool cleanup that owns it. */
+static ngx_http_memlimits_ctx_t *ml_get_ctx(ngx_http_request_t *r)
+{
+	ngx_http_request_t *mr = r->main;
+	ngx_http_memlimits_ctx_t *ctx =
+	    ngx_http_get_module_ctx(mr, ngx_http_memlimits_module);
+	if (ctx)
+		return ctx;
+	for (ngx_pool_cleanup_t *c = mr->pool->cleanup; c; c = c->next)
+		if (c->handler == ngx_http_memlimits_cleanup) {
+			ctx = c->data;
+			ngx_http_set_ctx(mr, ctx, ngx_http_memlimits_module);
+			return ctx;
+		}
+	return NULL;
+}
+
+/* ---- Why and where, for the log ------------------------------------------ */
+
+static void ml_note(ngx_http_memlimits_ctx_t *ctx)
+{
+	if (ctx->noted || !ctx->task)
+		return;
+	ctx->noted = 1;
+	ctx->stop_allocated = ml_task_allocated(ctx->task);
+	ctx->stop_held = ml_task_held(ctx->task);
+}
+
+static u_char *ml_size(u_char *p, u_char *last, uint64_t n)
+{
+	if (n == ML_NO_LIMIT || n == 0)
+		return ngx_slprintf(p, last, "none");
+	return ngx_slprintf(p, last, "%.1f MiB", (double)n / 1048576.0);
+}
+
+static void ml_log_stop(ngx_http_request_t *r, ngx_http_memlimits_ctx_t *ctx)
+{
+	char why[512];
+	u_char line[768], *p = line, *last = line + sizeof line;
+	ml_status st = ml_task_status(ctx->task);
+
+	ml_note(ctx);
+	if (ml_task_describe && ml_task_describe(ctx->task, why, sizeof why))
+		p = ngx_slprintf(p, last, "%s", why);
+	else {
+		p = ngx_slprintf(p, last, "%s: request limit ",
+		                 ml_status_str(st));
+		p = ml_size(p, last, ctx->alloc_limit);
+		p = ngx_slprintf(p, last, ", held limit ");
+		p = ml_size(p, last, ctx->held_limit);
+		p = ngx_slprintf(p, last, ", allocated ~");
+		p = ml_size(p, last, ctx->stop_allocated);
+		p = ngx_slprintf(p, last, ", held ~");
+		p = ml_size(p, last, ctx->stop_held);
+	}
+	/* The error log's context adds the client and the request line. */
+	ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+	              "memlimits: request stopped (%ui %s): %*s", ctx->status,
+	              ctx->answered ? "answered" : "closed", p - line, line);
+}
+
+/* ---- Slices ---------------------------------------------------------------
+ */
+
+static void *ml_slice_event(void *arg)
+{
+	ml_ngx_call_t *call = arg;
+	call->handler(call->ev);
+	return arg;
+}
+
+static void *ml_slice_phases(void *arg)
+{
+	ngx_http_request_t *r = arg;
+	ngx_connection_t *c = r->connection;
+	ngx_http_core_run_phases(r);
+	ngx_http_run_posted_requests(c);
+	return arg;
+}
+
+/* Runs fn(arg) as a slice of ctx's task.  Returns the task's status, or
+ * ML_EINVAL when the request's pool went away inside the slice (ctx is
+ * freed then). */
+static ml_status ml_slice(ngx_http_memlimits_ctx_t *ctx, void *(*fn)(void *),
+                          void *arg)
+{
+	ml_ngx_frame_t frame = {ctx->frame, 0, 0};
+	ml_task *task = ctx->task;
+	ctx->frame = &frame;
+	ml_status st = ml_task_run(task, fn, arg, NULL);
+	if (frame.gone) {
+		if (frame.free_task)
+			ml_task_free(task);
+		return ML_EINVAL;
+	}
+	ctx->frame = frame.prev;
+	return st;
+}
+
+static void ml_client_handler(ngx_event_t *ev);
+static void ml_upstream_handler_wrap(ngx_event_t *ev);
+
+static void ml_wrap(ngx_event_t *ev, ngx_event_handler_pt *orig,
+                    ngx_event_handler_pt wrapper)
+{
+	if (ev->handler == wrapper || ev->handler == NULL)
+		return;
+	if (*orig == NULL)
+		*orig = ev->handler;
+	if (ev->handler == *orig)
+		ev->handler = wrapper;
+}
+
+/* Wraps the request's connection handlers and its upstream's: nginx sets
+ * them anew at times (a special response, a new upstream), so again after
+ * every slice. */
+static void ml_arm(ngx_http_memlimits_ctx_t *ctx, ngx_http_request_t *cur)
+{
+	ngx_http_request_t *r = ctx->r;
+	ngx_connection_t *c = r->connection;
+#if (NGX_HTTP_V2)
+	if (r->stream)
+		return; /* HTTP/2: the connection serves many streams */
+#endif
+	if (ml_request_handler || c->read->handler == c->write->handler) {
+		ml_wrap(c->read, &ml_request_handler, ml_client_handler);
+		ml_wrap(c->write, &ml_request_handler, ml_client_handler);
+	}
+	ngx_http_request_t *rs[2] = {r, cur};
+	for (int i = 0; i < 2; i++) {
+		ngx_http_upstream_t *u = rs[i] ? rs[i]->upstream : NULL;
+		ngx_connection_t *uc = u ? u->peer.connection : NULL;
+		if (!uc || uc->data != rs[i])
+			continue;
+		if (ml_upstream_handler ||
+		    uc->read->handler == uc->write->handler) {
+			ml_wrap(uc->read, &ml_upstream_handler,
+			        ml_upstream_handler_wrap);
+			ml_wrap(uc->write, &ml_upstream_handler,
+			        ml_upstream_handler_wrap);
+		}
+	}
+}
+
+/* The request is already on its way out (answered by the header filter,
+ * finished, or closing). */
+static int ml_finishing(ngx_http_memlimits_ctx_t *ctx)
+{
+	ngx_http_request_t *r = ctx->r;
+	return ctx->answered || r->done || r->lingering_close ||
+	       r->connection->error || r->connection->close;
+}
+
+/* Ends a stopped request from outside any slice: answered with the status
+ * where nothing else holds it open, else closed.  Returns 0 when it did
+ * (ctx may be gone then), 1 when the request was already on its way out
+ * and its events go on, outside any slice. */
+static int ml_end(ngx_http_memlimits_ctx_t *ctx)
+{
+	ngx_http_request_t *r = ctx->r;
+	ngx_connection_t *c = r->connection;
+	ml_note(ctx);
+	ctx->stopped = 1;
+	if (ml_finishing(ctx))
+		return 1;
+	r->keepalive = 0;
+	if (!r->header_sent && r->count == 1 && !r->upstream)
+		ngx_http_finalize_request(r, ctx->status);
+	else {
+		if (!r->header_sent)
+			r->headers_out.status = ctx->status;
+		ngx_http_finalize_request(r, NGX_ERROR);
+	}
+	ngx_http_run_posted_requests(c);
+	return 0;
+}
+
+static void ml_event(ngx_event_t *ev, ngx_event_handler_pt orig)
+{
+	ngx_connection_t *c = ev->data;
+	ngx_http_request_t *r = c->data;
+	ngx_http_memlimits_ctx_t *ctx = NULL;
+
+	if (r && r->signature == NGX_HTTP_MODULE)
+		ctx = ml_get_ctx(r);
+	if (!ctx || !ctx->task || ctx->stopped) {
+		orig(ev);
+		return;
+	}
+	if (ml_task_status(ctx->task) != ML_OK) {
+		/* Stopped between callbacks (the global limit): its slices
+		 * no longer run. */
+		if (ml_end(ctx))
+			orig(ev);
+		return;
+	}
+	ml_ngx_call_t call = {orig, ev};
+	ml_status st = ml_slice(ctx, ml_slice_event, &call);
+	if (st == ML_EINVAL)
+		return;
+	if (st != ML_OK)
+		ml_end(ctx);
+	else
+		ml_arm(ctx, c->data == r ? r : NULL);
+}
+
+static void ml_client_handler(ngx_event_t *ev)
+{
+	ml_event(ev, ml_request_handler);
+}
+
+static void ml_upstream_handler_wrap(ngx_event_t *ev)
+{
+	ml_event(ev, ml_upstream_handler);
+}
+
+/* Requests stopped by the global limit between callbacks are ended here,
+ * not at their next event, which may never come. */
+static void ml_sweep(ngx_event_t *ev)
+{
+	(void)ev;
+again:
+	for (ngx_queue_t *q = ngx_queue_head(&ml_live);
+	     q != ngx_queue_sentinel(&ml_live); q = ngx_queue_next(q)) {
+		ngx_http_memlimits_ctx_t *ctx =
+		    ngx_queue_data(q, ngx_http_memlimits_ctx_t, live);
+		if (ctx->stopped || ctx->frame ||
+		    ml_task_status(ctx->task) == ML_OK)
+			continue;
+		ml_end(ctx); /* may free ctx: start over */
+		goto again;
+	}
+	if (!ngx_exiting)
+		ngx_add_timer(&ml_sweep_ev, ML_SWEEP_MS);
+}
+
+/* ---- The request's start: PREACCESS -------------------------------------- */
+
+static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
+{
+	ngx_http_memlimits_loc_conf_t *lcf;
+	ngx_http_memlimits_main_conf_t *mcf;
+	ngx_http_memlimits_ctx_t *ctx;
+
+	if (r != r->main)
+		return NGX_DECLINED;
+	lcf = ngx_http_get_module_loc_conf(r, ngx_http_memlimits_module);
+	ctx = ml_get_ctx(r);
+	if (ctx) {
+		/* An internal redirect inside a slice: it goes on. */
+		if (!ctx->task || ml_task_current() == ctx->task)
+			return NGX_DECLINED;
+	} else {
+		if (!lcf->enable)
+			return NGX_DECLINED;
+		mcf =
+		    ngx_http_get_module_main_conf(r, ngx_http_memlimits_module);
+		if (mcf->global && mcf->pressure) {
+			uint64_t usage = ml_global_memory_usage();
+			if ((double)usage >= (double)mcf->global *
+			                         (double)mcf->pressure /
+			                         10000) {
+				ngx_log_error(NGX_LOG_ERR, r->connection->log,
+				              0,
+				              "memlimits: request refused: "
+				              "worker heap %.1f MiB over "
+				              "memlimits_pressure of "
+				              "memlimits_global %.1f MiB",
+				              (double)usage / 1048576.0,
+				              (double)mcf->global / 1048576.0);
+				r->keepalive = 0;
+				return lcf->status;
+			}
+		}
+		ctx = ngx_pcalloc(r->pool, sizeof *ctx);
+		ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
+		if (!ctx || !cln)
+			return NGX_HTTP_INTERNAL_SERVER_ERROR;
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes =
+		    lcf->request_limit ? lcf->request_limit : ML_NO_LIMIT;
+		l.held_bytes =
+		    lcf->request_held ? lcf->request_held : ML_NO_LIMIT;
+		l.global = mcf->global != 0;
+		l.delivery = ML_DELIVER_FAIL;
+		ctx->task = ml_task_new(&l);
+		if (!ctx->task) {
+			ngx_log_error(NGX_LOG_ERR, r->connection->log,
+			              ngx_errno,
+			              "memlimits: no task for the request, "
+			              "served without limits");
+			return NGX_DECLINED;
+		}
+		ctx->r = r;
+		ctx->alloc_limit = l.alloc_bytes;
+		ctx->held_limit = l.held_bytes;
+		ctx->status = lcf->status;
+		cln->handler = ngx_http_memlimits_cleanup;
+		cln->data = ctx;
+		ngx_queue_insert_tail(&ml_live, &ctx->live);
+		ngx_http_set_ctx(r, ctx, ngx_http_memlimits_module);
+	}
+	ml_arm(ctx, NULL);
+	/* The rest of the phases run as the request's first slice. */
+	r->phase_handler++;
+	ml_status st = ml_slice(ctx, ml_slice_phases, r);
+	if (st != ML_OK && st != ML_EINVAL)
+		ml_end(ctx);
+	else if (st == ML_OK)
+		ml_arm(ctx, NULL);
+	return NGX_DONE;
+}
+
+/* ---- Answer and log --------------------------------------------------------
+ */
+
+static ngx_int_t ngx_http_memlimits_header_filter(ngx_http_request_t *r)
+{
+	ngx_http_memlimits_ctx_t *ctx = ml_get_ctx(r);
+	if (r != r->main || !ctx || !ctx->task || ctx->answered ||
+	    r->header_sent ||
+	    (!ctx->stopped && ml_task_status(ctx->task) == ML_OK))
+		return ngx_http_next_header_filter(r);
+	ml_note(ctx);
+	ctx->stopped = 1;
+	ctx->answered = 1;
+	r->headers_out.status = ctx->status;
+	r->headers_out.status_line.len = 0;
+	r->err_status = 0;
+	ngx_http_clear_content_length(r);
+	ngx_http_clear_accept_ranges(r);
+	ngx_http_clear_last_modified(r);
+	ngx_http_clear_etag(r);
+	r->headers_out.content_length_n = 0;
+	r->headers_out.content_type.len = 0;
+	r->headers_out.content_type_len = 0;
+	r->header_only = 1;
+	r->keepalive = 0;
+	/* The header's buffer is allocated below us: let it through the
+	 * stopped task's failing allocations. */
+	ml_mask();
+	ngx_int_t rc = ngx_http_next_header_filter(r);
+	ml_unmask();
+	return rc;
+}
+
+static ngx_int_t ngx_http_memlimits_log_handler(ngx_http_request_t *r)
+{
+	ngx_http_memlimits_ctx_t *ctx = ml_get_ctx(r);
+	if (!ctx || !ctx->task || ctx->logged ||
+	    ml_task_status(ctx->task) == ML_OK)
+		return NGX_OK;
+	ctx->logged = 1;
+	ml_log_stop(r, ctx);
+	return NGX_OK;
+}
+
+/* ---- Variables -------------------------------------------------------------
+ */
+
+static ngx_int_t ngx_http_memlimits_variable(ngx_http_request_t *r,
+                                             ngx_http_variable_value_t *v,
+                                             uintptr_t data)
+{
+	ngx_http_memlimits_ctx_t *ctx = ml_get_ctx(r);
+	const char *s = NULL;
+	uint64_t n = 0;
+	u_char *p;
+
+	if (!ctx || !ctx->task) {
+		v->not_found = 1;
+		return NGX_OK;
+	}
+	if (data == 0)
+		n = ml_task_allocated(ctx->task);
+	else if (data == 1)
+		n = ml_task_held(ctx->task);
+	else
+		s = ml_task_status(ctx->task) == ML_OK
+		        ? "ok"
+		        : ml_status_str(ml_task_status(ctx->task));
+	/* In the log phase of a stopped request: let the value through. */
+	ml_mask();
+	p = ngx_pnalloc(r->pool, s ? ngx_strlen(s) : NGX_INT64_LEN);
+	ml_unmask();
+	if (p == NULL)
+		return NGX_ERROR;
+	v->len = s ? ngx_sprintf(p, "%s", s) - p : ngx_sprintf(p, "%uL", n) - p;
+	v->valid = 1;
+	v->no_cacheable = 1;
+	v->not_found = 0;
+	v->data = p;
+	return NGX_OK;
+}
+
+static ngx_http_variable_t ngx_http_memlimits_vars[] = {
+    {ngx_string("memlimits_allocated"), NULL, ngx_http_memlimits_variable, 0,
+     NGX_HTTP_VAR_NOCACHEABLE, 0},
+    {ngx_string("memlimits_held"), NULL, ngx_http_memlimits_variable, 1,
+     NGX_HTTP_VAR_NOCACHEABLE, 0},
+    {ngx_string("memlimits_status"), NULL, ngx_http_memlimits_variable, 2,
+     NGX_HTTP_VAR_NOCACHEABLE, 0},
+    ngx_http_null_variable};
+
+static ngx_int_t ngx_http_memlimits_add_variables(ngx_conf_t *cf)
+{
+	for (ngx_http_variable_t *v = ngx_http_memlimits_vars; v->name.len;
+	     v++) {
+		ngx_http_variable_t *var =
+		    ngx_http_add_variable(cf, &v->name, v->flags);
+		if (var == NULL)
+			return NGX_ERROR;
+		var->get_handler = v->get_handler;
+		var->data = v->data;
+	}
+	return NGX_OK;
+}
+
+/* ---- Configuration ------------------------------------------------------- */
+
+static void *ngx_http_memlimits_create_main_conf(ngx_conf_t *cf)
+{
+	ngx_http_memlimits_main_conf_t *mcf =
+	    ngx_pcalloc(cf->pool, sizeof *mcf);
+	if (mcf)
+		mcf->global = NGX_CONF_UNSET_SIZE;
+	return mcf;
+}
+
+static void *ngx_http_memlimits_create_loc_conf(ngx_conf_t *cf)
+{
+	ngx_http_memlimits_loc_conf_t *lcf = ngx_pcalloc(cf->pool, sizeof *lcf);
+	if (lcf == NULL)
+		return NULL;
+	lcf->enable = NGX_CONF_UNSET;
+	lcf->request_limit = NGX_CONF_UNSET_SIZE;
+	lcf->request_held = NGX_CONF_UNSET_SIZE;
+	lcf->status = NGX_CONF_UNSET_UINT;
+	return lcf;
+}
+
+static char *ngx_http_memlimits_merge_loc_conf(ngx_conf_t *cf, void *parent,
+                                               void *child)
+{
+	ngx_http_memlimits_loc_conf_t *prev = parent, *conf = child;
+	(void)cf;
+	ngx_conf_merge_value(conf->enable, prev->enable, 0);
+	ngx_conf_merge_size_value(conf->request_limit, prev->request_limit, 0);
+	ngx_conf_merge_size_value(conf->request_held, prev->request_held, 0);
+	ngx_conf_merge_uint_value(conf->status, prev->status,
+	                          NGX_HTTP_SERVICE_UNAVAILABLE);
+	return NGX_CONF_OK;
+}
+
+static char *ngx_http_memlimits_set_status(ngx_conf_t *cf, ngx_command_t *cmd,
+                                           void *conf)
+{
+	ngx_http_memlimits_loc_conf_t *lcf = conf;
+	ngx_str_t *value = cf->args->elts;
+	(void)cmd;
+	if (lcf->status != NGX_CONF_UNSET_UINT)
+		return "is duplicate";
+	ngx_int_t n = ngx_atoi(value[1].data, value[1].len);
+	if (n < 400 || n > 599) {
+		ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+		                   "memlimits_status: \"%V\" is not a status "
+		                   "from 400 to 599",
+		                   &value[1]);
+		return NGX_CONF_ERROR;
+	}
+	lcf->status = (ngx_uint_t)n;
+	return NGX_CONF_OK;
+}
+
+static char *ngx_http_memlimits_pressure(ngx_conf_t *cf, ngx_command_t *cmd,
+                                         void *conf)
+{
+	ngx_http_memlimits_main_conf_t *mcf = conf;
+	ngx_str_t *value = cf->args->elts;
+	(void)cmd;
+	if (mcf->pressure)
+		return "is duplicate";
+	ngx_int_t n = ngx_atofp(value[1].data, value[1].len, 4);
+	if (n <= 0 || n > 10000) {
+		ngx_conf_log_error(
+		    NGX_LOG_EMERG, cf, 0,
+		    "memlimits_pressure: \"%V\" is not a fraction "
+		    "in (0, 1], e.g. 0.85",
+		    &value[1]);
+		return NGX_CONF_ERROR;
+	}
+	mcf->pressure = n;
+	return NGX_CONF_OK;
+}
+
+static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
+{
+	ngx_http_core_main_conf_t *cmcf;
+	ngx_http_handler_pt *h;
+	ngx_http_memlimits_main_conf_t *mcf;
+
+	/* Without the library as the process's allocator no request can be
+	 * limited: refuse to start (nginx -t too), with the fix. */
+	if (!ml_capabilities || !(ml_capabilities() & ML_CAP_INTERPOSED)) {
+		ngx_log_error(
+		    NGX_LOG_EMERG, cf->log, 0,
+		    "memlimits: libmemlimits is not nginx's allocator%s: "
+		    "start nginx with LD_PRELOAD=libmemlimits.so.0 "
+		    "(contrib/nginx/memlimits.conf for systemd) or "
+		    "under \"memlimits run --\"",
+		    ml_capabilities ? "" : " (not loaded)");
+		return NGX_ERROR;
+	}
+	mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_memlimits_module);
+	if (mcf->global == NGX_CONF_UNSET_SIZE)
+		mcf->global = 0;
+	if (mcf->pressure && !mcf->global) {
+		ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+		              "memlimits_pressure needs memlimits_global");
+		return NGX_ERROR;
+	}
+
+	cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+	h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
+	if (h == NULL)
+		return NGX_ERROR;
+	*h = ngx_http_memlimits_handler;
+	h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+	if (h == NULL)
+		return NGX_ERROR;
+	*h = ngx_http_memlimits_log_handler;
+
+	ngx_http_next_header_filter = ngx_http_top_header_filter;
+	ngx_http_top_header_filter = ngx_http_memlimits_header_filter;
+	return NGX_OK;
+}
+
+static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle)
+{
+	ngx_http_memlimits_main_conf_t *mcf;
+
+	ngx_queue_init(&ml_live);
+	mcf = ngx_http_cycle_get_module_main_conf(cycle,
+	                                          ngx_http_memlimits_module);
+	if (mcf == NULL || !mcf->global)
+		return NGX_OK;
+	/* Per worker: each worker is its own heap. */
+	ml_set_global_memory_limit(mcf->global);
+	ml_sweep_ev.handler = ml_sweep;
+	ml_sweep_ev.data = &ml_sweep_conn;
+	ml_sweep_ev.log = cycle->log;
+	ml_sweep_ev.cancelable = 1;
+	ngx_add_timer(&ml_sweep_ev, ML_SWEEP_MS);
+	return NGX_OK;
+}
