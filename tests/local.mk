@@ -10,7 +10,7 @@ AM_TESTS_ENVIRONMENT = \
 	top_srcdir='$(abs_top_srcdir)'; export top_srcdir; \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so'; export MEMLIMITS_LIB; \
 	NM='$(NM)'; export NM; VALGRIND='$(VALGRIND)'; export VALGRIND; \
-	PYTHON3='$(PYTHON3)'; export PYTHON3; \
+	PYTHON3='$(PYTHON3)'; export PYTHON3; NGINX_BIN='$(NGINX)'; export NGINX_BIN; \
 	PACKAGE_VERSION='$(PACKAGE_VERSION)'; export PACKAGE_VERSION;
 EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh tests/valgrind.supp \
 	docs/reliability.md
@@ -34,3 +34,4 @@ include tests/api/local.mk
 include tests/concurrency/local.mk
 include tests/stats/local.mk
 include tests/cli/local.mk
+include tests/nginx/local.mk

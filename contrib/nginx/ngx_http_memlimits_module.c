@@ -329,12 +329,12 @@ static void ml_arm(ngx_http_memlimits_ctx_t *ctx, ngx_http_request_t *cur)
 }
 
 /* The request is already on its way out (answered by the header filter,
- * finished, or closing). */
+ * finished, or closing; r->lingering_close only says how it will close). */
 static int ml_finishing(ngx_http_memlimits_ctx_t *ctx)
 {
 	ngx_http_request_t *r = ctx->r;
-	return ctx->answered || r->done || r->lingering_close ||
-	       r->connection->error || r->connection->close;
+	return ctx->answered || r->done || r->connection->error ||
+	       r->connection->close;
 }
 
 /* Ends a stopped request from outside any slice: answered with the status

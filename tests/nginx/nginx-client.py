@@ -1,0 +1,216 @@
+"""Clients for tests/nginx/test-nginx.sh (issue 18).
+
+  nginx-client.py png bomb|small FILE [SIZE]  write a PNG (a bomb declares
+                                              SIZE x SIZE pixels of zeros)
+  nginx-client.py get PORT PATH               status and length of one GET
+  nginx-client.py load PORT HTMLDIR NORD NBOMB  NORD clients request static
+      files and thumbnails in a loop while NBOMB PNG bomb requests are made,
+      two at a time; prints one line per kind of result
+  nginx-client.py put PORT PATH MIB           a PUT whose body is MIB MiB
+  nginx-client.py global PORT BIGMIB SECONDMIB  a slow PUT holding BIGMIB,
+      then one of SECONDMIB, with small requests throughout
+Results are printed as "key value" lines for the shell test to check."""
+import http.client, socket, struct, sys, threading, time, zlib
+
+
+def png(w, h, rowfn):
+    def chunk(t, d):
+        return (struct.pack('>I', len(d)) + t + d +
+                struct.pack('>I', zlib.crc32(t + d) & 0xffffffff))
+    z = zlib.compressobj(9)
+    rows = [z.compress(b'\0' + rowfn(y)) for y in range(h)]
+    rows.append(z.flush())
+    return (b'\x89PNG\r\n\x1a\n' +
+            chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) +
+            chunk(b'IDAT', b''.join(rows)) + chunk(b'IEND', b''))
+
+
+def get(port, path, timeout=10):
+    c = http.client.HTTPConnection('127.0.0.1', port, timeout=timeout)
+    try:
+        c.request('GET', path)
+        r = c.getresponse()
+        return r.status, r.read()
+    except (OSError, http.client.HTTPException):
+        return 0, b''  # closed
+    finally:
+        c.close()
+
+
+def load(port, html, nord, nbomb):
+    ref_static = open(html + '/f4k.bin', 'rb').read()
+    st, ref_thumb = get(port, '/thumb/small.png')
+    if st != 200 or not ref_thumb:
+        print('reference thumbnail failed', st)
+        return
+    stop = threading.Event()
+    lock = threading.Lock()
+    res = {'ord_ok': 0, 'ord_bad': 0, 'bomb_ok': 0, 'bomb_bad': 0}
+    bad = []
+    worst = [0.0]
+
+    def ordinary(i):
+        n = 0
+        while not stop.is_set() or n < 2:
+            path, ref = (('/f4k.bin', ref_static) if (i + n) % 2 else
+                         ('/thumb/small.png', ref_thumb))
+            st, body = get(port, path)
+            with lock:
+                if st == 200 and body == ref:
+                    res['ord_ok'] += 1
+                else:
+                    res['ord_bad'] += 1
+                    bad.append('%s %d %d' % (path, st, len(body)))
+            n += 1
+
+    def bombs(count):
+        for _ in range(count):
+            t0 = time.monotonic()
+            st, body = get(port, '/thumb/bomb.png')
+            dt = time.monotonic() - t0
+            with lock:
+                worst[0] = max(worst[0], dt)
+                if st in (0, 503) and dt < 1.0:
+                    res['bomb_ok'] += 1
+                else:
+                    res['bomb_bad'] += 1
+                    bad.append('bomb %d %.3f s' % (st, dt))
+
+    ts = [threading.Thread(target=ordinary, args=(i,), daemon=True)
+          for i in range(nord)]
+    for t in ts:
+        t.start()
+    time.sleep(0.5)  # the ordinary load is under way
+    bs = [threading.Thread(target=bombs, args=(nbomb // 2,)),
+          threading.Thread(target=bombs, args=(nbomb - nbomb // 2,))]
+    for t in bs:
+        t.start()
+    for t in bs:
+        t.join()
+    time.sleep(0.5)
+    stop.set()
+    for t in ts:
+        t.join()
+    for k, v in sorted(res.items()):
+        print(k, v)
+    print('bomb_worst_s %.3f' % worst[0])
+    for b in bad[:10]:
+        print('bad', b)
+
+
+def put_start(port, path, size):
+    s = socket.create_connection(('127.0.0.1', port), timeout=10)
+    s.sendall(('PUT %s HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n'
+               'Content-Type: application/octet-stream\r\n\r\n'
+               % (path, size)).encode())
+    return s
+
+
+def put_send(s, nbytes):
+    chunk = b'x' * (1 << 20)
+    try:
+        while nbytes > 0:
+            n = min(nbytes, len(chunk))
+            s.sendall(chunk[:n])
+            nbytes -= n
+        return True
+    except OSError:
+        return False
+
+
+def put_status(s, timeout):
+    s.settimeout(timeout)
+    data = b''
+    try:
+        while b'\r\n' not in data:
+            d = s.recv(4096)
+            if not d:
+                break
+            data += d
+    except OSError:
+        pass
+    s.close()
+    try:
+        return int(data.split(b' ')[1])
+    except (IndexError, ValueError):
+        return 0  # closed without an answer
+
+
+def put(port, path, mib):
+    size = mib << 20
+    t0 = time.monotonic()
+    s = put_start(port, path, size)
+    put_send(s, min(size, 1 << 20))
+    st = put_status(s, 5)
+    print('put_status', st)
+    print('put_s %.3f' % (time.monotonic() - t0))
+
+
+def put_full(port, path, mib):
+    s = put_start(port, path, mib << 20)
+    sent = put_send(s, mib << 20)
+    return put_status(s, 10) if sent else 0
+
+
+def glob(port, big, second):
+    stop = threading.Event()
+    small = {'ok': 0, 'bad': 0}
+
+    def smalls():
+        while not stop.is_set():
+            st, body = get(port, '/f4k.bin')
+            small['ok' if st == 200 and len(body) == 4096 else 'bad'] += 1
+    ts = [threading.Thread(target=smalls, daemon=True) for _ in range(20)]
+    for t in ts:
+        t.start()
+    try:
+        glob_puts(port, big, second, small)
+    finally:
+        stop.set()
+    for t in ts:
+        t.join()
+
+
+def glob_puts(port, big, second, small):
+    s = put_start(port, '/big', big << 20)  # the holder: sends slowly
+    put_send(s, 4 << 20)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    st2 = [None]
+    t2 = threading.Thread(target=lambda: st2.__setitem__(
+        0, put_full(port, '/big', second)))
+    t2.start()
+    st1 = put_status(s, 5)
+    dt = time.monotonic() - t0
+    t2.join()
+    time.sleep(0.3)
+    print('big_status', st1)
+    print('big_stopped_s %.3f' % dt)
+    print('second_status', st2[0])
+    time.sleep(0.2)
+    print('small_ok', small['ok'])
+    print('small_bad', small['bad'])
+
+
+def main(a):
+    if a[0] == 'png':
+        if a[1] == 'bomb':
+            n = int(a[3])
+            row = bytes(3 * n)
+            data = png(n, n, lambda y: row)
+        else:
+            data = png(200, 200,
+                       lambda y: bytes((x + y) & 255 for x in range(600)))
+        open(a[2], 'wb').write(data)
+    elif a[0] == 'get':
+        st, body = get(int(a[1]), a[2])
+        print(st, len(body))
+    elif a[0] == 'load':
+        load(int(a[1]), a[2], int(a[3]), int(a[4]))
+    elif a[0] == 'put':
+        put(int(a[1]), a[2], int(a[3]))
+    elif a[0] == 'global':
+        glob(int(a[1]), int(a[2]), int(a[3]))
+
+
+main(sys.argv[1:])

@@ -1,0 +1,212 @@
+#!/bin/sh
+# nginx with the memlimits module (issue 18), on loopback, running
+# contrib/nginx/nginx.conf with its paths and ports rewritten; one worker.
+#  - start-up: without libmemlimits as the allocator, nginx -t fails with
+#    one line naming the fix; with it, the configuration is accepted;
+#  - a PNG bomb (420 KB declaring 12000x12000 pixels: 576 MiB to decode)
+#    through image_filter, 10 times, while 200 clients fetch thumbnails
+#    and a static file: every bomb is answered 503 (or closed) within 1 s,
+#    every ordinary request gets 200 and the right body, the error log
+#    names each stopped request, the worker's peak resident size stays
+#    within its baseline + 2 bombs at once x (64 MiB held limit + 16 MiB)
+#    + 64 MiB, and the worker never restarts;
+#  - a PUT of 512 MiB to a location that buffers the body in memory
+#    (client_body_buffer_size 1024m) is answered 503 within 1 s; a 1 MiB one
+#    reaches the backend;
+#  - memlimits_global (256 MiB here): a slow PUT holding 150 MiB is
+#    stopped when a second one of 110 MiB comes (usage then stays within
+#    the limit's margin L/8, so that the second is not stopped too), which then succeeds,
+#    while small requests carry on.
+# Probabilities: the held limit of 64 MiB needs 839 samples at the default
+# interval (80000 bytes); the bomb keeps what it allocates, so it is
+# stopped with certainty well before 576 MiB, and the estimate overshoots
+# the true 64 MiB by more than 16 MiB (209 samples, 7 standard
+# deviations) with probability below 1e-11.  The ordinary requests hold
+# under 1 MiB each: 13 samples on average against 839 (never stopped,
+# below 1e-300).
+: "${top_builddir:?}" "${top_srcdir:?}"
+. "$top_srcdir/tests/tap/tap.sh"
+export LC_ALL=C
+unset NGINX LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
+	MEMLIMITS_PROFILE MEMLIMITS_HELD_LIMIT MEMLIMITS_SAMPLE_INTERVAL
+MOD=$top_builddir/contrib/nginx/ngx_http_memlimits_module.so
+IMG=/usr/lib/nginx/modules/ngx_http_image_filter_module.so
+LIB=${MEMLIMITS_LIB:-$top_builddir/lib/.libs/libmemlimits.so}
+PY=${PYTHON3:-python3}
+CLIENT=$top_srcdir/tests/nginx/nginx-client.py
+why=
+if [ -z "${NGINX_BIN:-}" ] || [ ! -x "$NGINX_BIN" ]; then
+	why="nginx not installed (Debian: apt-get install nginx nginx-dev)"
+elif [ ! -f "$MOD" ]; then
+	why="the module is not built (configure found no nginx-dev)"
+elif [ ! -f "$IMG" ]; then
+	why="no image filter module (Debian: libnginx-mod-http-image-filter)"
+elif ! "$PY" -c 'import http.client' 2>/dev/null; then
+	why="python3 is missing"
+fi
+if [ -n "$why" ]; then
+	echo "1..0 # SKIP $why"
+	exit 0
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-nginx.XXXXXX") || exit 1
+master=
+stop_nginx() {
+	if [ -n "$master" ]; then
+		kill "$master" 2>/dev/null
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			kill -0 "$master" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -9 "$master" 2>/dev/null
+		master=
+	fi
+}
+trap 'stop_nginx; rm -rf "$tmp"' EXIT INT TERM
+mkdir -p "$tmp/html" "$tmp/logs" "$tmp/var"
+# Two free ports, as the kernel gives them.
+set -- $("$PY" -c 'import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in ss])')
+p1=$1 p2=$2
+# conf GLOBAL: the example with this test's paths, ports, modules.
+conf() {
+	sed -e "s|/usr/lib/nginx/modules/ngx_http_image_filter_module.so|$IMG|" \
+		-e "s|/usr/local/lib/nginx/modules/ngx_http_memlimits_module.so|$MOD|" \
+		-e "s|/var/log/nginx|$tmp/logs|g" -e "s|/run/nginx.pid|$tmp/logs/nginx.pid|" \
+		-e "s|/var/www/html|$tmp/html|g" -e "s|/var/lib/nginx|$tmp/var|g" \
+		-e "s|127.0.0.1:8080|127.0.0.1:$p1|" -e "s|127.0.0.1:8081|127.0.0.1:$p2|g" \
+		-e "s|memlimits_global 768m;|memlimits_global $1;|" \
+		-e "/memlimits_pressure/d" \
+		"$top_srcdir/contrib/nginx/nginx.conf" >"$tmp/nginx.conf"
+	printf 'daemon off;\n' >>"$tmp/nginx.conf"
+	# As root, the workers would run as nobody, who cannot read $tmp.
+	[ "$(id -u)" != 0 ] || printf 'user root;\n' >>"$tmp/nginx.conf"
+}
+start_nginx() {
+	: >"$tmp/logs/error.log"
+	LD_PRELOAD=$LIB "$NGINX_BIN" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/error.log" \
+		>"$tmp/nginx.out" 2>&1 &
+	master=$!
+	for _ in $(seq 50); do
+		"$PY" "$CLIENT" get "$p1" /f4k.bin 2>/dev/null | grep -q '^200 4096' && break
+		sleep 0.1
+	done
+	worker=$(pgrep -P "$master" | head -1)
+}
+rss_kb() { sed -n "s/^$1:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$2/status"; }
+
+"$PY" "$CLIENT" png bomb "$tmp/html/bomb.png" 12000
+"$PY" "$CLIENT" png small "$tmp/html/small.png"
+head -c 4096 /dev/urandom >"$tmp/html/f4k.bin"
+conf 768m
+
+if tap_case startup; then
+	"$NGINX_BIN" -t -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/t.log" >"$tmp/t.out" 2>&1
+	st=$?
+	lines=$(grep -c 'memlimits: libmemlimits is not nginx.s allocator.*LD_PRELOAD' "$tmp/t.out")
+	if [ "$st" != 0 ] && [ "$lines" = 1 ]; then
+		ok "without the library nginx -t fails with one line naming the fix"
+	else
+		notok "nginx -t without the library: status $st, $lines lines"
+		diag "$tmp/t.out"
+	fi
+	if LD_PRELOAD=$LIB "$NGINX_BIN" -t -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/t.log" \
+		>"$tmp/t.out" 2>&1; then
+		ok "with LD_PRELOAD the example configuration is accepted"
+	else
+		notok "nginx -t with the library"
+		diag "$tmp/t.out"
+	fi
+fi
+
+if tap_case bomb; then
+	start_nginx
+	base=$(rss_kb VmRSS "$worker")
+	timeout 120 "$PY" "$CLIENT" load "$p1" "$tmp/html" 200 10 >"$tmp/load.out" 2>&1
+	hwm=$(rss_kb VmHWM "$worker")
+	now=$(pgrep -P "$master" | head -1)
+	v() { sed -n "s/^$1 //p" "$tmp/load.out"; }
+	if [ "$(v bomb_ok)" = 10 ] && [ "$(v bomb_bad)" = 0 ]; then
+		ok "10 PNG bombs answered 503 or closed within 1 s (slowest $(v bomb_worst_s) s)"
+	else
+		notok "PNG bombs"
+		tail -20 "$tmp/load.out" | diag /dev/stdin
+	fi
+	if [ "$(v ord_bad)" = 0 ] && [ "${ord:=$(v ord_ok)}" -gt 400 ]; then
+		ok "$ord ordinary requests from 200 clients meanwhile: all 200, right bodies"
+	else
+		notok "ordinary requests: $(v ord_ok) good, $(v ord_bad) bad"
+		tail -20 "$tmp/load.out" | diag /dev/stdin
+	fi
+	lines=$(grep -c 'memlimits: request stopped.*request: "GET /thumb/bomb.png' "$tmp/logs/error.log")
+	if [ "$lines" = 10 ]; then
+		ok "the error log names each stopped request, once"
+	else
+		notok "error log: $lines lines for 10 bombs"
+		tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	# 2 bombs at once, each stopped by 64 MiB held + 16 MiB of estimate and
+	# libpng buffers; 64 MiB for 200 ordinary requests and the allocator.
+	max=$((base + 2 * (64 + 16) * 1024 + 64 * 1024))
+	echo "# worker resident: $base kB before, peak $hwm kB, bound $max kB"
+	if [ -n "$hwm" ] && [ "$hwm" -le "$max" ]; then
+		ok "the worker's peak resident size $((hwm / 1024)) MiB is within $((max / 1024)) MiB"
+	else
+		notok "the worker's peak resident size: ${hwm:-?} kB over $max kB"
+	fi
+	if [ "$now" = "$worker" ] && ! grep -q 'exited on signal\|worker process .* exited' "$tmp/logs/error.log"; then
+		ok "the worker never restarted"
+	else
+		notok "the worker restarted ($worker, now $now)"
+		grep 'exited' "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	stop_nginx
+fi
+
+if tap_case put; then
+	start_nginx
+	timeout 60 "$PY" "$CLIENT" put "$p1" /upload 512 >"$tmp/put.out" 2>&1
+	s=$(sed -n 's/^put_status //p' "$tmp/put.out")
+	t=$(sed -n 's/^put_s //p' "$tmp/put.out")
+	if [ "$s" = 503 ] && awk -v t="$t" 'BEGIN { exit !(t != "" && t < 1) }' &&
+		grep -q 'memlimits: request stopped.*request: "PUT /upload' "$tmp/logs/error.log"; then
+		ok "a 512 MiB PUT buffered in memory is answered 503 in $t s and logged"
+	else
+		notok "512 MiB PUT: status $s in $t s"
+		diag "$tmp/put.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	timeout 60 "$PY" "$CLIENT" put "$p1" /upload 1 >"$tmp/put.out" 2>&1
+	s=$(sed -n 's/^put_status //p' "$tmp/put.out")
+	if [ "$s" = 200 ]; then
+		ok "a 1 MiB PUT reaches the backend (200)"
+	else
+		notok "1 MiB PUT: status $s"
+		diag "$tmp/put.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	stop_nginx
+fi
+
+if tap_case global; then
+	conf 256m
+	start_nginx
+	timeout 60 "$PY" "$CLIENT" global "$p1" 150 110 >"$tmp/g.out" 2>&1
+	v() { sed -n "s/^$1 //p" "$tmp/g.out"; }
+	b=$(v big_status) t=$(v big_stopped_s)
+	if { [ "$b" = 503 ] || [ "$b" = 0 ]; } && awk -v t="$t" 'BEGIN { exit !(t != "" && t < 1) }' &&
+		grep -q 'memlimits: request stopped.*global.*request: "PUT /big' "$tmp/logs/error.log"; then
+		ok "memlimits_global stops the largest holder (status $b, in $t s), logged"
+	else
+		notok "the largest holder: status $b in $t s"
+		diag "$tmp/g.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	if [ "$(v second_status)" = 200 ] && [ "$(v small_bad)" = 0 ] && [ "$(v small_ok)" -gt 20 ]; then
+		ok "the second PUT (200) and $(v small_ok) small requests carry on"
+	else
+		notok "the others: second $(v second_status), small $(v small_ok) good, $(v small_bad) bad"
+		diag "$tmp/g.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	stop_nginx
+fi
+tap_done
