@@ -274,6 +274,13 @@ ML_EXPORT double ml_bound_alloc(uint64_t n, uint64_t limit, uint64_t interval);
  * ml_bound_alloc(n, limit, interval), capped at 1. */
 ML_EXPORT double ml_bound_held(uint64_t n, uint64_t renewals, uint64_t limit,
                                uint64_t interval);
+/* A sample interval at which an allocation limit of `limit` bytes fires
+ * between (1 - accuracy) and (1 + accuracy) x limit except with
+ * probability at most t (both tails together): limit / k for the fewest
+ * samples k that do; 0 when accuracy or t is not in (0, 1), or not even
+ * 1 byte will do.  For ml_limits.interval.  Since 0.2. */
+ML_EXPORT uint64_t ml_bound_interval_for(uint64_t limit, double accuracy,
+                                         double t);
 /* The largest n with ml_bound_alloc(n, limit, interval) <= t. */
 ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
                                        uint64_t interval);

@@ -23,7 +23,8 @@ enum format { TEXT, TSV, JSON };
 
 struct opts {
 	uint64_t interval, limit, safe, held, renewals;
-	bool has_limit, has_safe, has_held;
+	bool has_limit, has_safe, has_held, has_accuracy;
+	double accuracy;
 	enum format format;
 	double targets[MAX_TARGETS];
 	int ntargets;
@@ -35,7 +36,8 @@ static const double default_targets[] = {1e-3, 1e-9, 4e-15, 1e-50};
 
 static const char synopsis[] =
     "[--interval SIZE] (--limit SIZE [--target P]... | --safe SIZE --target "
-    "P... | --limit SIZE --held SIZE [--renewals N]) "
+    "P... | --limit SIZE --held SIZE [--renewals N] | --limit SIZE "
+    "--accuracy A [--target P]...) "
     "[--format=text|tsv|json] [--curve N]";
 
 static void help(void)
@@ -69,6 +71,12 @@ static void help(void)
 	    "stopped by it\n"
 	    "  --renewals N     how many times that task renews what it holds "
 	    "(default 1)\n"
+	    "  --accuracy A     with --limit: the interval that makes the limit "
+	    "fire between\n"
+	    "                   (1-A) L and (1+A) L except with probability t "
+	    "(each target;\n"
+	    "                   default 1e-9), for ml_limits.interval, and its "
+	    "cost\n"
 	    "  --format FORMAT  text (default), tsv or json\n"
 	    "  --help           this text\n\n"
 	    "SIZE: bytes, or with a binary suffix k/K/KB/KiB, M/MB/MiB, "
@@ -99,6 +107,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		O_CURVE,
 		O_HELD,
 		O_RENEWALS,
+		O_ACCURACY,
 		O_HELP
 	};
 	static const struct option longopts[] = {
@@ -110,6 +119,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	    {"curve", required_argument, NULL, O_CURVE},
 	    {"held", required_argument, NULL, O_HELD},
 	    {"renewals", required_argument, NULL, O_RENEWALS},
+	    {"accuracy", required_argument, NULL, O_ACCURACY},
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
 	};
@@ -205,6 +215,15 @@ static void parse(int argc, char **argv, struct opts *o)
 				    "1)",
 				    optarg);
 			break;
+		case O_ACCURACY:
+			if (ml__parse_prob(optarg, &o->accuracy))
+				ml__tool_usage_error(
+				    CMD,
+				    "invalid --accuracy '%s' (a fraction in "
+				    "(0, 1), e.g. 0.1)",
+				    optarg);
+			o->has_accuracy = true;
+			break;
 		case 'h':
 		case O_HELP:
 			help();
@@ -234,6 +253,13 @@ static void parse(int argc, char **argv, struct opts *o)
 		ml__tool_usage_error(CMD,
 		                     "--held goes with neither --curve nor "
 		                     "--target");
+	if (o->has_accuracy && (!o->has_limit || o->has_held || has_curve))
+		ml__tool_usage_error(CMD, "--accuracy goes with --limit (and "
+		                          "--target), nothing else");
+	if (o->has_accuracy && o->ntargets == 0) {
+		o->targets[0] = 1e-9;
+		o->ntargets = 1;
+	}
 	if (o->has_safe && o->ntargets == 0)
 		ml__tool_usage_error(CMD, "--safe needs --target P");
 	if (o->has_safe && has_curve)
@@ -478,11 +504,76 @@ static void print_held(const struct opts *o)
 	}
 }
 
+/* --accuracy: the interval that keeps the limit within +-A at each target
+ * (ml_bound_interval_for), the two tails there, and its cost. */
+static void print_accuracy(const struct opts *o)
+{
+	char b1[64];
+	if (o->format == TEXT)
+		printf("limit %" PRIu64 " bytes (%s), accuracy +-%.4g %%:\n"
+		       "  %10s %10s %8s %12s %12s %14s\n",
+		       o->limit, human(o->limit, b1, sizeof b1),
+		       100 * o->accuracy, "target", "interval", "k", "P(early)",
+		       "P(late)", "slow paths/MiB");
+	else if (o->format == TSV)
+		printf("# kind\tlimit\taccuracy\ttarget\tinterval\tk\tearly"
+		       "\tlate\n");
+	else
+		printf("{\"limit\": %" PRIu64 ", \"accuracy\": %.9g, "
+		       "\"intervals\": [",
+		       o->limit, o->accuracy);
+	for (int i = 0; i < o->ntargets; i++) {
+		double t = o->targets[i], early = 0, late = 0;
+		uint64_t s = ml_bound_interval_for(o->limit, o->accuracy, t);
+		uint64_t k = s ? ml__samples_needed(o->limit, s) : 0;
+		if (s)
+			ml__bound_outside(o->limit, o->accuracy, s, &early,
+			                  &late);
+		double per_mib = s ? 1048576.0 / (double)s : 0;
+		switch (o->format) {
+		case TEXT:
+			if (!s)
+				printf("  %10.3g %10s   (not reachable: even 1 "
+				       "byte is too coarse)\n",
+				       t, "-");
+			else
+				printf("  %10.3g %10" PRIu64 " %8" PRIu64
+				       " %12.4g %12.4g %14.1f\n",
+				       t, s, k, clean(early), clean(late),
+				       per_mib);
+			break;
+		case TSV:
+			printf("accuracy\t%" PRIu64 "\t%.9g\t%.9g\t%" PRIu64
+			       "\t%" PRIu64 "\t%.9g\t%.9g\n",
+			       o->limit, o->accuracy, t, s, k, clean(early),
+			       clean(late));
+			break;
+		case JSON:
+			printf("%s{\"target\": %.9g, \"interval\": %" PRIu64
+			       ", \"k\": %" PRIu64 ", \"early\": ",
+			       i ? ", " : "", t, s, k);
+			json_num(clean(early));
+			printf(", \"late\": ");
+			json_num(clean(late));
+			printf("}");
+			break;
+		}
+	}
+	if (o->format == JSON)
+		printf("]}\n");
+	else if (o->format == TEXT)
+		printf("\n(k samples to the limit; about one slow path per "
+		       "interval allocated, only\nwhile the task runs: "
+		       "ml_limits.interval)\n");
+}
+
 static int bounds_main(int argc, char **argv)
 {
 	struct opts o;
 	parse(argc, argv, &o);
-	if (o.has_held)
+	if (o.has_accuracy)
+		print_accuracy(&o);
+	else if (o.has_held)
 		print_held(&o);
 	else if (o.has_limit)
 		print_limit(&o);

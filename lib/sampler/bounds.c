@@ -278,3 +278,53 @@ ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
 #undef OK
 	return hi * interval;
 }
+
+/* P(a limit of `limit` bytes at interval S fires outside [(1 - a) limit,
+ * (1 + a) limit]): the k-th point T of the Poisson process lies below
+ * (1 - a) limit with P(Poisson((1 - a) limit / S) >= k), beyond (1 + a)
+ * limit with P(Poisson((1 + a) limit / S) < k) (docs/statistics.md,
+ * "Choosing a limit and an interval"). */
+double ml__bound_outside(uint64_t limit, double a, uint64_t interval,
+                         double *early, double *late)
+{
+	double k = (double)ml__samples_needed(limit, interval);
+	double l = (double)limit, s = (double)interval;
+	double e = exp(gamma_p(k, (1 - a) * l / s).lp);
+	double z = exp(gamma_p(k, (1 + a) * l / s).lq);
+	if (early)
+		*early = e;
+	if (late)
+		*late = z;
+	return e + z;
+}
+
+ML_EXPORT uint64_t ml_bound_interval_for(uint64_t limit, double accuracy,
+                                         double t)
+{
+	if (!(accuracy > 0 && accuracy < 1) || !(t > 0 && t < 1) ||
+	    limit == 0 || limit == ML_NO_LIMIT)
+		return 0;
+		/* The fewest samples k (interval limit / k) that keep the limit
+		 * within +-a except with probability t: the two tails fall with
+		 * k. Gallop, then bisect on k. */
+#define S_OF(k) (limit / (k))
+#define OK(k) (ml__bound_outside(limit, accuracy, S_OF(k), NULL, NULL) <= t)
+	uint64_t lo = 0, hi = 1;
+	while (!OK(hi)) {
+		lo = hi;
+		if (hi >= limit)
+			return 0; /* not even at one byte */
+		hi = hi > limit / 2 ? limit : hi * 2;
+	}
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (OK(mid))
+			hi = mid;
+		else
+			lo = mid;
+	}
+	uint64_t best = S_OF(hi);
+#undef OK
+#undef S_OF
+	return best;
+}

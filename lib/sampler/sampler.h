@@ -45,6 +45,11 @@ uint64_t ml__sampler_gap(struct ml__sampler *s);
  * memorylessness).  Draws the gap to the point after it into *c. */
 uint64_t ml__sampler_hit(struct ml__sampler *s, uint64_t *c, uint64_t n);
 
+/* P(a limit fires outside +-a of itself at this interval), and its two
+ * tails (bounds.c). */
+double ml__bound_outside(uint64_t limit, double a, uint64_t interval,
+                         double *early, double *late);
+
 uint64_t ml__rng_next(uint64_t st[4]);
 double ml__rng_unit(uint64_t st[4]); /* uniform in [0, 1) */
 uint64_t ml__poisson(uint64_t st[4], double lambda);

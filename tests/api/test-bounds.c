@@ -387,6 +387,65 @@ static void test_reference_files(void)
 	tap_ok(rows > 200, "mpmath reference: %d rows", rows);
 }
 
+/* ml_bound_interval_for: the interval it gives keeps both tails within
+ * t (checked through ml_bound_alloc, the function users call), one
+ * sample fewer does not, and bad arguments give 0. */
+static void test_interval_for(void)
+{
+	static const struct {
+		uint64_t limit;
+		double a, t;
+	} cases[] = {{1 << 20, 0.1, 1e-9},
+	             {16 << 20, 0.1, 1e-9},
+	             {1 << 30, 0.05, 1e-6},
+	             {100000, 0.5, 1e-3},
+	             {1 << 20, 0.01, 1e-3}};
+	int bad = 0;
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		uint64_t l = cases[i].limit,
+		         s = ml_bound_interval_for(l, cases[i].a, cases[i].t);
+		if (!s) {
+			bad++;
+			continue;
+		}
+		uint64_t k = l / s + (l % s != 0);
+		double early = ml_bound_alloc(
+		    (uint64_t)((1 - cases[i].a) * (double)l), l, s);
+		double late =
+		    1 - ml_bound_alloc((uint64_t)((1 + cases[i].a) * (double)l),
+		                       l, s);
+		/* late in double loses what is below 1e-16 of 1: allow
+		 * that much. */
+		if (early + late > cases[i].t + 1e-15)
+			bad++;
+		/* Near the fewest samples: 5 % fewer (a 5 % longer
+		 * interval) miss t. */
+		uint64_t s2 = s + s / 20 + 1;
+		double e2 = ml_bound_alloc(
+		    (uint64_t)((1 - cases[i].a) * (double)l), l, s2);
+		double l2 =
+		    1 - ml_bound_alloc((uint64_t)((1 + cases[i].a) * (double)l),
+		                       l, s2);
+		if (e2 + l2 <= cases[i].t)
+			bad++;
+		(void)k;
+	}
+	tap_ok(bad == 0,
+	       "ml_bound_interval_for: tails within t, 5 %% fewer "
+	       "samples not (%d bad)",
+	       bad);
+	tap_ok(ml_bound_interval_for(1 << 20, 0, 1e-9) == 0 &&
+	           ml_bound_interval_for(1 << 20, 1, 1e-9) == 0 &&
+	           ml_bound_interval_for(1 << 20, 0.1, 0) == 0 &&
+	           ml_bound_interval_for(1 << 20, 0.1, 1) == 0 &&
+	           ml_bound_interval_for(0, 0.1, 1e-9) == 0 &&
+	           ml_bound_interval_for(ML_NO_LIMIT, 0.1, 1e-9) == 0 &&
+	           ml_bound_interval_for(1 << 20, NAN, 1e-9) == 0,
+	       "ml_bound_interval_for: bad arguments give 0");
+	tap_is(ml_bound_interval_for(1 << 20, 0.1, 1e-9), 271,
+	       "1 MiB +-10 %% at 1e-9: interval 271 (k = 3870)");
+}
+
 int main(void)
 {
 	TAP_RUN(test_reference_files);
@@ -398,5 +457,6 @@ int main(void)
 	TAP_RUN(test_normal);
 	TAP_RUN(test_round_trips);
 	TAP_RUN(test_speed);
+	TAP_RUN(test_interval_for);
 	return tap_done();
 }

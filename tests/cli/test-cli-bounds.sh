@@ -205,5 +205,22 @@ check "--held tsv: one renewal is ml_bound_alloc itself (0.00823...)" \
 "$ML" bounds --limit 64K --held 32K --renewals 1000000 --format=json >"$tmp/held.json"
 check "--held json: capped at 1" grep -q '"probability": 1}' "$tmp/held.json"
 
+# ---- --accuracy: ml_bound_interval_for ----------------------------------------
+# 1 MiB within +-10 % at 1e-9: k = 3870 samples, interval 271 bytes (the
+# issue's L/4000 is a round figure for it); both tails together <= 1e-9.
+"$ML" bounds --accuracy 0.1 --target 1e-9 --limit 1MiB --format=tsv >"$tmp/acc" 2>&1
+check "--accuracy 0.1 --target 1e-9 --limit 1MiB: interval 271, k = 3870, tails <= 1e-9" \
+	awk -F'\t' '$1 == "accuracy" && $5 == 271 && $6 == 3870 && $7 + $8 <= 1e-9 && $7 + $8 > 1e-10 { ok = 1 } END { exit !ok }' "$tmp/acc"
+"$ML" bounds --accuracy 0.1 --limit 16MiB --format=json >"$tmp/acc.json"
+check "--accuracy json: default target 1e-9, 16 MiB at interval 4359" \
+	grep -q '"target": 1e-09, "interval": 4359, "k": 3849' "$tmp/acc.json"
+"$ML" bounds --accuracy 0.1 --limit 1MiB >"$tmp/acc.txt"
+check "--accuracy text: the cost in slow paths per MiB" \
+	grep -q '^ *1e-09 *271 *3870 .* 3869\.3$' "$tmp/acc.txt"
+bad "--accuracy 0" bounds --limit 1M --accuracy 0
+bad "--accuracy 1" bounds --limit 1M --accuracy 1
+bad "--accuracy without --limit" bounds --accuracy 0.1
+bad "--accuracy with --held" bounds --limit 1M --held 64K --accuracy 0.1
+
 echo "1..$n"
 [ $fails -eq 0 ]
