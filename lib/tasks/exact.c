@@ -124,11 +124,15 @@ bool ml__exact_check(struct ml__thread *t, uint64_t n)
 		return false;
 	for (struct ml__slice *k = t->top; k; k = k->outer) {
 		struct ml_task *task = k->task;
-		if (!task->exact || !first_of_task(t, k) ||
-		    atomic_load_explicit(&task->status, memory_order_relaxed) !=
-		        ML_OK ||
-		    n < k->res)
+		if (!task->exact || !first_of_task(t, k) || n < k->res)
 			continue;
+		/* Interrupted already, on another thread perhaps: this
+		 * slice must see it now, not let n through unpaid. */
+		if (atomic_load_explicit(&task->status, memory_order_relaxed) !=
+		    ML_OK) {
+			tripped = true;
+			continue;
+		}
 		/* Not within the reservation: the allocation is let through
 		 * only while the task's bytes stay below L (one byte more
 		 * than n must be left). */

@@ -324,7 +324,9 @@ void ml__exact_spent(struct ml__thread *t, uint64_t bytes);
 /* Clip the countdown to the smallest reservation on the stack. */
 void ml__exact_clip(struct ml__thread *t);
 /* An allocation of n bytes: refill reservations or interrupt the exact
- * tasks it would take to their budget; true if one was interrupted. */
+ * tasks it would take to their budget; true when a task it does not fit
+ * is interrupted (now, or before on another thread): the slice must see
+ * it. */
 bool ml__exact_check(struct ml__thread *t, uint64_t n);
 /* A slice leaves the stack: its unused reservation goes back. */
 void ml__exact_release(struct ml__slice *k);
