@@ -10,6 +10,8 @@ EXTRA_DIST += docs/statistics.md docs/plots/make-plots.sh \
 dist_man_MANS += docs/ml_bound_alloc.3 docs/ml_bound_global.3 \
 	docs/ml_bound_safe_bytes.3 docs/ml_bound_limit_for.3 docs/ml_bound_held.3 \
 	docs/ml_bound_interval_for.3
+# The nginx module (issue 18; the module is contrib/nginx).
+EXTRA_DIST += docs/nginx.md
 # memlimits(1) and memlimits(3) (issue 5)
 dist_man_MANS += docs/memlimits.1 docs/memlimits.3
 include docs/man3.mk

@@ -226,7 +226,8 @@ static void ml_log_stop(ngx_http_request_t *r, ngx_http_memlimits_ctx_t *ctx)
 	ml_status st = ml_task_status(ctx->task);
 
 	ml_note(ctx);
-	if (ml_task_describe && ml_task_describe(ctx->task, why, sizeof why))
+	if (ml_task_describe &&
+	    ml_task_describe(ctx->task, why, sizeof why) > 0)
 		p = ngx_slprintf(p, last, "%s", why);
 	else {
 		p = ngx_slprintf(p, last, "%s: request limit ",

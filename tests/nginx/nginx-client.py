@@ -7,6 +7,8 @@
       files and thumbnails in a loop while NBOMB PNG bomb requests are made,
       two at a time; prints one line per kind of result
   nginx-client.py put PORT PATH MIB           a PUT whose body is MIB MiB
+  nginx-client.py pressure PORT BIGMIB      a GET while a slow PUT holds
+      BIGMIB, and one after it ended
   nginx-client.py global PORT BIGMIB SECONDMIB  a slow PUT holding BIGMIB,
       then one of SECONDMIB, with small requests throughout
 Results are printed as "key value" lines for the shell test to check."""
@@ -192,6 +194,19 @@ def glob_puts(port, big, second, small):
     print('small_bad', small['bad'])
 
 
+def pressure(port, big):
+    """A slow PUT holds BIG MiB; a GET meanwhile, and one after it ended."""
+    s = put_start(port, '/big', big << 20)
+    put_send(s, 4 << 20)
+    time.sleep(0.5)
+    during, _ = get(port, '/f4k.bin')
+    s.close()
+    time.sleep(0.5)
+    after, _ = get(port, '/f4k.bin')
+    print('during', during)
+    print('after', after)
+
+
 def main(a):
     if a[0] == 'png':
         if a[1] == 'bomb':
@@ -209,6 +224,8 @@ def main(a):
         load(int(a[1]), a[2], int(a[3]), int(a[4]))
     elif a[0] == 'put':
         put(int(a[1]), a[2], int(a[3]))
+    elif a[0] == 'pressure':
+        pressure(int(a[1]), int(a[2]))
     elif a[0] == 'global':
         glob(int(a[1]), int(a[2]), int(a[3]))
 

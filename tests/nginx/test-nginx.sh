@@ -13,6 +13,9 @@
 #  - a PUT of 512 MiB to a location that buffers the body in memory
 #    (client_body_buffer_size 1024m) is answered 503 within 1 s; a 1 MiB one
 #    reaches the backend;
+#  - memlimits_pressure 0.5 of 256 MiB: while a slow PUT holds 150 MiB a
+#    new request is refused with 503 and one error-log line; once it
+#    ended, requests are served again;
 #  - memlimits_global (256 MiB here): a slow PUT holding 150 MiB is
 #    stopped when a second one of 110 MiB comes (usage then stays within
 #    the limit's margin L/8, so that the second is not stopped too), which then succeeds,
@@ -70,7 +73,8 @@ ss = [socket.socket() for _ in range(2)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
 p1=$1 p2=$2
-# conf GLOBAL: the example with this test's paths, ports, modules.
+# conf GLOBAL [PRESSURE]: the example with this test's paths, ports,
+# modules, its memlimits_global and memlimits_pressure (none if not given).
 conf() {
 	sed -e "s|/usr/lib/nginx/modules/ngx_http_image_filter_module.so|$IMG|" \
 		-e "s|/usr/local/lib/nginx/modules/ngx_http_memlimits_module.so|$MOD|" \
@@ -78,7 +82,8 @@ conf() {
 		-e "s|/var/www/html|$tmp/html|g" -e "s|/var/lib/nginx|$tmp/var|g" \
 		-e "s|127.0.0.1:8080|127.0.0.1:$p1|" -e "s|127.0.0.1:8081|127.0.0.1:$p2|g" \
 		-e "s|memlimits_global 768m;|memlimits_global $1;|" \
-		-e "/memlimits_pressure/d" \
+		-e "s|memlimits_pressure 0.85;|memlimits_pressure ${2:-}|" \
+		-e "/memlimits_pressure \$/d" \
 		"$top_srcdir/contrib/nginx/nginx.conf" >"$tmp/nginx.conf"
 	printf 'daemon off;\n' >>"$tmp/nginx.conf"
 	# As root, the workers would run as nobody, who cannot read $tmp.
@@ -184,6 +189,21 @@ if tap_case put; then
 	else
 		notok "1 MiB PUT: status $s"
 		diag "$tmp/put.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	stop_nginx
+fi
+
+if tap_case pressure; then
+	conf 256m "0.5;"
+	start_nginx
+	timeout 60 "$PY" "$CLIENT" pressure "$p1" 150 >"$tmp/p.out" 2>&1
+	v() { sed -n "s/^$1 //p" "$tmp/p.out"; }
+	if [ "$(v during)" = 503 ] && [ "$(v after)" = 200 ] &&
+		grep -q 'memlimits: request refused.*request: "GET /f4k.bin' "$tmp/logs/error.log"; then
+		ok "memlimits_pressure: refused (503, logged) while 150 MiB are held, served after"
+	else
+		notok "memlimits_pressure: $(v during) during, $(v after) after"
+		diag "$tmp/p.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
 	fi
 	stop_nginx
 fi
