@@ -95,13 +95,15 @@ static uint64_t arg_u64(const char *s)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench pairs idle|task|global N REPS\n"
+	fprintf(stderr,
+	        "usage: bench pairs idle|task|global|held|exact|interval|"
+	        "after N REPS\n"
 #ifndef BENCH_GLIBC
-	                "       bench slow DEPTH S N REPS\n"
-	                "       bench slowheld|slowstack DEPTH S N REPS\n"
-	                "       bench heldmem S N\n"
-	                "       bench slowcmp DEPTH N REPS\n"
-	                "       bench run M REPS\n"
+	        "       bench slow DEPTH S N REPS\n"
+	        "       bench slowheld|slowstack DEPTH S N REPS\n"
+	        "       bench heldmem S N\n"
+	        "       bench slowcmp DEPTH N REPS\n"
+	        "       bench run M REPS\n"
 #endif
 	);
 	exit(2);
@@ -136,6 +138,11 @@ struct job {
 	double ns;
 };
 
+/* The innermost task's extras (issue 16): an exact budget, its own
+ * interval. */
+static bool job_exact;
+static uint64_t job_interval;
+
 static void *run_job(void *arg)
 {
 	struct job *j = arg;
@@ -147,6 +154,10 @@ static void *run_job(void *arg)
 		l.global = j->global;
 		j->global = false;
 		j->depth--;
+		if (j->depth == 0) {
+			l.exact_alloc = job_exact;
+			l.interval = job_interval;
+		}
 		ml_outcome out;
 		if (ml_run(&l, run_job, j, &out) != ML_OK) {
 			fprintf(stderr, "bench: a task tripped: %s\n",
@@ -283,7 +294,22 @@ int main(int argc, char **argv)
 			ns = in_tasks(pairs, n, reps, 1, false);
 		else if (strcmp(argv[2], "global") == 0)
 			ns = in_tasks(pairs, n, reps, 1, true);
-		else if (strcmp(argv[2], "held") == 0) {
+		else if (strcmp(argv[2], "exact") == 0) {
+			/* An exact budget: the fast path is unchanged; a
+			 * 2^50-byte budget refills every 2^44 bytes. */
+			job_exact = true;
+			ns = in_tasks(pairs, n, reps, 1, false);
+		} else if (strcmp(argv[2], "interval") == 0) {
+			/* A task at a tenth of the process's interval. */
+			job_interval = ml_sample_interval() / 10;
+			ns = in_tasks(pairs, n, reps, 1, false);
+		} else if (strcmp(argv[2], "after") == 0) {
+			/* Idle again after such a task: nothing stays. */
+			job_interval = ml_sample_interval() / 10;
+			in_tasks(pairs, 10000, 1, 1, false);
+			job_interval = 0;
+			ns = time_best(pairs, n, reps);
+		} else if (strcmp(argv[2], "held") == 0) {
 			/* A task object turns held tracking on for good. */
 			ml_limits l = ML_LIMITS_INIT;
 			ml_task_free(ml_task_new(&l));

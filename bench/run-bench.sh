@@ -145,6 +145,23 @@ for so in libjemalloc.so.2 libtcmalloc_minimal.so.4 libmimalloc.so.2; do
 	echo "$so$r"
 done >"$tmp/allocs"
 
+# Exact budgets and a task's own interval (issue 16): Ir per pair in an
+# exact task (the fast path unchanged), in a task at a tenth of the
+# process's interval, and idle again after one; slow paths per 10^6 pairs.
+for cfg in exact interval after; do
+	if [ -n "$VALGRIND" ]; then
+		a=$(cg idle pairs $cfg $N1 1)
+		ca=$(cat "$tmp/slowcalls")
+		b=$(cg idle pairs $cfg $N2 1)
+		cb=$(cat "$tmp/slowcalls")
+		echo "$cfg $a $ca $b $cb" | awk -v n=$((N2 - N1)) \
+		    '{ printf "%s %.2f %.0f\n", $1, ($4 - $2) / n,
+		       ($5 - $3) / n * 1e6 }'
+	else
+		echo "$cfg n/a n/a"
+	fi
+done >"$tmp/precision"
+
 # Memory per tracked block: the resident growth while a task holds 10^6
 # blocks of 64 bytes, all tracked (S = 1) less none tracked (S = 2^40).
 a=$(run idle heldmem 1 1000000)
@@ -214,6 +231,7 @@ FILENAME ~ /run-ir$/ { runir = $1; next }
 FILENAME ~ /slice-ir$/ { sliceir = $1; next }
 FILENAME ~ /heldmem$/ { heldmem = $1; next }
 FILENAME ~ /allocs$/ { alloc[++nalloc] = $0; next }
+FILENAME ~ /precision$/ { pir[$1] = $2; pslow[$1] = $3; next }
 FILENAME ~ /\/wall$/ { ns[$1, $2] = $3; next }
 FILENAME ~ /slow-wall$/ {
 	if ($1 == "run") { rn[++nrun] = $2; next }
@@ -314,8 +332,24 @@ END {
 		    f[1], f[2], f[3], f[3] - f[2], f[4], f[4] - f[2],
 		    (f[3] - f[2] <= 8 ? "met" : "MISSED")
 	}
+	printf "\n%-42s %10s %10s  %s\n", "precision (issue 16)", "Ir/pair",
+	    "+Ir", "slow paths per 10^6 pairs"
+	pname["exact"] = "exact budget (2^50 bytes)"
+	pname["interval"] = "task at interval S/10"
+	pname["after"] = "idle, after such a task"
+	split("exact interval after", pk, " ")
+	for (i = 1; i <= 3; i++) {
+		c = pk[i]
+		base = c == "after" ? ir["idle"] : ir["task"]
+		what = c == "after" ? " (idle)" : " (task)"
+		d = "n/a"
+		if (pir[c] != "n/a" && base != "n/a")
+			d = sprintf("%+.2f", pir[c] - base) what
+		printf "%-42s %10s %10s  %s\n", pname[c], fmt(pir[c], "%.2f"),
+		    d, pslow[c]
+	}
 	printf "\nheld tracking: %.1f bytes of memory per tracked block " \
 	    "(10^6 blocks held; a 56-byte record in a table kept at most " \
 	    "half full)\n", heldmem
 }' "$tmp/ir" "$tmp/slow-ir" "$tmp/run-ir" "$tmp/slice-ir" "$tmp/wall" \
-	"$tmp/slow-wall" "$tmp/heldmem" "$tmp/allocs"
+	"$tmp/slow-wall" "$tmp/heldmem" "$tmp/allocs" "$tmp/precision"

@@ -151,9 +151,8 @@ static void *memalign_aligned_alloc(size_t align, size_t n)
  * (util/elfsym.c), which allocates nothing. */
 
 struct ml__real ml__real;
-static size_t (*foreign_usable)(void *);
-    /* valgrind's: see below */ /* as found; ml__real may wrap it (faults) */
-static _Atomic int resolved;    /* 0 no, 1 finding, 2 done */
+static size_t (*foreign_usable)(void *); /* valgrind's: see below */
+static _Atomic int resolved;             /* 0 no, 1 finding, 2 done */
 static const char *kind_name = "glibc", *object_name = "libc.so.6";
 static uintptr_t object_start, object_end;
 static int (*je_mallctl)(const char *, void *, size_t *, void *, size_t);

@@ -73,7 +73,7 @@ ML_EXPORT int ml_task_describe(const ml_task *task, char *buf, size_t len)
 		errno = EINVAL;
 		return ML_EINVAL;
 	}
-	char line[LINE_BYTES];
+	char line[LINE_BYTES] = "";
 	struct ml__out o = {.buf = line, .cap = sizeof line - 1, .fd = -1};
 	/* Symbols may allocate (the demangler): on our own behalf. */
 	struct ml__thread *t = &ml__self;

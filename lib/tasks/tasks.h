@@ -92,8 +92,10 @@ struct ml__thread {
 	uint64_t countdown;
 	uint64_t saved; /* the sampler's countdown while forced */
 	struct ml__sampler sampler;
-	struct ml__slice *top;        /* innermost slice, NULL if none  */
-	struct ml__cleanup *cleanups; /* innermost cleanup handler      */
+	struct ml__slice *top;             /* innermost slice, NULL if none  */
+	struct ml__cleanup *cleanups;      /* innermost cleanup handler      */
+	struct ml__cleanup *cleanup_spare; /* records kept for reuse (task.c) */
+	uint32_t cleanup_nspare;
 	/* The hook consumer's own per-thread records (run mode: its root
 	 * task and statistics), NULL until it makes them. */
 	void *hook_local[2];

@@ -9,6 +9,10 @@
 #include <link.h>
 #include <string.h>
 
+#ifndef ElfW /* for analysers that read no system header (cppcheck) */
+#define ElfW(type) Elf64_##type
+#endif
+
 struct dyn {
 	const ElfW(Sym) * sym;
 	const char *str;

@@ -247,8 +247,10 @@ static void *family(void *arg)
 	uint64_t *asked = arg;
 	void *p = calloc(10, 100);
 	*asked += 1000;
-	p = realloc(p, 5000);
+	void *r = realloc(p, 5000);
 	*asked += 5000;
+	if (r)
+		p = r;
 	free(p);
 	p = memalign(64, 3000);
 	*asked += 3000;
