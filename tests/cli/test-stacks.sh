@@ -217,12 +217,13 @@ else
 	diag "$tmp/retry"
 fi
 # ---- the cost of a capture ------------------------------------------------
-# Under --interval 1 every allocation captures a stack: the cost per frame
-# (depth 45 against 5).  _Unwind_Backtrace alone costs about 100 ns a frame
-# here; the cached rules (x86-64) about 8, as libunwind's unw_backtrace did.
+# Under --interval 1 with a profile every allocation captures a stack: the
+# cost per frame (depth 45 against 5).  _Unwind_Backtrace alone costs about
+# 100 ns a frame here; the cached rules (x86-64) about 8, as libunwind's
+# unw_backtrace did.  (A limit alone captures no stack at samples.)
 if test "$(uname -m)" = x86_64; then
-	"$M" run --heap-limit 1GiB --interval 1 -- "$RETRY" 5 45 2000 capture \
-		>"$tmp/capture" 2>&1
+	"$M" run --heap-limit 1GiB --interval 1 --profile "$tmp/capture.prof" \
+		-- "$RETRY" 5 45 2000 capture >"$tmp/capture" 2>&1
 	fns=$(sed -n 's/.* frame_ns \([0-9.]*\).*/\1/p' "$tmp/capture")
 	if test -n "$fns" && awk -v f="$fns" 'BEGIN { exit !(f < 40) }'; then
 		ok "a captured frame costs under 40 ns: $(cat "$tmp/capture")"
