@@ -20,7 +20,9 @@
 _Atomic unsigned ml__stacks_wanted;
 
 static struct ml__stack *_Atomic stacks;
-static uintptr_t self_start, self_end;
+/* Threads that capture their first stacks at once all find the same
+ * range: relaxed atomics, no lock. */
+static _Atomic uintptr_t self_start, self_end;
 static _Atomic bool self_known;
 
 /* Our own frames are the allocation path: skipped.  Linked into the
@@ -30,8 +32,9 @@ static void find_self(void)
 {
 	struct ml__object o;
 	if (ml__find_object((uintptr_t)&find_self, &o) == 0 && o.name[0]) {
-		self_start = o.start;
-		self_end = o.end;
+		atomic_store_explicit(&self_start, o.start,
+		                      memory_order_relaxed);
+		atomic_store_explicit(&self_end, o.end, memory_order_relaxed);
 	}
 	atomic_store_explicit(&self_known, true, memory_order_release);
 }
@@ -42,9 +45,10 @@ uint32_t ml__stack_capture(uintptr_t *ip)
 	int n = ml__backtrace(buf, CAPTURE);
 	if (!atomic_load_explicit(&self_known, memory_order_acquire))
 		find_self();
+	uintptr_t lo = atomic_load_explicit(&self_start, memory_order_relaxed);
+	uintptr_t hi = atomic_load_explicit(&self_end, memory_order_relaxed);
 	int i = 0;
-	while (i < n && (uintptr_t)buf[i] >= self_start &&
-	       (uintptr_t)buf[i] < self_end)
+	while (i < n && (uintptr_t)buf[i] >= lo && (uintptr_t)buf[i] < hi)
 		i++;
 	uint32_t d = 0;
 	for (; i < n && d < ML__STACK_DEPTH; i++)
