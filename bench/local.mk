@@ -30,3 +30,31 @@ bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT)
 	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh
 
 .PHONY: bench
+
+# Thread scaling (issue 17): bench/threads.c at 1, 2, 4, 8, 16 threads,
+# every configuration against glibc at the same thread count.  One binary,
+# not linked with the library: it finds the library's functions with
+# dlsym, so that plain glibc, every configuration under
+# LD_PRELOAD=libmemlimits.so and the other allocators preloaded alone all
+# run the same machine code.  -no-install: no libtool wrapper between
+# LD_PRELOAD and the program.
+EXTRA_PROGRAMS += bench/threads-bench
+bench_threads_bench_SOURCES = bench/threads.c
+bench_threads_bench_CFLAGS = $(AM_CFLAGS) -pthread
+bench_threads_bench_LDFLAGS = -no-install -pthread
+CLEANFILES += bench/threads-bench$(EXEEXT)
+EXTRA_DIST += bench/run-threads.sh
+
+# BENCH_THREADS, BENCH_ITERS, BENCH_REPS and BENCH_OUT are passed on from
+# the environment or the command line (bench/run-threads.sh says what they
+# mean); the raw rows go to $(BENCH_OUT)/threads.tsv, by default to the
+# current directory: here, the top of the build tree.
+bench-threads: bench/threads-bench$(EXEEXT) lib/libmemlimits.la
+	THREADS_BENCH='$(abs_top_builddir)/bench/threads-bench$(EXEEXT)' \
+	ML_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
+	BENCH_THREADS='$(BENCH_THREADS)' BENCH_ITERS='$(BENCH_ITERS)' \
+	BENCH_REPS='$(BENCH_REPS)' \
+	BENCH_OUT='$(BENCH_OUT)' \
+	$(SHELL) $(srcdir)/bench/run-threads.sh
+
+.PHONY: bench-threads

@@ -230,19 +230,21 @@ static void free_metered_foreign(void *p)
 /* ---- free through the sampled-block filter ---------------------------
  *
  * Once blocks are recorded (ml__sampled_switch_on), free tests the
- * filter before the allocator's free: four instructions on x86-64 (copy,
- * shift, bit test against the bitmap, branch), nothing else unless the
- * bucket is marked. */
+ * filter before the allocator's free: five instructions on x86-64 (copy,
+ * shift, mask, bit test against the bitmap, branch), nothing else unless
+ * the bucket is marked. */
 static inline __attribute__((always_inline)) bool sampled_maybe(void *p)
 {
 #if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
     defined(__PIC__)
 	__asm__ goto("movl %k0, %%eax\n\t"
-	             "shrl $12, %%eax\n\t"
+	             "shrl %[shift], %%eax\n\t"
+	             "andl %[mask], %%eax\n\t"
 	             "btl %%eax, ml__sampled_bits(%%rip)\n\t"
 	             "jc %l[hit]"
 	             :
-	             : "r"(p)
+	             : "r"(p), [shift] "i"(ML__SAMPLED_SHIFT),
+	               [mask] "i"(ML__SAMPLED_BUCKETS - 1)
 	             : "rax", "cc", "memory"
 	             : hit);
 	return false;

@@ -6,8 +6,9 @@
  *
  * The sample hook runs inside malloc: the slow path has interned the
  * sample's stack already (core/stacks.c, t->stack), and its bytes add up
- * in one counter pair per stack id, in our own mmap'd memory.  Symbols
- * are looked up only when something is written (run/symbols.c). */
+ * in the sampling thread's own counter pair per stack id, in our own
+ * mmap'd memory; the threads' counts are summed only when something is
+ * written.  Symbols are looked up only then too (run/symbols.c). */
 #define _GNU_SOURCE
 #include "run/run.h"
 
@@ -16,18 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TOP_SITES 8            /* stacks listed in the report */
-#define SITE_FRAMES 16         /* frames shown per listed stack */
-#define OUT_BYTES (1u << 20)   /* output buffer, flushed at line boundaries */
-#define NIDS (ML__NSTACKS + 1) /* stack ids; 0: stacks beyond the table */
-
-struct count {
-	_Atomic uint64_t bytes;
-	_Atomic uint64_t samples;
-};
-
-static struct count *_Atomic counts; /* by stack id */
-static _Atomic uint64_t total_bytes, total_samples;
+#define TOP_SITES 8          /* stacks listed in the report */
+#define SITE_FRAMES 16       /* frames shown per listed stack */
+#define OUT_BYTES (1u << 20) /* output buffer, flushed at line boundaries */
 
 /* The first stack that tripped a limit, and what was held then. */
 static struct {
@@ -40,48 +32,6 @@ static struct {
 } trip;
 static _Atomic int written;
 
-/* ---- Counting (inside malloc) ----------------------------------------- */
-
-static struct count *table(void)
-{
-	struct count *c = atomic_load_explicit(&counts, memory_order_acquire);
-	if (ml__likely(c != NULL))
-		return c;
-	/* Pages are only touched as stacks arrive. */
-	struct count *fresh = ml__raw_alloc(NIDS * sizeof *fresh);
-	if (!fresh)
-		return NULL;
-	if (!atomic_compare_exchange_strong(&counts, &c, fresh)) {
-		ml__raw_free(fresh, NIDS * sizeof *fresh);
-		return c;
-	}
-	return fresh;
-}
-
-static void add(uint32_t id, uint64_t bytes, uint64_t s)
-{
-	struct count *tab = table();
-	atomic_fetch_add_explicit(&total_bytes, bytes, memory_order_relaxed);
-	atomic_fetch_add_explicit(&total_samples, s, memory_order_relaxed);
-	if (!tab)
-		return;
-	atomic_fetch_add_explicit(&tab[id].bytes, bytes, memory_order_relaxed);
-	atomic_fetch_add_explicit(&tab[id].samples, s, memory_order_relaxed);
-}
-
-void ml__profile_sample(struct ml__thread *t, uint64_t s, uint64_t n)
-{
-	(void)n;
-	add(t->stack, s * (uint64_t)t->sampler.interval, s);
-}
-
-void ml__profile_refused(struct ml__thread *t, uint64_t s)
-{
-	/* The sample just taken, on the same stack: its bytes go back,
-	 * modulo 2^64. */
-	add(t->stack, -(s * (uint64_t)t->sampler.interval), -s);
-}
-
 void ml__profile_trip(ml_status why, uint64_t n)
 {
 	/* Called once per process (runmode.c guards it). */
@@ -90,21 +40,17 @@ void ml__profile_trip(ml_status why, uint64_t n)
 	trip.why = why;
 	if (!ML__HELD_ON)
 		return;
-	uint64_t *held = ml__raw_alloc(NIDS * sizeof *held);
+	uint64_t *held = ml__raw_alloc(ML__NIDS * sizeof *held);
 	if (held) {
 		trip.held_total = ml__held_by_stack(NULL, held);
 		trip.held = held;
 	}
 }
 
-/* A forked child starts an empty profile: the parent's samples are the
- * parent's.  (Only the pointers are dropped: the copies are never
- * touched.) */
+/* A forked child starts with no trip of its own (its profile is reset
+ * by runmode.c). */
 static void atfork_child(void)
 {
-	atomic_store(&counts, NULL);
-	atomic_store(&total_bytes, 0);
-	atomic_store(&total_samples, 0);
 	trip.why = ML_OK;
 	trip.depth = 0;
 	trip.held = NULL;
@@ -195,7 +141,7 @@ static void put_limits(struct ml__out *o)
 		ml__out_puts(o, ", reached at ");
 		ml__out_u(o, ml__run.k, 10);
 		ml__out_puts(o, " samples of all threads; counted so far: ");
-		ml__out_u(o, atomic_load(&ml__run.samples), 10);
+		ml__out_u(o, ml__counts_samples(), 10);
 		ml__out_puts(o, "\n");
 	}
 	ml__out_puts(o, "allocator: ");
@@ -248,7 +194,7 @@ static unsigned top_ids(const uint64_t *bytes, uint32_t *top, uint64_t *n)
 {
 	unsigned k = 0;
 	*n = 0;
-	for (uint32_t id = 0; id < NIDS; id++) {
+	for (uint32_t id = 0; id < ML__NIDS; id++) {
 		uint64_t b = bytes[id];
 		/* A stack whose every sampled allocation was refused holds
 		 * nothing: not a site. */
@@ -346,7 +292,9 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		memcpy(path, "stderr", 7);
 	}
 	struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
-	uint64_t total = atomic_load(&total_bytes);
+	uint64_t *samples = tmp + ML__NIDS;
+	struct ml__prof_count all = ml__counts_profile(tmp, samples);
+	uint64_t total = all.bytes;
 	ml__out_puts(&o, "==== memlimits report: pid ");
 	ml__out_u(&o, (uint64_t)getpid(), 10);
 	ml__out_puts(&o, ", ");
@@ -363,17 +311,11 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 	ml__out_puts(&o, "estimated bytes allocated: ");
 	ml__out_size(&o, total);
 	ml__out_puts(&o, " (");
-	ml__out_u(&o, atomic_load(&total_samples), 10);
+	ml__out_u(&o, all.samples, 10);
 	ml__out_puts(&o, " samples, interval ");
 	ml__out_u(&o, atomic_load(&ml__interval), 10);
 	ml__out_puts(&o, " bytes)\n");
 
-	const struct count *tab = atomic_load(&counts);
-	uint64_t *samples = tmp + NIDS;
-	for (uint32_t id = 0; id < NIDS; id++) {
-		tmp[id] = tab ? atomic_load(&tab[id].bytes) : 0;
-		samples[id] = tab ? atomic_load(&tab[id].samples) : 0;
-	}
 	if (stacks_kept()) {
 		ml__out_puts(&o, "top allocation sites by sampled bytes");
 		put_sites(&o, sy, tmp, samples, total, "sampled bytes");
@@ -382,12 +324,15 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		                 "are captured at every sample only with "
 		                 "--report FILE or --profile FILE)\n");
 	}
+	if (!ML__HELD_ON)
+		ml__out_puts(&o, "memory held: not tracked (run mode tracks it "
+		                 "with --held-limit or --report FILE)\n");
 	if (trip.held)
 		put_held(&o, sy, "at the trip", trip.held, trip.held_total);
 	/* Written at the trip (abort mode): the trip's figure is the one. */
 	if (ML__HELD_ON &&
 	    !(why != ML_OK && ml__run.on_limit == ML__ON_LIMIT_ABORT)) {
-		memset(tmp, 0, NIDS * sizeof *tmp);
+		memset(tmp, 0, ML__NIDS * sizeof *tmp);
 		uint64_t held = ml__held_by_stack(NULL, tmp);
 		put_held(&o, sy, "at exit", tmp, held);
 	}
@@ -411,8 +356,8 @@ end:
 static void put_collapsed(struct ml__out *o, struct ml__symbols *sy,
                           const char *prog, const uint64_t *bytes)
 {
-	for (uint32_t id = 1; id <= NIDS; id++) {
-		uint32_t i = id % NIDS; /* stack 0, [unknown], last */
+	for (uint32_t id = 1; id <= ML__NIDS; id++) {
+		uint32_t i = id % ML__NIDS; /* stack 0, [unknown], last */
 		if (!bytes[i])
 			continue;
 		ml__put_collapsed(o, sy, prog, ml__stack_get(i));
@@ -430,9 +375,7 @@ static void write_profile(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 	if (fd < 0)
 		return;
 	struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
-	const struct count *tab = atomic_load(&counts);
-	for (uint32_t id = 0; id < NIDS; id++)
-		tmp[id] = tab ? atomic_load(&tab[id].bytes) : 0;
+	ml__counts_profile(tmp, NULL);
 	put_collapsed(&o, sy, ml__symbols_exe(sy), tmp);
 	finish(&o, "profile", path, true);
 }
@@ -448,7 +391,7 @@ void ml__report_write(void)
 	              atomic_load(&ml__run.fired) != ML_OK;
 	struct ml__symbols *sy = ml__symbols_open(!inside);
 	char *buf = ml__raw_alloc(OUT_BYTES);
-	uint64_t *tmp = ml__raw_alloc(2 * NIDS * sizeof *tmp);
+	uint64_t *tmp = ml__raw_alloc(2 * ML__NIDS * sizeof *tmp);
 	if (sy && buf && tmp) {
 		write_report(sy, buf, tmp);
 		if (ml__run.profile_path)
@@ -458,7 +401,7 @@ void ml__report_write(void)
 	}
 	ml__symbols_close(sy);
 	ml__raw_free(buf, OUT_BYTES);
-	ml__raw_free(tmp, 2 * NIDS * sizeof *tmp);
+	ml__raw_free(tmp, 2 * ML__NIDS * sizeof *tmp);
 }
 
 /* ---- ml_write_held_profile -------------------------------------------- */
@@ -482,7 +425,7 @@ ML_EXPORT int ml_write_held_profile(const ml_task *task, int fd)
 	ml__force_slow(t);
 	int rc = 0;
 	char *buf = ml__raw_alloc(OUT_BYTES);
-	uint64_t *sums = ml__raw_alloc(NIDS * sizeof *sums);
+	uint64_t *sums = ml__raw_alloc(ML__NIDS * sizeof *sums);
 	struct ml__symbols *sy = ml__symbols_open(true);
 	if (buf && sums && sy) {
 		ml__held_by_stack(task, sums);
@@ -499,7 +442,7 @@ ML_EXPORT int ml_write_held_profile(const ml_task *task, int fd)
 	}
 	ml__symbols_close(sy);
 	ml__raw_free(buf, OUT_BYTES);
-	ml__raw_free(sums, NIDS * sizeof *sums);
+	ml__raw_free(sums, ML__NIDS * sizeof *sums);
 	t->busy = busy;
 	ml__unforce(t);
 	return rc;

@@ -21,17 +21,21 @@
 
 enum ml__on_limit { ML__ON_LIMIT_FAIL = 0, ML__ON_LIMIT_ABORT = 1 };
 struct ml__run {
-	bool active;              /* root tasks are created              */
-	bool profiling;           /* capture stacks at samples           */
-	bool stats;               /* count every allocation              */
-	uint8_t on_limit;         /* ML__ON_LIMIT_*                      */
-	uint64_t alloc_limit;     /* ML_NO_LIMIT = none                  */
-	uint64_t heap_limit;      /* ML_NO_LIMIT = none                  */
-	uint64_t held_limit;      /* ML_NO_LIMIT = none: all threads' held */
-	const char *heap_from;    /* "80% of physical memory", or NULL   */
-	const char *heap_blind;   /* the heap limit is off: this allocator */
-	uint64_t k;               /* samples that reach alloc_limit      */
-	_Atomic uint64_t samples; /* all root tasks together        */
+	bool active;            /* root tasks are created              */
+	bool profiling;         /* capture stacks at samples           */
+	bool stats;             /* count every allocation              */
+	uint8_t on_limit;       /* ML__ON_LIMIT_*                      */
+	uint64_t alloc_limit;   /* ML_NO_LIMIT = none                  */
+	uint64_t heap_limit;    /* ML_NO_LIMIT = none                  */
+	uint64_t held_limit;    /* ML_NO_LIMIT = none: all threads' held */
+	const char *heap_from;  /* "80% of physical memory", or NULL   */
+	const char *heap_blind; /* the heap limit is off: this allocator */
+	uint64_t k;             /* samples that reach alloc_limit      */
+	/* Each thread adds its samples to `samples` once it has `batch` of
+	 * them (runmode.c): the limit is reached late by at most batch - 1
+	 * samples per other thread (docs/statistics.md, "Run mode"). */
+	uint64_t batch;
+	_Atomic uint64_t samples; /* all root tasks together, folded  */
 	_Atomic int fired;        /* ml_status of the first limit hit */
 	const char *report_path;  /* NULL: stderr                   */
 	const char *profile_path; /* NULL: none                     */
@@ -44,10 +48,45 @@ void ml__run_configure(void); /* reads MEMLIMITS_* run variables */
 #define ML__RUN_ROOT 0  /* runmode.c's struct root: the root task */
 #define ML__RUN_STATS 1 /* stats.c's per-thread counts */
 
+/* ---- Per-thread counts (counts.c) ------------------------------------ */
+
+#define ML__NIDS (ML__NSTACKS + 1) /* stack ids; 0: [unknown] */
+struct ml__prof_count {
+	uint64_t bytes, samples;
+};
+/* A thread's profile: written by that thread alone. */
+struct ml__prof {
+	struct ml__prof_count all;     /* every sample */
+	struct ml__prof_count nostack; /* stack id 0, while by_id is NULL */
+	/* By stack id (ML__NIDS counts, our own memory), made at the first
+	 * sample with a stack; NULL until then. */
+	struct ml__prof_count *by_id;
+};
+/* A thread's counts, in its run-mode record (runmode.c). */
+struct ml__run_counts {
+	struct ml__run_counts *next; /* the live list */
+	uint64_t unfolded;           /* samples not yet in ml__run.samples */
+	struct ml__prof prof;
+};
+void ml__counts_start(struct ml__run_counts *c); /* thread start */
+void ml__counts_end(struct ml__run_counts *c);   /* exit: folded in */
+/* s samples of `bytes` on stack id `stack`: the process's samples as
+ * this thread sees them (the folded total plus its own). */
+uint64_t ml__counts_sample(struct ml__run_counts *c, uint32_t stack,
+                           uint64_t bytes, uint64_t s);
+void ml__counts_unsample(struct ml__run_counts *c, uint32_t stack,
+                         uint64_t bytes, uint64_t s);
+/* A forked child: only its own thread's record, emptied. */
+void ml__counts_fork_child(struct ml__run_counts *mine);
+/* Samples of all root tasks, every live thread's unfolded part included
+ * (exact once the threads are quiet). */
+uint64_t ml__counts_samples(void);
+/* The profile summed over all threads; by stack id into bytes and
+ * samples (ML__NIDS each) where not NULL. */
+struct ml__prof_count ml__counts_profile(uint64_t *bytes, uint64_t *samples);
+
 /* ---- Profile and report (report.c) ------------------------------------ */
 
-void ml__profile_sample(struct ml__thread *t, uint64_t s, uint64_t n);
-void ml__profile_refused(struct ml__thread *t, uint64_t s); /* undo */
 void ml__profile_trip(ml_status why, uint64_t n); /* the tripping stack */
 void ml__report_write(void);                      /* report and profile */
 

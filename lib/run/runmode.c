@@ -4,18 +4,21 @@
  * taken, an allocation refused or failed, a thread started or ended, a
  * fork.  Root tasks come from our pool and sit at the bottom of each
  * thread's task stack; their samples add up in one process-wide count
- * (struct ml__run). */
+ * (struct ml__run), in batches, so that a sample writes only the thread's
+ * own record (issue 17). */
 #define _GNU_SOURCE
 #include "run/run.h"
 
 #include <string.h>
 #include <unistd.h>
 
-/* A thread's root task: its record and its one slice, at the bottom of
- * the thread's stack for the thread's whole life. */
+/* A thread's run-mode record: its root task and its one slice, at the
+ * bottom of the thread's stack for the thread's whole life, and what the
+ * thread counts on its own. */
 struct root {
 	struct ml__slice slice;
 	struct ml_task task;
+	struct ml__run_counts counts; /* counts.c */
 };
 ML__POOL(static, root_pool, (sizeof(struct root) + 63) & ~(size_t)63)
 
@@ -23,6 +26,8 @@ ML__POOL(static, root_pool, (sizeof(struct root) + 63) & ~(size_t)63)
  * a block freed by another thread than its allocator's leaves it too.
  * Never runs; only its account is used. */
 static struct ml_task process;
+static bool held_tracked; /* run mode keeps held memory (run_start) */
+#define HELD_BATCH_MAX (4u << 20)
 
 static struct root *root_of(const struct ml__thread *t)
 {
@@ -52,12 +57,13 @@ static void thread_start(struct ml__thread *t)
 	atomic_init(&root->task.refs, 1);
 	root->slice.task = &root->task;
 	root->slice.seen = ML_OK;
-	if (ML__HELD_ON && !ml__held_share(&root->task, &process))
+	if (held_tracked && !ml__held_share(&root->task, &process))
 		ml__diag("no memory for the held account: this thread's "
 		         "blocks are not counted as held");
 	/* At the bottom of the stack: below any task already running. */
 	ml__tasks_push_bottom(t, &root->slice);
 	t->hook_local[ML__RUN_ROOT] = root;
+	ml__counts_start(&root->counts);
 }
 
 static void thread_exit(struct ml__thread *t)
@@ -66,6 +72,7 @@ static void thread_exit(struct ml__thread *t)
 	if (root) {
 		/* The core has emptied the task stack already. */
 		t->hook_local[ML__RUN_ROOT] = NULL;
+		ml__counts_end(&root->counts);
 		ml__held_task_end(&root->task);
 		ml__pool_put(&root_pool, root);
 	}
@@ -90,14 +97,13 @@ static void fire(ml_status why, uint64_t n)
 
 static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 {
-	if (ml__run.profiling)
-		ml__profile_sample(t, s, n);
 	struct root *root = root_of(t);
 	if (!root)
 		return 0;
 	/* Still counted after the trip, as the profile counts it: the
 	 * report's totals agree. */
-	uint64_t total = atomic_fetch_add(&ml__run.samples, s) + s;
+	uint64_t total = ml__counts_sample(
+	    &root->counts, t->stack, s * (uint64_t)t->sampler.interval, s);
 	if (atomic_load(&root->task.status) != ML_OK)
 		return 0;
 	if (ml__run.alloc_limit != ML_NO_LIMIT && total >= ml__run.k) {
@@ -125,10 +131,11 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 /* A refused or failed allocation allocated nothing. */
 static void on_unsample(struct ml__thread *t, uint64_t s)
 {
-	if (root_of(t))
-		atomic_fetch_sub(&ml__run.samples, s);
-	if (ml__run.profiling)
-		ml__profile_refused(t, s);
+	struct root *root = root_of(t);
+	if (!root)
+		return;
+	ml__counts_unsample(&root->counts, t->stack,
+	                    s * (uint64_t)t->sampler.interval, s);
 }
 
 /* A process is one budget; a forked child starts its own (as an exec'd
@@ -136,8 +143,8 @@ static void on_unsample(struct ml__thread *t, uint64_t s)
 static void fork_child(struct ml__thread *t)
 {
 	struct root *root = root_of(t);
-	atomic_store(&ml__run.samples, 0);
 	atomic_store(&ml__run.fired, ML_OK);
+	ml__counts_fork_child(root ? &root->counts : NULL);
 	if (root) {
 		atomic_store(&root->task.status, ML_OK);
 		atomic_store(&root->task.samples, 0);
@@ -167,15 +174,30 @@ __attribute__((constructor(110))) static void run_start(void)
 		hooks.every_alloc = true;
 	}
 	if (ml__run.profiling) {
-		/* Stacks for the profile, held memory for the report. */
 		/* Stacks at every sample only where they are written: a
 		 * report file or a profile (a limit alone gets, on stderr,
 		 * the stack that reached it, captured then). */
 		if (ml__run.report_path || ml__run.profile_path)
 			atomic_fetch_or(&ml__stacks_wanted, ML__STACKS_RUN);
+	}
+	/* Held memory only where it is used: the held limit, and the held
+	 * sections of a report file.  A record at every sample and a
+	 * lookup at its free are a third of a sample's cost (issue 17). */
+	if (ml__run.held_limit != ML_NO_LIMIT || ml__run.report_path) {
 		process.magic = ML__TASK_FRAME;
 		process.internal = true;
 		ml__held_start();
+		held_tracked = true;
+		/* Every thread charges the process account: batched, the
+		 * held limit then reached late or early by at most
+		 * held_limit/1024 (4 MiB at most) per other thread
+		 * (docs/statistics.md, "Run mode"). */
+		uint64_t b = ml__run.held_limit / 1024;
+		if (b > HELD_BATCH_MAX)
+			b = HELD_BATCH_MAX;
+		if (!ml__held_batch(&process, b ? b : 1))
+			ml__diag("no memory for the held account: no thread's "
+			         "blocks are counted as held");
 	}
 	ml__hooks_install(&hooks);
 	struct ml__thread *t = &ml__self;

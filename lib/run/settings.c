@@ -126,6 +126,13 @@ void ml__run_configure(void)
 	uint64_t s = atomic_load(&ml__interval);
 	if (r->alloc_limit != ML_NO_LIMIT)
 		r->k = ml__samples_needed(r->alloc_limit, s);
+	/* Threads fold their samples in batches of k/1024, at most 64
+	 * (runmode.c): late by at most (threads - 1)/1024 of the limit, and
+	 * one shared write per 64 samples at most. */
+	r->batch = r->alloc_limit == ML_NO_LIMIT ? 64
+	           : r->k / 1024 > 64            ? 64
+	           : r->k / 1024 < 1             ? 1
+	                                         : r->k / 1024;
 	const char *front = ml__malloc_in_front();
 	if (r->heap_limit != ML_NO_LIMIT && (r->heap_blind = ml__meter_blind()))
 		ml__diag("the heap limit is off: the allocator in use (%s) is "

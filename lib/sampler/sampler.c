@@ -68,16 +68,33 @@ uint64_t ml__sampler_gap(struct ml__sampler *s)
 	return set_gap(s, exp_gap(s));
 }
 
+/* Below this many intervals past the first point, the further points of
+ * an allocation are found gap by gap (one draw each, 1 + rest/S draws on
+ * average); beyond it, one Poisson draw and a fresh gap. */
+#define STEP_INTERVALS 2.0
+
 uint64_t ml__sampler_hit(struct ml__sampler *s, uint64_t *c, uint64_t n)
 {
-	/* The first point lies r = c + 1 - frac bytes in; the rest of the
-	 * allocation, n - r bytes, holds Poisson((n - r) / S) more, and the
-	 * next point after it is Exp(S) away (memorylessness). */
+	/* The first point lies r = c + 1 - frac bytes in (n >= r, since
+	 * n > c).  docs/statistics.md, "The sampler", point 2. */
 	double r = (double)*c + 1.0 - s->frac;
 	double rest = (double)n - r;
 	uint64_t k = 1;
-	if (rest > 0)
-		k += ml__poisson(s->rng, rest / s->interval);
+	if (rest < STEP_INTERVALS * s->interval) {
+		/* The points after it are Exp(S) apart: count those within
+		 * the allocation; the one past its end is the next. */
+		double g = exp_gap(s);
+		while (g <= rest) {
+			k++;
+			rest -= g;
+			g = exp_gap(s);
+		}
+		*c = set_gap(s, g - rest);
+		return k;
+	}
+	/* The rest holds Poisson(rest / S) more, and the next point is
+	 * Exp(S) past the end (memorylessness). */
+	k += ml__poisson(s->rng, rest / s->interval);
 	*c = set_gap(s, exp_gap(s));
 	return k;
 }

@@ -29,6 +29,10 @@ static struct ml_task *head;
 
 void ml__global_register(struct ml_task *task)
 {
+	/* The choice reads what each global task holds: tracked from the
+	 * first global task on, before it runs, so that all its blocks
+	 * count.  A limit alone (run mode's heap limit) tracks nothing. */
+	ml__held_start();
 	ml__spin_lock(&list_lock);
 	task->gprev = NULL;
 	task->gnext = head;
@@ -182,9 +186,6 @@ ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,
 
 ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 {
-	/* The choice reads what each task holds. */
-	if (bytes != ML_NO_LIMIT)
-		ml__held_start();
 	/* Under the list's lock: a choice in progress sees the limit it
 	 * started with until it has chosen. */
 	ml__spin_lock(&list_lock);

@@ -5,22 +5,35 @@
  * A block that carried s samples at interval S stands for w = s * S bytes.
  * It is charged to the accounts of the distinct tasks on the allocating
  * thread's stack (the allocator pays), up to ML__HELD_TASKS of them, the
- * innermost first.  The records live in one open-addressing table in our
- * own memory, keyed by the block's address, under one lock; free finds
- * them through the filter of the layer below (alloc/sampled.c), so that
- * a free of any other block costs four instructions.  Nothing here reads
- * a block or the allocator's header. */
+ * innermost first.  The records live in open-addressing tables in our own
+ * memory, keyed by the block's address, in SHARDS shards chosen by the
+ * address, each under its own lock: threads that sample or free at once
+ * meet on one lock only when their blocks hash to the same shard
+ * (issue 17).  free finds them through the filter of the layer below
+ * (alloc/sampled.c), so that a free of any other block costs five
+ * instructions.  Nothing here reads a block or the allocator's header.
+ *
+ * An account shared by every thread (run mode's process account) would
+ * have every thread write its line at every sample and every free of a
+ * sampled block: such an account is batched (ml__held_batch), each thread
+ * keeping its own change to it until the change reaches the batch. */
 #include "tasks/tasks.h"
 
 #include <string.h>
 
 #define ML__HELD_TASKS 4
+#define SHARDS 64 /* a power of two */
+#define FIRST_CAP 256
 
 struct ml__account {
 	_Atomic uint64_t held; /* bytes: the weights of its live records */
 	_Atomic uint64_t peak;
-	/* The task's own reference (until it ends) plus one per record. */
+	/* The task's own reference (until it ends) plus one per record;
+	 * a batched account is never freed and counts no records. */
 	_Atomic uint32_t refs;
+	/* 0, or the change a thread keeps to itself (bytes, either way)
+	 * before adding it to `held`. */
+	uint64_t batch;
 };
 
 struct record {
@@ -30,70 +43,88 @@ struct record {
 	uint32_t stack; /* core/stacks.c's id; 0: not captured */
 };
 
+/* One shard's table: cap a power of two, or 0. */
+struct shard {
+	struct record *table;
+	size_t cap, used;
+} __attribute__((aligned(64)));
+
 ML__POOL(static, account_pool, sizeof(struct ml__account))
-ML__LOCK(static, table_lock, ML__RANK_HELD)
-static struct record *table;
-static size_t cap, used; /* cap: a power of two, or 0 */
+ML__LOCKS(static, shard_lock, SHARDS, ML__RANK_HELD)
+static struct shard shards[SHARDS];
 _Atomic bool ml__held_on;
 
-static size_t slot_of(uintptr_t a)
+/* Blocks are at least 16-byte aligned: mix the bits above. */
+static uint64_t hash_of(uintptr_t a)
 {
-	/* Blocks are at least 16-byte aligned: mix the bits above. */
-	uint64_t h = (uint64_t)(a >> 4) * 0x9e3779b97f4a7c15u;
-	return (size_t)(h >> 32) & (cap - 1);
+	return (uint64_t)(a >> 4) * 0x9e3779b97f4a7c15u;
+}
+
+/* By the filter's bucket (alloc/alloc.h): the blocks of one bucket are
+ * in one shard, whose lock then guards the bucket's count. */
+static unsigned shard_of(uintptr_t a)
+{
+	uint64_t b = ml__sampled_bucket((const void *)a);
+	return (unsigned)((b * 0x9e3779b97f4a7c15u) >> 58) & (SHARDS - 1);
+}
+
+static size_t slot_of(const struct shard *sh, uintptr_t a)
+{
+	return (size_t)(hash_of(a) >> 32) & (sh->cap - 1);
 }
 
 /* Twice the room, or the first table: false when no memory. */
-static bool grow(void)
+static bool grow(struct shard *sh)
 {
-	size_t ncap = cap ? cap * 2 : 4096;
+	size_t ncap = sh->cap ? sh->cap * 2 : FIRST_CAP;
 	struct record *nt = ml__raw_alloc(ncap * sizeof *nt);
 	if (!nt)
 		return false;
-	struct record *old = table;
-	size_t ocap = cap;
-	table = nt;
-	cap = ncap;
+	struct record *old = sh->table;
+	size_t ocap = sh->cap;
+	sh->table = nt;
+	sh->cap = ncap;
 	for (size_t i = 0; i < ocap; i++)
 		if (old[i].addr) {
-			size_t j = slot_of(old[i].addr);
-			while (table[j].addr)
-				j = (j + 1) & (cap - 1);
-			table[j] = old[i];
+			size_t j = slot_of(sh, old[i].addr);
+			while (sh->table[j].addr)
+				j = (j + 1) & (sh->cap - 1);
+			sh->table[j] = old[i];
 		}
 	if (old)
 		ml__raw_free(old, ocap * sizeof *old);
 	return true;
 }
 
-static struct record *find(uintptr_t a)
+static struct record *find(const struct shard *sh, uintptr_t a)
 {
-	if (!cap)
+	if (!sh->cap)
 		return NULL;
-	for (size_t j = slot_of(a);; j = (j + 1) & (cap - 1)) {
-		if (table[j].addr == a)
-			return &table[j];
-		if (!table[j].addr)
+	for (size_t j = slot_of(sh, a);; j = (j + 1) & (sh->cap - 1)) {
+		if (sh->table[j].addr == a)
+			return &sh->table[j];
+		if (!sh->table[j].addr)
 			return NULL;
 	}
 }
 
 /* Linear probing's deletion: shift back the records that probed past the
  * hole, so that no tombstone is needed. */
-static void erase(struct record *r)
+static void erase(struct shard *sh, struct record *r)
 {
+	struct record *table = sh->table;
+	size_t mask = sh->cap - 1;
 	size_t i = (size_t)(r - table);
-	for (size_t j = (i + 1) & (cap - 1); table[j].addr;
-	     j = (j + 1) & (cap - 1)) {
-		size_t home = slot_of(table[j].addr);
+	for (size_t j = (i + 1) & mask; table[j].addr; j = (j + 1) & mask) {
+		size_t home = slot_of(sh, table[j].addr);
 		/* Move j into the hole at i unless its home lies in (i, j]. */
-		if (((j - home) & (cap - 1)) >= ((j - i) & (cap - 1))) {
+		if (((j - home) & mask) >= ((j - i) & mask)) {
 			table[i] = table[j];
 			i = j;
 		}
 	}
 	table[i].addr = 0;
-	used--;
+	sh->used--;
 }
 
 static void account_unref(struct ml__account *a)
@@ -102,13 +133,66 @@ static void account_unref(struct ml__account *a)
 		ml__pool_put(&account_pool, a);
 }
 
+/* w bytes more (or, modulo 2^64, fewer) in a's estimate, now. */
+static void account_add(struct ml__account *a, uint64_t w)
+{
+	uint64_t h =
+	    atomic_fetch_add_explicit(&a->held, w, memory_order_relaxed) + w;
+	if ((int64_t)w <= 0)
+		return;
+	uint64_t pk = atomic_load_explicit(&a->peak, memory_order_relaxed);
+	while (h > pk && !atomic_compare_exchange_weak_explicit(
+	                     &a->peak, &pk, h, memory_order_relaxed,
+	                     memory_order_relaxed))
+		;
+}
+
+/* This thread's change to one batched account; `done` once the thread
+ * has flushed at its exit (what it adds after that goes straight in). */
+static ML__TLS struct {
+	struct ml__account *acct;
+	int64_t delta;
+	bool done;
+} own;
+
+static void flush(void)
+{
+	if (own.acct && own.delta)
+		account_add(own.acct, (uint64_t)own.delta);
+	own.acct = NULL;
+	own.delta = 0;
+}
+
+void ml__held_thread_exit(void)
+{
+	flush();
+	own.done = true;
+}
+
+/* w bytes more (or, modulo 2^64, fewer) held in a: into the thread's own
+ * change for a batched account. */
+static void charge(struct ml__account *a, uint64_t w)
+{
+	if (!a->batch || own.done) {
+		account_add(a, w);
+		return;
+	}
+	if (own.acct != a) {
+		flush();
+		own.acct = a;
+	}
+	own.delta += (int64_t)w;
+	if ((uint64_t)(own.delta < 0 ? -own.delta : own.delta) >= a->batch)
+		flush();
+}
+
 /* The record's charges go: its accounts hold w bytes less. */
 static void release(const struct record *r)
 {
 	for (int i = 0; i < ML__HELD_TASKS && r->acct[i]; i++) {
-		atomic_fetch_sub_explicit(&r->acct[i]->held, r->weight,
-		                          memory_order_relaxed);
-		account_unref(r->acct[i]);
+		charge(r->acct[i], -r->weight);
+		if (!r->acct[i]->batch)
+			account_unref(r->acct[i]);
 	}
 }
 
@@ -116,14 +200,16 @@ static void release(const struct record *r)
 static void held_free(void *p)
 {
 	struct record r = {0};
-	ml__spin_lock(&table_lock);
-	struct record *e = find((uintptr_t)p);
+	unsigned k = shard_of((uintptr_t)p);
+	struct shard *sh = &shards[k];
+	ml__spin_lock(&shard_lock[k].lock);
+	struct record *e = find(sh, (uintptr_t)p);
 	if (e) {
 		r = *e;
-		erase(e);
+		erase(sh, e);
 		ml__sampled_unmark(p);
 	}
-	ml__spin_unlock(&table_lock);
+	ml__spin_unlock(&shard_lock[k].lock);
 	if (r.addr)
 		release(&r);
 }
@@ -147,6 +233,7 @@ static struct ml__account *account_of(struct ml_task *task)
 	atomic_init(&n->held, 0);
 	atomic_init(&n->peak, 0);
 	atomic_init(&n->refs, 1);
+	n->batch = 0;
 	if (atomic_compare_exchange_strong(&task->acct, &a, n))
 		return n;
 	ml__pool_put(&account_pool, n); /* another thread made it first */
@@ -171,38 +258,33 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 	if (!n)
 		return; /* no task holds it */
 	for (int i = 0; i < n; i++) {
-		struct ml__account *a = r.acct[i];
-		atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
-		uint64_t h = atomic_fetch_add_explicit(&a->held, r.weight,
-		                                       memory_order_relaxed) +
-		             r.weight;
-		uint64_t pk =
-		    atomic_load_explicit(&a->peak, memory_order_relaxed);
-		while (h > pk && !atomic_compare_exchange_weak_explicit(
-		                     &a->peak, &pk, h, memory_order_relaxed,
-		                     memory_order_relaxed))
-			;
+		if (!r.acct[i]->batch)
+			atomic_fetch_add_explicit(&r.acct[i]->refs, 1,
+			                          memory_order_relaxed);
+		charge(r.acct[i], r.weight);
 	}
 	struct record stale = {0};
 	bool kept = false;
-	ml__spin_lock(&table_lock);
+	unsigned k = shard_of(r.addr);
+	struct shard *sh = &shards[k];
+	ml__spin_lock(&shard_lock[k].lock);
 	/* A block freed behind our back (the allocator's own free called
 	 * directly) whose address came back: its old record goes. */
-	struct record *e = find(r.addr);
+	struct record *e = find(sh, r.addr);
 	if (e) {
 		stale = *e;
 		*e = r;
 		kept = true;
-	} else if ((used + 1) * 2 <= cap || grow()) {
-		size_t j = slot_of(r.addr);
-		while (table[j].addr)
-			j = (j + 1) & (cap - 1);
-		table[j] = r;
-		used++;
+	} else if ((sh->used + 1) * 2 <= sh->cap || grow(sh)) {
+		size_t j = slot_of(sh, r.addr);
+		while (sh->table[j].addr)
+			j = (j + 1) & (sh->cap - 1);
+		sh->table[j] = r;
+		sh->used++;
 		ml__sampled_mark(p);
 		kept = true;
 	}
-	ml__spin_unlock(&table_lock);
+	ml__spin_unlock(&shard_lock[k].lock);
 	if (stale.addr)
 		release(&stale);
 	if (!kept)
@@ -213,7 +295,14 @@ uint64_t ml__held_bytes(const struct ml_task *task)
 {
 	const struct ml__account *a =
 	    atomic_load_explicit(&task->acct, memory_order_acquire);
-	return a ? atomic_load_explicit(&a->held, memory_order_relaxed) : 0;
+	if (!a)
+		return 0;
+	uint64_t h = atomic_load_explicit(&a->held, memory_order_relaxed);
+	/* A batched account: this thread's own change too (the others' are
+	 * the documented slack). */
+	if (own.acct == a)
+		h += (uint64_t)own.delta;
+	return (int64_t)h < 0 ? 0 : h;
 }
 
 uint64_t ml__held_peak(const struct ml_task *task)
@@ -241,6 +330,15 @@ bool ml__held_share(struct ml_task *to, struct ml_task *from)
 	return true;
 }
 
+bool ml__held_batch(struct ml_task *task, uint64_t batch)
+{
+	struct ml__account *a = account_of(task);
+	if (!a)
+		return false;
+	a->batch = batch;
+	return true;
+}
+
 uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
 {
 	const struct ml__account *a =
@@ -249,20 +347,24 @@ uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
 	if (task && !a)
 		return 0; /* it never held anything */
 	uint64_t total = 0;
-	/* One pass under the lock: frees of sampled blocks wait meanwhile,
-	 * no other allocation does. */
-	ml__spin_lock(&table_lock);
-	for (size_t i = 0; i < cap; i++) {
-		const struct record *r = &table[i];
-		bool mine = r->addr && !a;
-		for (int j = 0; r->addr && a && j < ML__HELD_TASKS; j++)
-			mine |= r->acct[j] == a;
-		if (!mine)
-			continue;
-		sums[r->stack <= ML__NSTACKS ? r->stack : 0] += r->weight;
-		total += r->weight;
+	/* One pass, a shard at a time under its lock: frees of sampled
+	 * blocks there wait meanwhile, no other allocation does. */
+	for (unsigned k = 0; k < SHARDS; k++) {
+		const struct shard *sh = &shards[k];
+		ml__spin_lock(&shard_lock[k].lock);
+		for (size_t i = 0; i < sh->cap; i++) {
+			const struct record *r = &sh->table[i];
+			bool mine = r->addr && !a;
+			for (int j = 0; r->addr && a && j < ML__HELD_TASKS; j++)
+				mine |= r->acct[j] == a;
+			if (!mine)
+				continue;
+			sums[r->stack <= ML__NSTACKS ? r->stack : 0] +=
+			    r->weight;
+			total += r->weight;
+		}
+		ml__spin_unlock(&shard_lock[k].lock);
 	}
-	ml__spin_unlock(&table_lock);
 	return total;
 }
 

@@ -26,6 +26,7 @@ static void on_thread_exit(void *arg)
 	ml__tasks_thread_exit(t);
 	if (h->thread_exit)
 		h->thread_exit(t);
+	ml__held_thread_exit();
 	ml__meter_flush();
 	t->state = ML__T_EXITING;
 	t->busy = 0;

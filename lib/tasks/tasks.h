@@ -281,6 +281,16 @@ void ml__held_task_end(struct ml_task *task);
 /* `to` holds its blocks in from's account (made now if need be): run
  * mode's root tasks share one.  false when no memory. */
 bool ml__held_share(struct ml_task *to, struct ml_task *from);
+/* Make task's account batched: each thread keeps its own change to it
+ * until the change reaches `batch` bytes either way, so that an account
+ * every thread charges costs no shared write per sample.  Its estimate
+ * is then exact up to batch per other thread.  The account is never
+ * freed from then on (run mode's process account).  false when no
+ * memory. */
+bool ml__held_batch(struct ml_task *task, uint64_t batch);
+/* The thread's own change to a batched account goes in (thread exit);
+ * later changes go straight in. */
+void ml__held_thread_exit(void);
 /* sums[id] += the weights of the live records of each stack id (0 ..
  * ML__NSTACKS) charged to task (NULL: every record, once); the total. */
 uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums);

@@ -13,7 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 
-#define MAX_LOCKS 32
+#define MAX_LOCKS 128
 
 static struct ml__lock *table[MAX_LOCKS];
 static enum ml__lock_rank ranks[MAX_LOCKS];

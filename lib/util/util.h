@@ -83,6 +83,22 @@ void ml__atfork(void (*prepare)(void), void (*parent)(void),
 	storage struct ml__lock name = {ATOMIC_FLAG_INIT}; \
 	ML__LOCK_REGISTER(&name, rank)
 
+/* ML__LOCKS(static, name, n, rank): an array of n locks, each on its own
+ * cache line (name[i].lock), all registered. */
+struct ml__lock_line {
+	struct ml__lock lock;
+} __attribute__((aligned(64)));
+#define ML__LOCKS_REGISTER_(name, n, rank, fn)                            \
+	__attribute__((constructor(101))) static void fn(void)            \
+	{                                                                 \
+		for (unsigned i_ = 0; i_ < (n); i_++)                     \
+			ml__fork_lock_register(&(name)[i_].lock, (rank)); \
+	}
+#define ML__LOCKS(storage, name, n, rank)     \
+	storage struct ml__lock_line name[n]; \
+	ML__LOCKS_REGISTER_(name, n, rank,    \
+	                    ML__CAT(ml__fork_register_, __COUNTER__))
+
 /* ---- Own memory ------------------------------------------------------- */
 
 /* Fixed-size slots from mmap'd slabs; never touches the malloc family. */

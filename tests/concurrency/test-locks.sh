@@ -1,5 +1,6 @@
 #!/bin/sh
-# Every lock in lib/ is made with ML__LOCK or ML__POOL (lib/util/util.h),
+# Every lock in lib/ is made with ML__LOCK, ML__LOCKS or ML__POOL
+# (lib/util/util.h),
 # which register it for fork (lib/util/forklock.c): a lock made any other way
 # would not be held around fork, and a child could inherit it held.  This
 # rejects the other ways: a raw atomic_flag, a pthread or semaphore lock,
@@ -24,17 +25,17 @@ fi
 
 # A file-scope definition (not a pointer, not extern) of an ml__lock or
 # ml__pool: those are the macros' job.
-grep -nE '^(static[[:space:]]+)?struct ml__(lock|pool)[[:space:]]+[A-Za-z_][A-Za-z_0-9]*[[:space:]]*(=|;|\[)' \
+grep -nE '^(static[[:space:]]+)?struct ml__(lock|lock_line|pool)[[:space:]]+[A-Za-z_][A-Za-z_0-9]*[[:space:]]*(=|;|\[)' \
 	lib/*/*.c lib/*/*.h >"$tmp/defs"
 if test -s "$tmp/defs"; then
-	notok "an ml__lock or ml__pool defined without ML__LOCK / ML__POOL"
+	notok "an ml__lock or ml__pool defined without ML__LOCK(S) / ML__POOL"
 	diag "$tmp/defs"
 else
 	ok "every ml__lock and ml__pool is defined with ML__LOCK / ML__POOL"
 fi
 
 # The macros are used at all (the check above would pass on an empty tree).
-uses=$(grep -hcE '^(static )?ML__(LOCK|POOL)\(' lib/*/*.c | awk '{ s += $1 } END { print s + 0 }')
+uses=$(grep -hcE '^(static )?ML__(LOCKS?|POOL)\(' lib/*/*.c | awk '{ s += $1 } END { print s + 0 }')
 if test "$uses" -ge 1; then
 	ok "$uses locks defined through the registry's macros"
 else
