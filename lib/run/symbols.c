@@ -29,8 +29,17 @@ struct obj {
 	size_t nsym;
 	const char *str;
 	size_t strsz;
+	struct span *span; /* NULL: scan sym[] instead */
+	size_t nspan, span_bytes;
 	bool tried;
 };
+
+/* From lo up to the next span's lo, the function there is sym[sym]. */
+struct span {
+	uint64_t lo;
+	uint32_t sym; /* NOSYM: none */
+};
+#define NOSYM UINT32_MAX
 
 struct sym {
 	uintptr_t ip; /* 0: free */
@@ -59,6 +68,151 @@ static void demangle(struct ml__symbols *sy, struct sym *e)
 		e->name = e->demangled = d;
 	else
 		free(d);
+}
+
+/* The symbols a lookup may name: functions defined here. */
+static bool is_func(const struct obj *ob, const Elf64_Sym *s)
+{
+	int type = ELF64_ST_TYPE(s->st_info);
+	return (type == STT_FUNC || type == STT_GNU_IFUNC) &&
+	       s->st_shndx != SHN_UNDEF && s->st_name < ob->strsz;
+}
+
+/* The first function in table order whose [value, value+size) holds addr
+ * (size 0: none).  The indexed lookup returns the same. */
+static const Elf64_Sym *symtab_scan(const struct obj *ob, uintptr_t addr)
+{
+	for (size_t i = 0; i < ob->nsym; i++) {
+		const Elf64_Sym *s = &ob->sym[i];
+		if (is_func(ob, s) && addr >= s->st_value &&
+		    addr - s->st_value < s->st_size)
+			return s;
+	}
+	return NULL;
+}
+
+/* The last span starting at or below x; n if none. */
+static size_t span_at(const struct span *a, size_t n, uint64_t x)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (a[mid].lo <= x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo ? lo - 1 : n;
+}
+
+static void sift(struct span *a, size_t i, size_t n)
+{
+	for (size_t c; (c = 2 * i + 1) < n; i = c) {
+		if (c + 1 < n && a[c + 1].lo > a[c].lo)
+			c++;
+		if (a[i].lo >= a[c].lo)
+			return;
+		struct span t = a[i];
+		a[i] = a[c];
+		a[c] = t;
+	}
+}
+
+/* Heapsort by lo: in place, where glibc's qsort may call malloc. */
+static void sort_spans(struct span *a, size_t n)
+{
+	for (size_t i = n / 2; i-- > 0;)
+		sift(a, i, n);
+	for (size_t i = n; i-- > 1;) {
+		struct span t = a[0];
+		a[0] = a[i];
+		a[i] = t;
+		sift(a, 0, i);
+	}
+}
+
+/* The first span from j on that no symbol has claimed yet. */
+static uint32_t unclaimed(uint32_t *next, uint32_t j)
+{
+	uint32_t r = j;
+	while (next[r] != r)
+		r = next[r];
+	while (next[j] != r) {
+		uint32_t n = next[j];
+		next[j] = r;
+		j = n;
+	}
+	return r;
+}
+
+/* Sort the functions once by address, so that each lookup is a binary
+ * search (a report may look up thousands of addresses in an object with
+ * 100 000 symbols).  Every start and end of a function cuts the address
+ * space into spans, and each span gets the symbol the scan would return
+ * there: where functions overlap (aliases at one address, or one inside
+ * another) the first of them in .symtab order, the one the scan meets
+ * first.  So symbols claim spans in table order, each only those that no
+ * earlier one has.  Without the memory, lookups scan. */
+static void index_symtab(struct obj *ob)
+{
+	if (ob->nsym >= UINT32_MAX / 2)
+		return;
+	size_t n = 0;
+	for (size_t i = 0; i < ob->nsym; i++)
+		n += is_func(ob, &ob->sym[i]) && ob->sym[i].st_size;
+	if (!n)
+		return;
+	size_t bytes = 2 * n * sizeof(struct span);
+	size_t next_bytes = (2 * n + 1) * sizeof(uint32_t);
+	struct span *sp = ml__raw_alloc(bytes);
+	uint32_t *next = ml__raw_alloc(next_bytes);
+	if (!sp || !next) {
+		ml__raw_free(sp, bytes);
+		ml__raw_free(next, next_bytes);
+		return;
+	}
+	size_t m = 0;
+	for (size_t i = 0; i < ob->nsym; i++) {
+		const Elf64_Sym *s = &ob->sym[i];
+		if (!is_func(ob, s) || !s->st_size)
+			continue;
+		sp[m++].lo = s->st_value;
+		/* An end past the top of the address space: none. */
+		if (s->st_value + s->st_size > s->st_value)
+			sp[m++].lo = s->st_value + s->st_size;
+	}
+	sort_spans(sp, m);
+	size_t k = 0;
+	for (size_t j = 0; j < m; j++)
+		if (!k || sp[j].lo != sp[k - 1].lo)
+			sp[k++] = sp[j];
+	m = k;
+	for (size_t j = 0; j <= m; j++)
+		next[j] = (uint32_t)j;
+	for (size_t j = 0; j < m; j++)
+		sp[j].sym = NOSYM;
+	for (size_t i = 0; i < ob->nsym; i++) {
+		const Elf64_Sym *s = &ob->sym[i];
+		if (!is_func(ob, s) || !s->st_size)
+			continue;
+		uint64_t end = s->st_value + s->st_size;
+		size_t a = span_at(sp, m, s->st_value);
+		size_t b = end > s->st_value ? span_at(sp, m, end) : m;
+		for (uint32_t j = unclaimed(next, (uint32_t)a); j < b;
+		     j = unclaimed(next, j + 1)) {
+			sp[j].sym = (uint32_t)i;
+			next[j] = j + 1;
+		}
+	}
+	ml__raw_free(next, next_bytes);
+	/* Neighbours with one symbol are one span. */
+	k = 0;
+	for (size_t j = 0; j < m; j++)
+		if (!k || sp[j].sym != sp[k - 1].sym)
+			sp[k++] = sp[j];
+	ob->span = sp;
+	ob->nspan = k;
+	ob->span_bytes = bytes;
 }
 
 static void load_symtab(struct obj *ob, const char *path)
@@ -100,6 +254,7 @@ static void load_symtab(struct obj *ob, const char *path)
 		ob->nsym = ss->sh_size / sizeof(Elf64_Sym);
 		ob->str = m + sstr->sh_offset;
 		ob->strsz = sstr->sh_size;
+		index_symtab(ob);
 		return;
 	}
 unusable: /* stripped, or not an ELF file we understand */
@@ -110,17 +265,14 @@ static const char *symtab_lookup(const struct obj *ob, uintptr_t addr,
                                  uintptr_t *start)
 {
 	const Elf64_Sym *best = NULL;
-	for (size_t i = 0; i < ob->nsym; i++) {
-		const Elf64_Sym *s = &ob->sym[i];
-		int type = ELF64_ST_TYPE(s->st_info);
-		if ((type != STT_FUNC && type != STT_GNU_IFUNC) ||
-		    s->st_shndx == SHN_UNDEF || s->st_name >= ob->strsz)
-			continue;
-		if (addr >= s->st_value && addr - s->st_value < s->st_size) {
-			best = s;
-			break;
-		}
+	if (ob->span) {
+		size_t k = span_at(ob->span, ob->nspan, addr);
+		if (k < ob->nspan && ob->span[k].sym != NOSYM)
+			best = &ob->sym[ob->span[k].sym];
+	} else {
+		best = symtab_scan(ob, addr);
 	}
+	/* The winner's name only: a bad one is no name, as in the scan. */
 	if (!best ||
 	    !memchr(ob->str + best->st_name, 0, ob->strsz - best->st_name))
 		return NULL;
@@ -314,9 +466,11 @@ void ml__symbols_close(struct ml__symbols *sy)
 {
 	if (!sy)
 		return;
-	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++)
+	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++) {
 		if (sy->objs[i].map)
 			munmap((void *)sy->objs[i].map, sy->objs[i].map_len);
+		ml__raw_free(sy->objs[i].span, sy->objs[i].span_bytes);
+	}
 	for (unsigned i = 0; sy->cache && i < NSYMS; i++)
 		free(sy->cache[i].demangled);
 	ml__raw_free(sy->cache, NSYMS * sizeof *sy->cache);

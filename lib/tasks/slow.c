@@ -201,7 +201,7 @@ void ml__alloc_failed(uint64_t n)
 	if (s) {
 		/* As a refused allocation (ml__tasks_sample): the samples
 		 * go; a limit they reached stays reached. */
-		ml__tasks_unsample(t, s);
+		ml__tasks_unsample(t);
 		if (h->unsample)
 			h->unsample(t, s);
 	}

@@ -197,9 +197,8 @@ static bool nested_again(const struct ml__thread *t, const struct ml__slice *k)
 	return false;
 }
 
-void ml__tasks_unsample(struct ml__thread *t, uint64_t s)
+void ml__tasks_unsample(struct ml__thread *t)
 {
-	(void)s; /* each slice took back what it was credited */
 	for (struct ml__slice *k = t->top; k; k = k->outer) {
 		atomic_fetch_sub_explicit(&k->task->samples, k->credited,
 		                          memory_order_relaxed);
@@ -306,7 +305,7 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 	/* A refused allocation allocated nothing: its samples do not count
 	 * towards the tasks' estimates. */
 	if (verdict)
-		ml__tasks_unsample(t, s);
+		ml__tasks_unsample(t);
 	return verdict;
 }
 

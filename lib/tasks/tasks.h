@@ -207,8 +207,9 @@ void ml__alloc_failed(uint64_t n);
  * -1 = fail.  May jump. */
 int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
                      unsigned hook);
-/* Take back s samples from every task on the stack. */
-void ml__tasks_unsample(struct ml__thread *t, uint64_t s);
+/* Take back the last sample's credits from every task on the stack (each
+ * slice what its task was credited: thinning makes them differ). */
+void ml__tasks_unsample(struct ml__thread *t);
 /* An allocation while an interruption is pending. */
 int ml__tasks_pending(struct ml__thread *t, uint64_t n);
 /* Statuses changed outside a sample (fork, a consumer): recompute what is
