@@ -382,8 +382,11 @@ static void write_profile(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 
 void ml__report_write(void)
 {
-	/* Once: at the trip in abort mode, else at exit. */
-	if (atomic_exchange(&written, 1))
+	/* Once: at the trip in abort mode, else at exit.  Nothing to write
+	 * (no file named, no limit reached): no symbols to load either. */
+	if (atomic_exchange(&written, 1) ||
+	    (!ml__run.report_path && !ml__run.profile_path &&
+	     atomic_load(&ml__run.fired) == ML_OK))
 		return;
 	/* A report written at the trip (abort mode) is written inside an
 	 * allocation: no demangler, which allocates. */

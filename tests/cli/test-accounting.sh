@@ -89,6 +89,43 @@ else
 	diag "$tmp/r.txt"
 fi
 
+# Four threads share one allocation limit; each adds its samples to the
+# process's count in batches (docs/statistics.md, "Run mode"): the report
+# sums every thread's part, and the limit is reached where it should be.
+# 256 MiB at S = 80 000: k = 3356 samples, the k-th point at 268 MB with
+# sd 4.6 MB; the batch (3 samples) makes it late by at most 6 samples, and
+# each other thread goes on to its own next sample (Exp(S)): the bytes
+# given are within 190..340 MiB but with probability far below 1e-6.
+"$M" run --alloc-limit 256MiB --report "$tmp/t.txt" -- "$A" threads 4 1024 \
+	>"$tmp/out" 2>"$tmp/err"
+st=$?
+got=$(sed -n 's/^threads: \([0-9]*\) bytes$/\1/p' "$tmp/out")
+counted=$(sed -n 's/.*counted so far: \([0-9]*\).*/\1/p' "$tmp/t.txt")
+sampled=$(sed -n 's/^estimated bytes allocated: .* (\([0-9]*\) samples.*/\1/p' "$tmp/t.txt")
+if test "$st" = 0 && test -n "$got" && test "$got" -ge 199229440 &&
+	test "$got" -le 356515840 && test -n "$counted" &&
+	test "$counted" = "$sampled" && test "$counted" -ge 3356 &&
+	grep -q '^limit reached: the allocation limit' "$tmp/t.txt"; then
+	ok "four threads share a 256 MiB allocation limit: $got bytes given, $counted samples counted by the report's two sums"
+else
+	notok "four threads under one allocation limit: status $st, given '$got', counted '$counted', sampled '$sampled'"
+	diag "$tmp/out" "$tmp/err" "$tmp/t.txt"
+fi
+
+# A limit alone: the report goes to stderr at exit, and held memory was
+# not tracked (a record at every sample is kept for a held limit or a
+# report file only).
+"$M" run --alloc-limit 16MiB -- "$A" threads 2 64 >"$tmp/out" 2>"$tmp/err"
+st=$?
+if test "$st" = 0 && grep -q '^limit reached: the allocation limit' "$tmp/err" &&
+	grep -q '^memory held: not tracked' "$tmp/err" &&
+	! grep -q '^memory held at' "$tmp/err"; then
+	ok "a limit alone: the stderr report says held memory was not tracked"
+else
+	notok "a limit alone: status $st"
+	diag "$tmp/out" "$tmp/err"
+fi
+
 # 64 MiB allocated and all freed: the peak shows it, the heap now does not.
 "$M" run --heap-limit 1GiB --report "$tmp/p.txt" -- "$A" peak 64 >/dev/null 2>&1
 peak=$(sed -n 's/^  peak heap: \([0-9]*\) bytes.*/\1/p' "$tmp/p.txt")

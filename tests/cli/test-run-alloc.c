@@ -20,6 +20,10 @@
  *                             failed
  *   test-run-alloc twoleak MIB  two threads keep MIB blocks of 1 MiB each:
  *                             prints how many were refused
+ *   test-run-alloc threads N MIB  N threads each allocate and free blocks
+ *                             of 64 KiB until one is refused (at most MIB
+ *                             MiB each): prints the bytes all of them
+ *                             were given
  * Linked -rdynamic: the report names the functions through dladdr. */
 #include <errno.h>
 #include <pthread.h>
@@ -199,6 +203,42 @@ static int twoleak(long mib)
 	return 0;
 }
 
+/* Streams 64 KiB blocks until one is refused or *arg MiB went by: the
+ * bytes it was given. */
+static void *stream_thread(void *arg)
+{
+	long blocks = *(long *)arg * 16;
+	uintptr_t got = 0;
+	for (long i = 0; i < blocks; i++) {
+		char *p = malloc(64 << 10);
+		if (!p)
+			break;
+		p[0] = 1;
+		sink = p;
+		free(p);
+		got += 64 << 10;
+	}
+	return (void *)got;
+}
+
+static int threads(long n, long mib)
+{
+	pthread_t th[64];
+	uint64_t got = 0;
+	if (n < 1 || n > 64)
+		return 2;
+	for (long i = 0; i < n; i++)
+		if (pthread_create(&th[i], NULL, stream_thread, &mib) != 0)
+			return 1;
+	for (long i = 0; i < n; i++) {
+		void *r;
+		pthread_join(th[i], &r);
+		got += (uintptr_t)r;
+	}
+	printf("threads: %llu bytes\n", (unsigned long long)got);
+	return 0;
+}
+
 /* Held memory is the allocator's until freed, by whichever thread. */
 static int handoff(long mib)
 {
@@ -258,6 +298,8 @@ int main(int argc, char **argv)
 		return twoleak(atol(argv[2]));
 	if (argc == 3 && !strcmp(argv[1], "handoff"))
 		return handoff(atol(argv[2]));
+	if (argc == 4 && !strcmp(argv[1], "threads"))
+		return threads(atol(argv[2]), atol(argv[3]));
 	if (argc == 3 && !strcmp(argv[1], "refused")) {
 		hog_until_refused(atol(argv[2]));
 		refused_function();
@@ -266,6 +308,6 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr, "usage: test-run-alloc huge | usable | peak MIB | "
 	                "refused MIB | fork MIB | leak MIB | stream MIB | "
-	                "handoff MIB | twoleak MIB\n");
+	                "handoff MIB | twoleak MIB | threads N MIB\n");
 	return 2;
 }
