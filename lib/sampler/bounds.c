@@ -243,6 +243,41 @@ ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
 	return lo;
 }
 
+/* The smallest k in [1, max] for which pred(k, ctx) holds, pred being
+ * false below some k and true from it on; 0 when pred(max) is false.
+ * Gallop up from 1, then bisect: the bounds' searches over a sample
+ * count. */
+static uint64_t first_true(bool (*pred)(uint64_t k, const void *ctx),
+                           const void *ctx, uint64_t max)
+{
+	uint64_t lo = 0, hi = 1; /* pred(lo) false (k = 0: by definition) */
+	while (!pred(hi, ctx)) {
+		lo = hi;
+		if (hi >= max)
+			return 0;
+		hi = hi > max / 2 ? max : hi * 2;
+	}
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (pred(mid, ctx))
+			hi = mid;
+		else
+			lo = mid;
+	}
+	return hi;
+}
+
+struct limit_for {
+	double x, t; /* safe / S, the target */
+};
+
+/* safe_bytes(k S) >= safe  <=>  P(k, safe / S) <= t; P falls with k. */
+static bool limit_ok(uint64_t k, const void *ctx)
+{
+	const struct limit_for *c = ctx;
+	return exp(gamma_p((double)k, c->x).lp) <= c->t;
+}
+
 ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
                                       uint64_t interval)
 {
@@ -252,31 +287,9 @@ ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
 		return interval; /* k = 1 */
 	if (!(t > 0))
 		return ML_NO_LIMIT; /* only no limit is never interrupted */
-	/* safe_bytes(k S) >= safe  <=>  P(k, safe / S) <= t, and P falls
-	 * with k: gallop, then bisect on k. */
-	double x = (double)safe / (double)interval;
-	uint64_t kmax = UINT64_MAX / interval;
-#define OK(k) (exp(gamma_p((double)(k), x).lp) <= t)
-	uint64_t lo = 0, hi = 1; /* P(lo) > t (k = 0 means always) */
-	while (!OK(hi)) {
-		lo = hi;
-		if (hi > kmax / 2) {
-			if (hi == kmax || !OK(kmax))
-				return ML_NO_LIMIT;
-			hi = kmax;
-			break;
-		}
-		hi *= 2;
-	}
-	while (hi - lo > 1) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (OK(mid))
-			hi = mid;
-		else
-			lo = mid;
-	}
-#undef OK
-	return hi * interval;
+	struct limit_for c = {(double)safe / (double)interval, t};
+	uint64_t k = first_true(limit_ok, &c, UINT64_MAX / interval);
+	return k ? k * interval : ML_NO_LIMIT;
 }
 
 /* P(a limit of `limit` bytes at interval S fires outside [(1 - a) limit,
@@ -298,33 +311,28 @@ double ml__bound_outside(uint64_t limit, double a, uint64_t interval,
 	return e + z;
 }
 
+struct interval_for {
+	uint64_t limit;
+	double accuracy, t;
+};
+
+/* The two tails at interval limit / k fall with k. */
+static bool interval_ok(uint64_t k, const void *ctx)
+{
+	const struct interval_for *c = ctx;
+	return ml__bound_outside(c->limit, c->accuracy, c->limit / k, NULL,
+	                         NULL) <= c->t;
+}
+
 ML_EXPORT uint64_t ml_bound_interval_for(uint64_t limit, double accuracy,
                                          double t)
 {
 	if (!(accuracy > 0 && accuracy < 1) || !(t > 0 && t < 1) ||
 	    limit == 0 || limit == ML_NO_LIMIT)
 		return 0;
-		/* The fewest samples k (interval limit / k) that keep the limit
-		 * within +-a except with probability t: the two tails fall with
-		 * k. Gallop, then bisect on k. */
-#define S_OF(k) (limit / (k))
-#define OK(k) (ml__bound_outside(limit, accuracy, S_OF(k), NULL, NULL) <= t)
-	uint64_t lo = 0, hi = 1;
-	while (!OK(hi)) {
-		lo = hi;
-		if (hi >= limit)
-			return 0; /* not even at one byte */
-		hi = hi > limit / 2 ? limit : hi * 2;
-	}
-	while (hi - lo > 1) {
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (OK(mid))
-			hi = mid;
-		else
-			lo = mid;
-	}
-	uint64_t best = S_OF(hi);
-#undef OK
-#undef S_OF
-	return best;
+	/* The fewest samples k (interval limit / k) that keep the limit
+	 * within +-a except with probability t; 0: not even at one byte. */
+	struct interval_for c = {limit, accuracy, t};
+	uint64_t k = first_true(interval_ok, &c, limit);
+	return k ? limit / k : 0;
 }
