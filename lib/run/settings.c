@@ -142,7 +142,7 @@ void ml__run_configure(void)
 		                 "no allocation is seen"
 		               : "");
 	else if (r->heap_limit != ML_NO_LIMIT)
-		ml_set_global_limit(r->heap_limit);
+		ml__global_limit_set(r->heap_limit);
 	if (front && r->heap_limit == ML_NO_LIMIT)
 		ml__diag("the malloc of %s comes before the library's: no "
 		         "allocation is seen, no limit applies",

@@ -31,7 +31,7 @@ void ml__global_register(struct ml_task *task)
 {
 	/* The choice reads what each global task holds: tracked from the
 	 * first global task on, before it runs, so that all its blocks
-	 * count.  A limit alone (run mode's heap limit) tracks nothing. */
+	 * count, also when the limit comes later. */
 	ml__held_start();
 	ml__spin_lock(&list_lock);
 	task->gprev = NULL;
@@ -184,7 +184,7 @@ ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,
 	return ML_OK;
 }
 
-ML_EXPORT int ml_set_global_limit(uint64_t bytes)
+void ml__global_limit_set(uint64_t bytes)
 {
 	/* Under the list's lock: a choice in progress sees the limit it
 	 * started with until it has chosen. */
@@ -193,6 +193,15 @@ ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 	pressure_threshold(bytes);
 	chosen_at = 0; /* a new limit: a new episode */
 	ml__spin_unlock(&list_lock);
+}
+
+ML_EXPORT int ml_set_global_limit(uint64_t bytes)
+{
+	/* The program's tasks may read what they hold from now on (the
+	 * choice itself needs it from the first global task on). */
+	if (bytes != ML_NO_LIMIT)
+		ml__held_start();
+	ml__global_limit_set(bytes);
 	return 0;
 }
 

@@ -243,6 +243,9 @@ ML__VERSIONED ml_status ml__limit_with_token_0_2(ml_token *tok,
 /* ---- The global limit's choice (global.c) ---------------------------- */
 
 void ml__global_register(struct ml_task *task);
+/* ml_set_global_limit without starting held tracking: run mode's heap
+ * limit, which refuses allocations and chooses no task. */
+void ml__global_limit_set(uint64_t bytes);
 void ml__global_unregister(struct ml_task *task);
 /* How far an allocation of n bytes would take usage past the global
  * limit (*limitp): 0 when it stays within, or no limit is set. */
