@@ -96,6 +96,8 @@ fi
 # sd 4.6 MB; the batch (3 samples) makes it late by at most 6 samples, and
 # each other thread goes on to its own next sample (Exp(S)): the bytes
 # given are within 190..340 MiB but with probability far below 1e-6.
+# (The count itself may end below k: the samples of the refused
+# allocations are taken back.)
 "$M" run --alloc-limit 256MiB --report "$tmp/t.txt" -- "$A" threads 4 1024 \
 	>"$tmp/out" 2>"$tmp/err"
 st=$?
@@ -104,7 +106,7 @@ counted=$(sed -n 's/.*counted so far: \([0-9]*\).*/\1/p' "$tmp/t.txt")
 sampled=$(sed -n 's/^estimated bytes allocated: .* (\([0-9]*\) samples.*/\1/p' "$tmp/t.txt")
 if test "$st" = 0 && test -n "$got" && test "$got" -ge 199229440 &&
 	test "$got" -le 356515840 && test -n "$counted" &&
-	test "$counted" = "$sampled" && test "$counted" -ge 3356 &&
+	test "$counted" = "$sampled" &&
 	grep -q '^limit reached: the allocation limit' "$tmp/t.txt"; then
 	ok "four threads share a 256 MiB allocation limit: $got bytes given, $counted samples counted by the report's two sums"
 else
