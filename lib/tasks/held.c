@@ -134,7 +134,8 @@ static void account_unref(struct ml__account *a)
 }
 
 /* w bytes more (or, modulo 2^64, fewer) in a's estimate, now. */
-static void account_add(struct ml__account *a, uint64_t w)
+static inline __attribute__((always_inline)) void
+account_add(struct ml__account *a, uint64_t w)
 {
 	uint64_t h =
 	    atomic_fetch_add_explicit(&a->held, w, memory_order_relaxed) + w;
@@ -171,7 +172,8 @@ void ml__held_thread_exit(void)
 
 /* w bytes more (or, modulo 2^64, fewer) held in a: into the thread's own
  * change for a batched account. */
-static void charge(struct ml__account *a, uint64_t w)
+static inline __attribute__((always_inline)) void charge(struct ml__account *a,
+                                                         uint64_t w)
 {
 	if (!a->batch || own.done) {
 		account_add(a, w);
