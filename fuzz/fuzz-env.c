@@ -41,10 +41,9 @@ const char *ml__malloc_in_front(void)
 {
 	return NULL; /* nothing preloaded before the library */
 }
-int ml_set_global_limit(uint64_t bytes)
+void ml__global_limit_set(uint64_t bytes)
 {
 	global_limit = bytes;
-	return 0;
 }
 
 /* As the library's constructor does first (lib/api/init.c). */
