@@ -19,6 +19,7 @@
  * keeping its own change to it until the change reaches the batch. */
 #include "tasks/tasks.h"
 
+#include <sched.h>
 #include <string.h>
 
 #define ML__HELD_TASKS 4
@@ -370,10 +371,35 @@ uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
 	return total;
 }
 
+/* Set by the one thread that switches tracking on. */
+static _Atomic bool starting;
+
+/* A child forked while another thread was switching tracking on has no
+ * such thread: whoever comes next does it again (it is idempotent). */
+static void atfork_child(void)
+{
+	atomic_store(&starting, atomic_load(&ml__held_on));
+}
+
+__attribute__((constructor(102))) static void held_init(void)
+{
+	ml__atfork(NULL, NULL, atfork_child,
+	           "a child forked while held tracking is being switched on "
+	           "may hang when it starts a task");
+}
+
 void ml__held_start(void)
 {
 	if (atomic_load_explicit(&ml__held_on, memory_order_acquire))
 		return;
+	/* Threads that start global tasks at once all come here: one sets
+	 * the hook and switches the filter on, the others wait for it. */
+	if (atomic_exchange_explicit(&starting, true, memory_order_acq_rel)) {
+		while (
+		    !atomic_load_explicit(&ml__held_on, memory_order_acquire))
+			sched_yield();
+		return;
+	}
 	ml__sampled_free_hook = held_free;
 	ml__sampled_switch_on();
 	atomic_store_explicit(&ml__held_on, true, memory_order_release);
