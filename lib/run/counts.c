@@ -16,16 +16,10 @@ ML__LOCK(static, lock, ML__RANK_STATS)
 static struct ml__run_counts *live;
 static struct ml__prof exited;
 
-/* Relaxed loads and stores: the owner's adds are plain moves, and a
- * report read while the thread runs is a benign race. */
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
-#define BUMP(x, v) STORE(x, LOAD(x) + (v))
-
 static void bump(struct ml__prof_count *c, uint64_t bytes, uint64_t s)
 {
-	BUMP(c->bytes, bytes);
-	BUMP(c->samples, s);
+	ML__RBUMP(c->bytes, bytes);
+	ML__RBUMP(c->samples, s);
 }
 
 /* The record's count for a stack id.  Its table is made at the first
@@ -95,12 +89,12 @@ uint64_t ml__counts_sample(struct ml__run_counts *c, uint32_t stack,
 	 * plus its own unfolded samples; it folds once it has a batch. */
 	uint64_t mine = c->unfolded + s;
 	if (mine >= ml__run.batch) {
-		STORE(c->unfolded, 0);
+		ML__RSTORE(c->unfolded, 0);
 		return atomic_fetch_add_explicit(&ml__run.samples, mine,
 		                                 memory_order_relaxed) +
 		       mine;
 	}
-	STORE(c->unfolded, mine);
+	ML__RSTORE(c->unfolded, mine);
 	return atomic_load_explicit(&ml__run.samples, memory_order_relaxed) +
 	       mine;
 }
@@ -114,7 +108,7 @@ void ml__counts_unsample(struct ml__run_counts *c, uint32_t stack,
 	bump(&c->prof.all, -bytes, -s);
 	bump(count_of(&c->prof, stack), -bytes, -s);
 	if (c->unfolded >= s)
-		STORE(c->unfolded, c->unfolded - s);
+		ML__RSTORE(c->unfolded, c->unfolded - s);
 	else
 		atomic_fetch_sub(&ml__run.samples, s);
 }
@@ -144,7 +138,7 @@ uint64_t ml__counts_samples(void)
 	ml__spin_lock(&lock);
 	uint64_t n = atomic_load(&ml__run.samples);
 	for (const struct ml__run_counts *c = live; c; c = c->next)
-		n += LOAD(c->unfolded);
+		n += ML__RLOAD(c->unfolded);
 	ml__spin_unlock(&lock);
 	return n;
 }
@@ -159,8 +153,8 @@ static struct ml__prof_count count_at(const struct ml__prof *p, uint32_t id)
 	                                           : NULL;
 	struct ml__prof_count r = {0, 0};
 	if (c) {
-		r.bytes = LOAD(c->bytes);
-		r.samples = LOAD(c->samples);
+		r.bytes = ML__RLOAD(c->bytes);
+		r.samples = ML__RLOAD(c->samples);
 	}
 	return r;
 }
@@ -168,8 +162,8 @@ static struct ml__prof_count count_at(const struct ml__prof *p, uint32_t id)
 static void add_prof(struct ml__prof_count *all, uint64_t *bytes,
                      uint64_t *samples, const struct ml__prof *p)
 {
-	all->bytes += LOAD(p->all.bytes);
-	all->samples += LOAD(p->all.samples);
+	all->bytes += ML__RLOAD(p->all.bytes);
+	all->samples += ML__RLOAD(p->all.samples);
 	for (uint32_t id = 0; bytes && id < ML__NIDS; id++) {
 		struct ml__prof_count c = count_at(p, id);
 		bytes[id] += c.bytes;

@@ -48,6 +48,13 @@ void ml__run_configure(void); /* reads MEMLIMITS_* run variables */
 #define ML__RUN_ROOT 0  /* runmode.c's struct root: the root task */
 #define ML__RUN_STATS 1 /* stats.c's per-thread counts */
 
+/* Counters that one thread writes and others read while it runs
+ * (statistics, per-thread counts): relaxed atomics make that a benign
+ * race and cost plain moves on the owner's side. */
+#define ML__RLOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ML__RSTORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+#define ML__RBUMP(x, v) ML__RSTORE(x, ML__RLOAD(x) + (v))
+
 /* ---- Per-thread counts (counts.c) ------------------------------------ */
 
 #define ML__NIDS (ML__NSTACKS + 1) /* stack ids; 0: [unknown] */

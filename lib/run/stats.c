@@ -36,11 +36,6 @@ static struct tstats *live;
 static struct counts done; /* of exited threads */
 static uint64_t nthreads;
 
-/* Another thread's counters are read while it runs: relaxed atomics make
- * that a benign race, and cost plain moves on the owner's side. */
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define BUMP(x, v) __atomic_store_n(&(x), LOAD(x) + (v), __ATOMIC_RELAXED)
-
 static unsigned bucket(uint64_t n)
 {
 	return n ? 64u - (unsigned)__builtin_clzll(n) : 0;
@@ -62,16 +57,16 @@ void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s)
 		t->hook_local[ML__RUN_STATS] = st;
 	}
 	unsigned b = bucket(n);
-	BUMP(st->c.allocs, 1);
-	BUMP(st->c.bytes, n);
-	BUMP(st->c.hist[b], 1);
+	ML__RBUMP(st->c.allocs, 1);
+	ML__RBUMP(st->c.bytes, n);
+	ML__RBUMP(st->c.hist[b], 1);
 	if (s) {
-		BUMP(st->c.sampled_allocs, 1);
-		BUMP(st->c.samples, s);
-		BUMP(st->c.hist_sampled[b], 1);
+		ML__RBUMP(st->c.sampled_allocs, 1);
+		ML__RBUMP(st->c.samples, s);
+		ML__RBUMP(st->c.hist_sampled[b], 1);
 		st->since_sample = 0;
 	} else if (++st->since_sample == WINDOW) {
-		BUMP(st->c.dry_windows, 1);
+		ML__RBUMP(st->c.dry_windows, 1);
 		st->since_sample = 0;
 	}
 }
@@ -83,26 +78,26 @@ void ml__stats_failed(struct ml__thread *t, uint64_t n, uint64_t s)
 	if (!st)
 		return;
 	unsigned b = bucket(n);
-	BUMP(st->c.allocs, -1);
-	BUMP(st->c.bytes, -n);
-	BUMP(st->c.hist[b], -1);
+	ML__RBUMP(st->c.allocs, -1);
+	ML__RBUMP(st->c.bytes, -n);
+	ML__RBUMP(st->c.hist[b], -1);
 	if (s) {
-		BUMP(st->c.sampled_allocs, -1);
-		BUMP(st->c.samples, -s);
-		BUMP(st->c.hist_sampled[b], -1);
+		ML__RBUMP(st->c.sampled_allocs, -1);
+		ML__RBUMP(st->c.samples, -s);
+		ML__RBUMP(st->c.hist_sampled[b], -1);
 	}
 }
 
 static void fold(struct counts *into, const struct counts *c)
 {
-	into->allocs += LOAD(c->allocs);
-	into->bytes += LOAD(c->bytes);
-	into->sampled_allocs += LOAD(c->sampled_allocs);
-	into->samples += LOAD(c->samples);
-	into->dry_windows += LOAD(c->dry_windows);
+	into->allocs += ML__RLOAD(c->allocs);
+	into->bytes += ML__RLOAD(c->bytes);
+	into->sampled_allocs += ML__RLOAD(c->sampled_allocs);
+	into->samples += ML__RLOAD(c->samples);
+	into->dry_windows += ML__RLOAD(c->dry_windows);
 	for (unsigned i = 0; i < NBUCKETS; i++) {
-		into->hist[i] += LOAD(c->hist[i]);
-		into->hist_sampled[i] += LOAD(c->hist_sampled[i]);
+		into->hist[i] += ML__RLOAD(c->hist[i]);
+		into->hist_sampled[i] += ML__RLOAD(c->hist_sampled[i]);
 	}
 }
 
