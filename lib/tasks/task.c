@@ -425,9 +425,19 @@ static void slice_end(struct ml__slice *slice)
 		task_unref(task);
 }
 
+/* Slices of an ml_run's task handed to other threads (ml_task_current)
+ * end before the record goes with the ml_run's frame. */
+static void wait_for_other_slices(struct ml_task *task)
+{
+	while (atomic_load_explicit(&task->refs, memory_order_acquire) > 1)
+		sched_yield();
+}
+
 /* The runner's frame is unwound without returning (pthread_exit,
  * cancellation, a C++ exception out of fn): end the slice as a return
- * does, or a later jump would run handlers of the dead frame. */
+ * does, or a later jump would run handlers of the dead frame; and wait,
+ * as a return does, for the other threads' slices of an ml_run's task,
+ * whose record goes with the frame. */
 static void slice_unwound(void *arg)
 {
 	struct ml__thread *t = &ml__self;
@@ -439,6 +449,8 @@ static void slice_unwound(void *arg)
 	if (t->own_interval)
 		ml__thread_reinterval(t);
 	update_pending(t);
+	if (slice->owner)
+		wait_for_other_slices(slice->task);
 	slice_end(slice);
 }
 
@@ -605,10 +617,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	if (task.global)
 		ml__global_register(&task);
 	RUN_SLICE(t, &slice, fn, arg, ret);
-	/* Slices handed to other threads (ml_task_current) end before the
-	 * record goes with this frame. */
-	while (atomic_load_explicit(&task.refs, memory_order_acquire) > 1)
-		sched_yield();
+	wait_for_other_slices(&task);
 	ml_status status = finish(&slice, &task, ret, out);
 	if (task.global ||
 	    atomic_load_explicit(&task.acct, memory_order_relaxed))

@@ -8,6 +8,7 @@
 //    (ml_check, a malloc from its code) and the jump is taken there, or it
 //    keeps allocating through new and, once 4*S bytes were allocated while
 //    pending, new throws std::bad_alloc.  Both are shown here.
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,9 @@
 #include <vector>
 
 #include <memlimits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
 
 extern "C" {
 #include "../tap/tap.h"
@@ -432,6 +436,118 @@ void test_bad_alloc_escapes()
 	}
 }
 
+// ---- An exception out of a task that a helper thread runs a slice of ----
+
+// The helper's slice of the task (ml_task_current) is still running when
+// fn throws: ml_run's task record lives in ml_run's frame, so the
+// unwinding must wait for the slice, as a return does (0.2 did not: the
+// helper read its status from the dead frame and wrote into the stack the
+// catcher used next).
+std::atomic<int> hphase;      // 1: the slice runs; 2: fn's frame is unwinding
+std::atomic<bool> hcaught;    // the exception reached the catch
+std::atomic<bool> hscribbled; // the catcher's next frame is written
+std::atomic<bool> hdone;      // ml_task_run returned in the helper
+bool caught_in_slice;         // the catch came while the slice ran
+
+// How long a slice waits to see the catch: long enough that a catch
+// which does not wait for it (0.2) is seen; never a pass condition
+// (with the fix the catch cannot come before the slice ends).
+void wait_for(std::atomic<bool> &flag, long ms)
+{
+	for (long i = 0; i < ms && !flag.load(); i++) {
+		timespec ts = {0, 1000000};
+		nanosleep(&ts, nullptr);
+	}
+}
+
+void *helper_body(void *)
+{
+	hphase = 1;
+	while (hphase.load() < 2)
+		sched_yield();
+	wait_for(hcaught, 500);
+	caught_in_slice = hcaught.load();
+	if (caught_in_slice) // let the catcher overwrite the dead frame
+		while (!hscribbled.load())
+			sched_yield();
+	return &hphase;
+}
+
+struct helper_result {
+	ml_status st = ML_EINVAL;
+	ml_outcome out{};
+};
+
+void *helper_thread(void *arg)
+{
+	auto *task = static_cast<ml_task *>(arg);
+	static helper_result r;
+	r.st = ml_task_run(task, helper_body, nullptr, &r.out);
+	hdone = true;
+	return &r;
+}
+
+pthread_t helper;
+
+struct set_unwinding {
+	~set_unwinding()
+	{
+		hphase = 2;
+	}
+};
+
+void *start_helper_and_throw(void *)
+{
+	if (pthread_create(&helper, nullptr, helper_thread, ml_task_current()))
+		tap_bail("pthread_create");
+	while (hphase.load() != 1)
+		sched_yield();
+	set_unwinding mark;
+	throw std::runtime_error("out of a task with a helper slice");
+}
+
+// The frame after the catch: as large as ml_run's and more, filled with a
+// pattern, kept until the helper is done; the bytes it finds changed.
+__attribute__((noinline)) int scribble()
+{
+	volatile unsigned char buf[16384];
+	for (auto &b : buf)
+		b = 0xa5;
+	hscribbled = true;
+	while (!hdone.load())
+		sched_yield();
+	int changed = 0;
+	for (auto &b : buf)
+		changed += b != 0xa5;
+	return changed;
+}
+
+void test_exception_with_helper_slice()
+{
+	ml_limits l = ML_LIMITS_INIT;
+	bool caught = false;
+	try {
+		ml_run(&l, start_helper_and_throw, nullptr, nullptr);
+	} catch (const std::runtime_error &) {
+		caught = true;
+	}
+	hcaught = true;
+	int changed = scribble();
+	void *res;
+	pthread_join(helper, &res);
+	auto *r = static_cast<helper_result *>(res);
+	tap_ok(caught, "the exception propagates through ml_run");
+	tap_ok(!caught_in_slice,
+	       "the unwinding waited for the helper's slice of the task");
+	tap_ok(r->st == ML_OK && r->out.status == ML_OK &&
+	           r->out.ret == &hphase,
+	       "the helper's ml_task_run returns the task's status, ML_OK "
+	       "(%d: %s)",
+	       r->st, ml_status_str(r->st));
+	tap_is(changed, 0,
+	       "the helper wrote nothing into the stack after the catch");
+}
+
 } // namespace
 
 int main()
@@ -451,5 +567,7 @@ int main()
 	TAP_RUN(test_exception_escapes);
 	TAP_RUN(test_exception_owned_state);
 	TAP_RUN(test_bad_alloc_escapes);
+	tap_case("test_exception_with_helper_slice",
+	         test_exception_with_helper_slice, 60);
 	return tap_done();
 }

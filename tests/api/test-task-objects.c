@@ -10,9 +10,11 @@
 #include <math.h>
 #include <memlimits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../tap/tap.h"
@@ -387,6 +389,114 @@ static void test_thread_exit(void)
 	ml_task_free(t);
 }
 
+/* ---- An ml_run's thread exits or is cancelled while a helper thread
+ * runs a slice of its task ------------------------------------------------
+ *
+ * The task record lives in ml_run's frame: the unwinding of pthread_exit
+ * and of cancellation must wait for the helper's slice (ml_task_current)
+ * as a return does.  0.2 did not: the exiting thread was joined while the
+ * slice still ran on its dead frame. */
+
+static atomic_int xphase;  /* 1: the slice runs; 2: the ml_run unwinds */
+static atomic_int xready;  /* the exiter is about to block (cancel mode) */
+static atomic_int xjoined; /* the exiter was joined */
+
+static void *helper_body(void *arg)
+{
+	(void)arg;
+	atomic_store(&xphase, 1);
+	while (atomic_load(&xphase) < 2)
+		sched_yield();
+	/* Long enough that a join which does not wait for this slice (0.2)
+	 * is seen here; never a pass condition: with the fix the join cannot
+	 * come before the slice ends. */
+	for (int i = 0; i < 500 && !atomic_load(&xjoined); i++)
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	return (void *)(intptr_t)(atomic_load(&xjoined) ? 2 : 1);
+}
+
+struct helper_res {
+	ml_status st;
+	ml_outcome out;
+};
+
+static void *helper_thread(void *arg)
+{
+	static struct helper_res r;
+	r.st = ml_task_run(arg, helper_body, NULL, &r.out);
+	return &r;
+}
+
+static pthread_t xhelper;
+
+static void mark_unwinding(void *arg)
+{
+	(void)arg;
+	atomic_store(&xphase, 2);
+}
+
+/* fn of the ml_run: hands its task to a helper, then leaves by
+ * pthread_exit (arg 0) or by cancellation (arg 1). */
+static void *start_helper_and_leave(void *arg)
+{
+	if (pthread_create(&xhelper, NULL, helper_thread, ml_task_current()))
+		tap_bail("pthread_create");
+	while (atomic_load(&xphase) != 1)
+		sched_yield();
+	pthread_cleanup_push(mark_unwinding, NULL);
+	if (!arg)
+		pthread_exit((void *)5);
+	atomic_store(&xready, 1);
+	for (;;)
+		pause(); /* a cancellation point */
+	pthread_cleanup_pop(0);
+	return NULL;
+}
+
+static void *exiter(void *arg)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	ml_run(&l, start_helper_and_leave, arg, NULL);
+	return NULL; /* not reached */
+}
+
+static void leave_with_helper(bool cancel)
+{
+	const char *how = cancel ? "cancelled" : "pthread_exit";
+	pthread_t th;
+	void *r, *hr;
+	if (pthread_create(&th, NULL, exiter, (void *)(intptr_t)cancel))
+		tap_bail("pthread_create");
+	if (cancel) {
+		while (!atomic_load(&xready))
+			sched_yield();
+		pthread_cancel(th);
+	}
+	pthread_join(th, &r);
+	atomic_store(&xjoined, 1);
+	pthread_join(xhelper, &hr);
+	const struct helper_res *h = hr;
+	tap_ok(r == (cancel ? PTHREAD_CANCELED : (void *)5),
+	       "%s inside ml_run: the thread ends as asked", how);
+	tap_ok(h->out.ret == (void *)1,
+	       "%s: the thread's unwinding waited for the helper's slice of "
+	       "its ml_run's task (%s)",
+	       how,
+	       h->out.ret == (void *)2 ? "joined while it ran" : "in order");
+	tap_ok(h->st == ML_OK && h->out.status == ML_OK,
+	       "%s: the helper's ml_task_run returns ML_OK (%d)", how, h->st);
+}
+
+static void test_exit_with_helper(void)
+{
+	leave_with_helper(false);
+}
+
+static void test_cancel_with_helper(void)
+{
+	leave_with_helper(true);
+}
+
 /* ---- 500 000 tasks x 2 slices: a flat footprint ------------------------ */
 
 static void *nothing(void *arg)
@@ -429,6 +539,10 @@ int main(void)
 	tap_case("test_free_while_running", test_free_while_running,
 	         60); /* threads: in a child, timed */
 	tap_case("test_thread_exit", test_thread_exit,
+	         60); /* threads: in a child, timed */
+	tap_case("test_exit_with_helper", test_exit_with_helper,
+	         60); /* threads: in a child, timed */
+	tap_case("test_cancel_with_helper", test_cancel_with_helper,
 	         60); /* threads: in a child, timed */
 	TAP_RUN(test_footprint);
 	return tap_done();
