@@ -43,7 +43,12 @@ static void describe(struct ml__out *o, const struct ml_task *task,
 		ml__out_human(o, limit);
 		ml__out_puts(o, ", ");
 	}
-	put_estimates(o, task->trip_allocated, task->trip_held);
+	/* The thread that set the status may not have written the
+	 * estimates of the moment yet: the current ones then. */
+	if (atomic_load_explicit(&task->trip_ready, memory_order_acquire))
+		put_estimates(o, task->trip_allocated, task->trip_held);
+	else
+		put_estimates(o, ml_task_allocated(task), ml_task_held(task));
 	const struct ml__stack *where = ml__stack_get(
 	    atomic_load_explicit(&task->trip_stack, memory_order_relaxed));
 	uint32_t depth = where ? where->depth & ~ML__STACK_TRUNCATED : 0;

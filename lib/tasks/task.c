@@ -403,7 +403,7 @@ static void task_unref(struct ml_task *task)
 		if (task->global)
 			ml__global_unregister(task);
 		ml__held_task_end(task);
-		task->magic = 0;
+		atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
 		ml__pool_put(&task_pool, task);
 	}
 }
@@ -419,7 +419,8 @@ static void slice_end(struct ml__slice *slice)
 		if (task->global)
 			ml__global_unregister(task);
 		ml__held_task_end(task);
-	} else if (task->magic == ML__TASK_FRAME)
+	} else if (atomic_load_explicit(&task->magic, memory_order_relaxed) ==
+	           ML__TASK_FRAME)
 		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
 	else
 		task_unref(task);
@@ -572,7 +573,7 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	        ? limits->interval
 	        : atomic_load_explicit(&ml__interval, memory_order_relaxed);
 	task->own_interval = limits->interval;
-	task->magic = magic;
+	atomic_init(&task->magic, magic);
 	task->global = limits->global;
 	task->internal = false;
 	task->delivery = limits->delivery;
@@ -586,6 +587,7 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	task->held_limit = limits->held_bytes; /* 0 or ML_NO_LIMIT: none */
 	task->alloc_limit = limits->alloc_bytes;
 	task->trip_allocated = task->trip_held = 0;
+	atomic_init(&task->trip_ready, false);
 	atomic_init(&task->trip_stack, 0);
 	task->interval = interval;
 	atomic_init(&task->samples, 0);
@@ -631,8 +633,12 @@ ML__SYMVER_DEFAULT(ml__run_0_2, ml_run, "MEMLIMITS_0.2");
  * (FRAME) while it runs; anything else is refused where it can be told. */
 bool ml__task_valid(const struct ml_task *task)
 {
-	return task && (task->magic == ML__TASK_LIVE ||
-	                (task->magic == ML__TASK_FRAME && !task->internal));
+	if (!task)
+		return false;
+	uint32_t magic =
+	    atomic_load_explicit(&task->magic, memory_order_relaxed);
+	return magic == ML__TASK_LIVE ||
+	       (magic == ML__TASK_FRAME && !task->internal);
 }
 
 /* A set token interrupts its task at once, seen from any call. */
@@ -668,13 +674,15 @@ ML_EXPORT void ml_task_free(ml_task *task)
 {
 	if (!task)
 		return;
-	if (task->magic != ML__TASK_LIVE) {
+	if (atomic_load_explicit(&task->magic, memory_order_relaxed) !=
+	    ML__TASK_LIVE) {
 		ml__diag("ml_task_free: %p is not a live task (freed twice, or "
 		         "an ml_run's task)",
 		         (void *)task);
 		return;
 	}
-	task->magic = ML__TASK_FREED;
+	atomic_store_explicit(&task->magic, ML__TASK_FREED,
+	                      memory_order_relaxed);
 	task_unref(task);
 }
 

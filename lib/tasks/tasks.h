@@ -20,7 +20,9 @@ struct ml__cleanup;
  * mode's root tasks).  Fields other than the atomics are set before any
  * slice runs and never change. */
 struct ml_task {
-	uint32_t magic;           /* ML__TASK_* */
+	/* ML__TASK_*: ml_task_free changes it while slices may run on other
+	 * threads, whose end reads it (relaxed: it orders nothing). */
+	_Atomic uint32_t magic;
 	bool global;              /* subject to the global limit            */
 	bool internal;            /* a consumer's: ml_task_current skips it */
 	ml_delivery delivery;     /* how an interruption reaches a slice    */
@@ -40,8 +42,11 @@ struct ml_task {
 	struct ml_task *gnext, *gprev;
 	/* At the interruption (ml_task_describe): the estimates then, and
 	 * the stack of the allocation that made it, when it was one of the
-	 * task's own (core/stacks.c's id; 0: none). */
+	 * task's own (core/stacks.c's id; 0: none).  The thread that sets
+	 * the status writes the estimates, then sets trip_ready (release);
+	 * readers acquire trip_ready before they read them. */
 	uint64_t trip_allocated, trip_held;
+	_Atomic bool trip_ready;
 	_Atomic uint32_t trip_stack;
 	/* Its own sample interval (ml_limits.interval), 0: the process's.
 	 * While it runs the thread samples at the smallest interval on its
@@ -316,6 +321,7 @@ static inline ml_status ml__task_trip(struct ml_task *task, ml_status why)
 	        : atomic_load_explicit(&task->samples, memory_order_relaxed) *
 	              task->interval;
 	task->trip_held = ml__held_bytes(task);
+	atomic_store_explicit(&task->trip_ready, true, memory_order_release);
 	return why;
 }
 

@@ -9,7 +9,10 @@
  * global limit on and off and changes the seed, while the workers mask,
  * unmask, push and pop cleanup handlers and poll.  .ci/run builds it with
  * -fsanitize=thread together with the library's sources and requires zero
- * reports. */
+ * reports.  Then task objects across threads: one freed while its slice
+ * runs on another thread, one described while another thread trips it,
+ * tokens set from another thread while slices run, and an ml_run's task
+ * run by a helper thread (ml_task_current). */
 #define _GNU_SOURCE
 #include "../tap/tap.h"
 
@@ -182,6 +185,217 @@ static void *controller(void *arg)
 	return NULL;
 }
 
+/* ---- Task objects across threads --------------------------------------- */
+
+#define TASK_ROUNDS 200
+
+static atomic_int xstep;
+
+static void *note_some(void *arg)
+{
+	unsigned n = (unsigned)(uintptr_t)arg;
+	for (unsigned i = 0; i < n; i++)
+		if (ml_note_alloc(256))
+			ml_note_free(256);
+	return arg;
+}
+
+/* Signals that the slice runs, then allocates: nothing orders its end
+ * after the free on the other thread. */
+static void *body_while_freed(void *arg)
+{
+	(void)arg;
+	atomic_store(&xstep, 1);
+	return note_some((void *)(uintptr_t)64);
+}
+
+static void *slice_of(void *arg)
+{
+	ml_outcome out;
+	ml_task_run(arg, body_while_freed, NULL, &out);
+	return out.ret;
+}
+
+/* ml_task_free while the task's slice runs on another thread (allowed):
+ * the slice's end reads what the free wrote. */
+static unsigned free_while_running(void)
+{
+	unsigned ok = 0;
+	ml_limits l = ML_LIMITS_INIT;
+	for (int r = 0; r < TASK_ROUNDS; r++) {
+		ml_task *t = ml_task_new(&l);
+		pthread_t th;
+		void *ret;
+		atomic_store(&xstep, 0);
+		if (!t || pthread_create(&th, NULL, slice_of, t))
+			tap_bail("ml_task_new or pthread_create");
+		while (atomic_load(&xstep) != 1)
+			sched_yield();
+		ml_task_free(t);
+		pthread_join(th, &ret);
+		ok += ret == (void *)(uintptr_t)64;
+	}
+	return ok;
+}
+
+/* Allocates until its task is interrupted (FLAG delivery). */
+static void *until_tripped(void *arg)
+{
+	(void)arg;
+	while (!ml_is_interrupted())
+		if (ml_note_alloc(1024))
+			ml_note_free(1024);
+	return NULL;
+}
+
+static void *tripping_slice(void *arg)
+{
+	ml_task_run(arg, until_tripped, NULL, NULL);
+	return NULL;
+}
+
+/* ml_task_describe on one thread while another trips the task: the
+ * estimates of the interruption are read as the winner writes them. */
+static unsigned describe_while_tripping(void)
+{
+	unsigned ok = 0;
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 16 * S;
+	l.delivery = ML_DELIVER_FLAG;
+	for (int r = 0; r < TASK_ROUNDS; r++) {
+		ml_task *t = ml_task_new(&l);
+		pthread_t th;
+		char line[512];
+		if (!t || pthread_create(&th, NULL, tripping_slice, t))
+			tap_bail("ml_task_new or pthread_create");
+		int n;
+		do
+			n = ml_task_describe(t, line, sizeof line);
+		while (n > 0 && ml_task_status(t) == ML_OK);
+		n = ml_task_describe(t, line, sizeof line);
+		pthread_join(th, NULL);
+		ok += n > 0 &&
+		      strncmp(line, ml_status_str(ML_ALLOC_LIMIT),
+		              strlen(ml_status_str(ML_ALLOC_LIMIT))) == 0;
+		ml_task_free(t);
+	}
+	return ok;
+}
+
+/* Slices on two threads poll until a third sets their task's token. */
+static void *until_cancelled(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		if (ml_note_alloc(128))
+			ml_note_free(128);
+		ml_check();
+		if (ml_is_interrupted())
+			return NULL;
+	}
+}
+
+static void *cancelled_slice(void *arg)
+{
+	ml_outcome out;
+	return (void *)(uintptr_t)ml_task_run(arg, until_cancelled, NULL, &out);
+}
+
+static unsigned token_from_another_thread(void)
+{
+	unsigned ok = 0;
+	for (int r = 0; r < TASK_ROUNDS; r++) {
+		ml_token *tok = ml_token_new();
+		ml_limits l = ML_LIMITS_INIT;
+		l.token = tok;
+		l.delivery = (ml_delivery)(r % 3);
+		ml_task *t = tok ? ml_task_new(&l) : NULL;
+		pthread_t th[2];
+		void *st[2];
+		if (!t || pthread_create(&th[0], NULL, cancelled_slice, t) ||
+		    pthread_create(&th[1], NULL, cancelled_slice, t))
+			tap_bail("ml_task_new or pthread_create");
+		for (int i = 0; i < r % 7; i++)
+			sched_yield();
+		ml_token_set(tok);
+		pthread_join(th[0], &st[0]);
+		pthread_join(th[1], &st[1]);
+		ok += st[0] == (void *)(uintptr_t)ML_CANCELLED &&
+		      st[1] == (void *)(uintptr_t)ML_CANCELLED &&
+		      ml_task_status(t) == ML_CANCELLED;
+		ml_task_free(t);
+		ml_token_free(tok);
+	}
+	return ok;
+}
+
+/* An ml_run's task, run by a helper thread while the ml_run allocates;
+ * ml_run waits for the helper's slice before it returns. */
+static atomic_int helper_in; /* its slice began, or ml_task_run returned */
+
+static void *helper_body(void *arg)
+{
+	atomic_store(&helper_in, 1);
+	return note_some(arg);
+}
+
+static void *helper_slice(void *arg)
+{
+	ml_outcome out;
+	ml_task_run(arg, helper_body, (void *)(uintptr_t)200, &out);
+	atomic_store(&helper_in, 1);
+	return out.ret;
+}
+
+static void *hand_to_helper(void *arg)
+{
+	pthread_t *th = arg;
+	atomic_store(&helper_in, 0);
+	if (pthread_create(th, NULL, helper_slice, ml_task_current()))
+		tap_bail("pthread_create");
+	void *r = note_some((void *)(uintptr_t)200);
+	/* The task may be run elsewhere only while this ml_run runs: the
+	 * helper's ml_task_run must have begun. */
+	while (!atomic_load(&helper_in))
+		sched_yield();
+	return r;
+}
+
+static unsigned run_task_on_helper(void)
+{
+	unsigned ok = 0;
+	for (int r = 0; r < TASK_ROUNDS; r++) {
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = (r % 4) * 64 * S;
+		l.delivery = ML_DELIVER_FLAG;
+		pthread_t th;
+		void *hret;
+		ml_outcome out;
+		ml_status st = ml_run(&l, hand_to_helper, &th, &out);
+		pthread_join(th, &hret);
+		/* A slice of a task already interrupted does not run. */
+		ok += (st == ML_OK && hret == (void *)(uintptr_t)200) ||
+		      (st == ML_ALLOC_LIMIT &&
+		       (hret == (void *)(uintptr_t)200 || hret == NULL));
+	}
+	return ok;
+}
+
+static void test_task_objects(void)
+{
+	tap_is(free_while_running(), TASK_ROUNDS,
+	       "a task freed while its slice runs on another thread: every "
+	       "slice ends normally");
+	tap_is(describe_while_tripping(), TASK_ROUNDS,
+	       "ml_task_describe while another thread trips the task: once "
+	       "tripped, it names the allocation limit");
+	tap_is(token_from_another_thread(), TASK_ROUNDS,
+	       "a token set from a third thread cancels both running slices");
+	tap_is(run_task_on_helper(), TASK_ROUNDS,
+	       "an ml_run's task run by a helper thread: the helper's slice "
+	       "ends before ml_run returns");
+}
+
 int main(void)
 {
 	const char *q = getenv("ML_TEST_QUICK");
@@ -240,5 +454,6 @@ int main(void)
 	for (unsigned i = 0; i < WORKERS * rounds; i++)
 		ml_token_free(tokens[i]);
 	free(tokens);
+	test_task_objects();
 	return tap_done();
 }
