@@ -173,8 +173,10 @@ void ml__sampled_mark(const void *p);
 void ml__sampled_unmark(const void *p);
 /* Called by free (and by realloc and the layer above) for a block whose
  * bucket is marked, before the allocator frees it; set once by the layer
- * above (a hook: this layer names nothing above it). */
-extern void (*ml__sampled_free_hook)(void *p);
+ * above (a hook: this layer names nothing above it), with a release
+ * store before the filter is switched on and any bit is set.  Read with
+ * acquire, on the marked path only (a plain load on x86). */
+extern void (*_Atomic ml__sampled_free_hook)(void *p);
 /* What realloc must take care of, in one byte it tests on its fast path:
  * ML__WATCH_METER (the metered tails are on), ML__WATCH_SAMPLED (the
  * filter is on). */

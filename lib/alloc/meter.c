@@ -255,9 +255,19 @@ hit:
 #endif
 }
 
+/* A marked bit was set after the hook was stored, but nothing orders
+ * this thread's read of the bit before its read of the hook (the bits
+ * are relaxed, and the threads that mark blocks read ml__held_on
+ * relaxed): on a weakly ordered CPU the hook can still read NULL here.
+ * The store is already made, so it shows up: wait for it rather than
+ * call NULL or skip the record. */
 static ML__COLD void sampled_free(void *p)
 {
-	ml__sampled_free_hook(p);
+	void (*hook)(void *);
+	while (!(hook = atomic_load_explicit(&ml__sampled_free_hook,
+	                                     memory_order_acquire)))
+		;
+	hook(p);
 }
 
 /* The meter counts the block freed first, then its record goes, then

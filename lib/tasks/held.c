@@ -400,7 +400,8 @@ void ml__held_start(void)
 			sched_yield();
 		return;
 	}
-	ml__sampled_free_hook = held_free;
+	atomic_store_explicit(&ml__sampled_free_hook, held_free,
+	                      memory_order_release);
 	ml__sampled_switch_on();
 	atomic_store_explicit(&ml__held_on, true, memory_order_release);
 }
