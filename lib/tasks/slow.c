@@ -77,6 +77,15 @@ void ml__global_init(void)
 			sched_yield();
 		return;
 	}
+	/* What this calls may allocate on this thread (glibc's
+	 * pthread_atfork grows its handler list with malloc): the thread is
+	 * marked busy, so that such an allocation passes through to the
+	 * allocator instead of starting the thread, which would wait above
+	 * for this very initialisation (from the constructor the thread is
+	 * not busy yet). */
+	struct ml__thread *t = &ml__self;
+	uint8_t busy = t->busy;
+	t->busy = 1;
 	int rc = pthread_key_create(&exit_key, on_thread_exit);
 	if (rc)
 		ml__diag("cannot create a thread key (error %d): the state of "
@@ -88,6 +97,7 @@ void ml__global_init(void)
 	           "a child forked while another thread is inside the "
 	           "library may hang, and children repeat the parent's "
 	           "samples");
+	t->busy = busy;
 	atomic_store_explicit(&global_state, 2, memory_order_release);
 }
 

@@ -48,3 +48,12 @@ EXTRA_DIST += tests/concurrency/test-stress.sh
 stress: tests/concurrency/stress$(EXEEXT)
 	STRESS_SECONDS=$${STRESS_SECONDS:-60} $(abs_builddir)/tests/concurrency/stress$(EXEEXT)
 .PHONY: stress
+
+# An allocation that re-enters the library's start-up on the same thread
+# (from pthread_atfork): it must not wait for itself.
+check_PROGRAMS += tests/concurrency/test-init-reentry
+TESTS += tests/concurrency/test-init-reentry
+tests_concurrency_test_init_reentry_SOURCES = tests/concurrency/test-init-reentry.c
+tests_concurrency_test_init_reentry_LDADD = $(ML_TEST_LIBS)
+tests_concurrency_test_init_reentry_LDFLAGS = $(ML_TEST_LINK)
+tests_concurrency_test_init_reentry_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
