@@ -26,11 +26,13 @@ extern "C" {
 #define ML_EXPORT
 #endif
 
-/* The version of this header; ml_version() gives the library's. */
+/* The version of this header; ml_version() gives the library's.  Literal
+ * (so that -Iinclude works from a checkout): configure.ac's AC_INIT is the
+ * one source, tests/api/test-version.sh holds these to it. */
 #define ML_VERSION_MAJOR 0
-#define ML_VERSION_MINOR 1
+#define ML_VERSION_MINOR 2
 #define ML_VERSION_PATCH 0
-#define ML_VERSION_STRING "0.1.0"
+#define ML_VERSION_STRING "0.2.0"
 
 /* How a task ended (ml_run's result), or why a call was refused. */
 typedef enum ml_status {
