@@ -15,11 +15,15 @@ bench_glibc_bench_CPPFLAGS = $(AM_CPPFLAGS) -DBENCH_GLIBC
 bench_glibc_bench_LDFLAGS = -no-install
 
 CLEANFILES += $(BENCH_PROGS)
-EXTRA_DIST += bench/run-bench.sh bench/run-overhead.sh docs/performance.md
+EXTRA_DIST += bench/run-bench.sh bench/run-overhead.sh bench/run-costs.sh \
+	docs/performance.md
 
-# The allocator loop and the slow path (callgrind and wall clock), then the
-# cost of `memlimits run` on whole programs.
-bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT)
+# The allocator loop and the slow path (callgrind and wall clock), the
+# cost of `memlimits run` on whole programs, then the costs make check must
+# not judge (refusals and captures by stack depth, memlimits bounds:
+# callgrind).
+bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
+		tests/cli/test-stacks-retry$(EXEEXT)
 	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' \
 	GLIBC_BENCH='$(abs_top_builddir)/bench/glibc-bench$(EXEEXT)' \
 	ML_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
@@ -28,6 +32,10 @@ bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT)
 	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh
+	RETRY='$(abs_top_builddir)/tests/cli/test-stacks-retry$(EXEEXT)' \
+	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
+	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
+	VALGRIND='$(VALGRIND)' $(SHELL) $(srcdir)/bench/run-costs.sh
 
 .PHONY: bench
 

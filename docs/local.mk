@@ -6,12 +6,16 @@ EXTRA_DIST += docs/internals.md docs/design.md
 # and the script that regenerates them from `memlimits bounds --format=tsv`.
 EXTRA_DIST += docs/statistics.md docs/plots/make-plots.sh \
 	docs/plots/interruption.png docs/plots/accuracy.png
+# The man pages: the sources in docs/ say memlimits @PACKAGE_VERSION@ in
+# their footer; configure writes each to docs/gen/ with the version (one
+# version, configure.ac's), and those copies are what make install installs.
+man_MANS =
 # ml_bound_*(3): one page for the family, the other names link to it.
-dist_man_MANS += docs/ml_bound_alloc.3 docs/ml_bound_global.3 \
-	docs/ml_bound_safe_bytes.3 docs/ml_bound_limit_for.3 docs/ml_bound_held.3 \
-	docs/ml_bound_interval_for.3
+man_MANS += docs/gen/ml_bound_alloc.3 docs/gen/ml_bound_global.3 \
+	docs/gen/ml_bound_safe_bytes.3 docs/gen/ml_bound_limit_for.3 \
+	docs/gen/ml_bound_held.3 docs/gen/ml_bound_interval_for.3
 # The nginx module (issue 18; the module is contrib/nginx).
 EXTRA_DIST += docs/nginx.md
 # memlimits(1) and memlimits(3) (issue 5)
-dist_man_MANS += docs/memlimits.1 docs/memlimits.3
+man_MANS += docs/gen/memlimits.1 docs/gen/memlimits.3
 include docs/man3.mk

@@ -26,11 +26,13 @@ extern "C" {
 #define ML_EXPORT
 #endif
 
-/* The version of this header; ml_version() gives the library's. */
+/* The version of this header; ml_version() gives the library's.  Literal
+ * (so that -Iinclude works from a checkout): configure.ac's AC_INIT is the
+ * one source, tests/api/test-version.sh holds these to it. */
 #define ML_VERSION_MAJOR 0
-#define ML_VERSION_MINOR 1
+#define ML_VERSION_MINOR 2
 #define ML_VERSION_PATCH 0
-#define ML_VERSION_STRING "0.1.0"
+#define ML_VERSION_STRING "0.2.0"
 
 /* How a task ended (ml_run's result), or why a call was refused. */
 typedef enum ml_status {
@@ -125,9 +127,10 @@ typedef struct ml_outcome {
 ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
                            void *arg, ml_outcome *out);
 
-/* memprof-limits shorthands; the delivery is the process default.
- * Setters in this header return int: ML_OK (0) or a negative ml_status
- * (ML_EINVAL), never a task status. */
+/* memprof-limits shorthands: ml_run with one limit, the delivery the
+ * process default.  Like ml_run they return an ml_status, the task's outcome
+ * (or ML_EINVAL: nothing ran).  The setters in this header return int
+ * instead: ML_OK (0) or a negative ml_status (ML_EINVAL), never a task's. */
 
 /* A task with an allocation limit of `bytes`. */
 ML_EXPORT ml_status ml_limit_allocations(uint64_t bytes, void *(*fn)(void *),
@@ -302,7 +305,8 @@ ML_EXPORT unsigned ml_capabilities(void);
 #define ML_CAP_JUMP_SAFE 2u
 /* Call stacks can be captured. */
 #define ML_CAP_STACKS 4u
-/* Held memory is tracked (not yet: always clear). */
+/* Held memory can be tracked (ml_task_held, held_bytes): set whenever
+ * ML_CAP_INTERPOSED is, as it is recorded at the allocations that reach us. */
 #define ML_CAP_HELD 8u
 
 /* The allocator the library forwards to, the one after it in the lookup

@@ -86,7 +86,7 @@ int main(int argc, char **argv)
 		return ML__TOOL_OK;
 	}
 	if (!strcmp(name, "--version") || !strcmp(name, "-V")) {
-		printf("memlimits %s\n", ML_VERSION_STRING);
+		printf("memlimits %s\n", PACKAGE_VERSION);
 		return ML__TOOL_OK;
 	}
 	for (size_t i = 0; i < NCOMMANDS; i++)

@@ -1,6 +1,8 @@
 /* Layer 3, the allocator underneath and the heap meter (docs/internals.md,
- * "Layers").  The allocator is glibc's today, called through its exported
- * __libc_* entry points; the meter only counts the bytes its blocks take.
+ * "Layers").  The allocator is the one after the library in the lookup
+ * order: glibc's (through its exported __libc_* entry points), jemalloc,
+ * tcmalloc, mimalloc or another exporting the malloc family (struct
+ * ml__real below); the meter only counts the bytes its blocks take.
  * Neither knows of samples or tasks.  Never installed. */
 #ifndef ML_ALLOC_H
 #define ML_ALLOC_H

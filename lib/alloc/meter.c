@@ -5,7 +5,8 @@
  * It only runs while a global limit is set: then every allocation and free
  * adds its chunk size to a per-thread delta, folded into one atomic total
  * when the thread has allocated or freed ML__METER_BATCH bytes since the last
- * fold, and at every sample of that thread.  The total is therefore exact up to
+ * fold, and when the thread exits.  Samples do not fold: a check reads the
+ * total plus its own thread's delta (ml__meter_usage), so it is exact up to
  * ML__METER_BATCH per other thread.  A limit set late starts from mallinfo2()'s
  * count of bytes in use, which also holds the blocks parked in glibc's
  * per-thread caches; docs/statistics.md ("The global meter") gives the slack.

@@ -1,8 +1,10 @@
 #include "api/api.h"
 
+/* configure's version (config.h), not the header's: the library says what
+ * it was built as, whichever header a program was compiled with. */
 ML_EXPORT const char *ml_version(void)
 {
-	return ML_VERSION_STRING;
+	return PACKAGE_VERSION;
 }
 
 ML_EXPORT unsigned ml_capabilities(void)

@@ -4,7 +4,7 @@
  * at that moment stays held there for good.  So the fork handlers
  * (thread.c) take every lock of ours before fork and release them after,
  * in both processes.  Each lock registers itself where it is defined
- * (ML__LOCK / ML__POOL in internal.h, through a constructor), so a new lock
+ * (ML__LOCK / ML__POOL in util/util.h, through a constructor), so a new lock
  * cannot be left out; tests/concurrency/test-locks.sh rejects a lock made any
  * other way.  Locks are taken in rank order, then definition order: a thread
  * that nests two locks must take them in that same order. */

@@ -17,9 +17,20 @@ tests_api_test_family_LDADD = $(ML_TEST_LIBS)
 tests_api_test_family_LDFLAGS = $(ML_TEST_LINK)
 tests_api_test_family_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
 
+# tests/api/test-version.sh: what a program built with the header sees.
+check_PROGRAMS += tests/api/version-prog
+tests_api_version_prog_SOURCES = tests/api/version-prog.c
+tests_api_version_prog_LDADD = lib/libmemlimits.la
+tests_api_version_prog_LDFLAGS = $(ML_TEST_LINK)
+AM_TESTS_ENVIRONMENT += OBJDUMP='$(OBJDUMP)'; export OBJDUMP; \
+	PKG_CONFIG='$(PKG_CONFIG)'; export PKG_CONFIG;
+
 # Every file the README and docs/ name exists and is in the tarball.
 TESTS += tests/api/test-dist-docs.sh
 EXTRA_DIST += tests/api/test-dist-docs.sh
+# An in-tree build leaves git status clean (.gitignore).
+TESTS += tests/api/test-gitignore.sh
+EXTRA_DIST += tests/api/test-gitignore.sh
 
 # ml_capabilities(): linked, and with a malloc defined in front.
 check_LTLIBRARIES += tests/api/libmallocfront.la

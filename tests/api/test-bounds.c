@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "memlimits.h"
@@ -355,28 +354,23 @@ static void test_round_trips(void)
 	       "limit_for grows with safe and with smaller t");
 }
 
-static double now(void)
+/* Huge k and huge safe sizes give sane answers.  What they cost (so a
+ * regression to scans over k) is `make bench`'s (bench/run-costs.sh):
+ * no speed is judged here. */
+static void test_huge(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Not a benchmark: only catches a regression to linear scans (the CLI
- * prints its table well under 0.1 s; see docs/statistics.md). */
-static void test_speed(void)
-{
-	double t0 = now();
 	uint64_t a = ml_bound_safe_bytes(800000000000, 1e-50, 80000);
 	uint64_t b = ml_bound_limit_for(1000000000, 1e-9, 80000);
 	uint64_t c = ml_bound_limit_for(UINT64_MAX / 4, 1e-9, 1);
-	double dt = now() - t0;
 	tap_diag("safe_bytes(k = 1e7) = %llu, limit_for(1e9) = %llu, "
-	         "limit_for(2^62, S = 1) = %llu in %.3f ms",
+	         "limit_for(2^62, S = 1) = %llu",
 	         (unsigned long long)a, (unsigned long long)b,
-	         (unsigned long long)c, dt * 1e3);
-	tap_ok(dt < 1, "huge k and huge safe sizes are fast (%.3f ms)",
-	       dt * 1e3);
+	         (unsigned long long)c);
+	/* Safe bytes below the limit, limits above the safe size. */
+	tap_ok(a > 0 && a < 800000000000 && b > 1000000000 &&
+	           c > UINT64_MAX / 4,
+	       "huge k and huge safe sizes: safe bytes under the limit, "
+	       "limits over the safe size");
 }
 
 static void test_reference_files(void)
@@ -456,7 +450,7 @@ int main(void)
 	TAP_RUN(test_monotone);
 	TAP_RUN(test_normal);
 	TAP_RUN(test_round_trips);
-	TAP_RUN(test_speed);
+	TAP_RUN(test_huge);
 	TAP_RUN(test_interval_for);
 	return tap_done();
 }

@@ -7,8 +7,10 @@
 #     top_builddir=BUILD tests/cli/cpython-suite.sh [MODULE...]
 #
 # Needs Debian's python3.11 and its test suite (libpython3.11-testsuite, which
-# scripts/install-deps installs with --cpython).  Prints TAP: one line per
-# module and mode, "ok" when the module's outcome (passed, failed, skipped,
+# scripts/install-deps installs).  CPYTHON names another python (default
+# /usr/bin/python3.11), CPYTHON_TIMEOUT the seconds one module may run (a
+# bound on a hung module, 900 by default).  Prints TAP: one line per module
+# and mode, "ok" when the module's outcome (passed, failed, skipped,
 # no tests ran: regrtest's exit status) under memlimits equals its outcome
 # plain.  A module that fails plain is reported, not hidden: the comparison
 # is what memlimits changes.

@@ -30,19 +30,9 @@ check "--limit 64MiB: six fractions" \
 check "--limit 64MiB: four targets" \
 	test "$(grep -cE '^ +(0.001|1e-09|4e-15|1e-50) ' "$tmp/text")" -eq 4
 
-# Under 0.1 s (best of three runs, so that a loaded machine does not fail
-# it; the table itself takes about a millisecond).
-best=999999999
-for i in 1 2 3; do
-	t0=$(date +%s%N)
-	"$ML" bounds --limit 64MiB >/dev/null
-	t1=$(date +%s%N)
-	dt=$(((t1 - t0) / 1000))
-	[ "$dt" -lt "$best" ] && best=$dt
-done
-echo "# memlimits bounds --limit 64MiB: best of 3 runs ${best} us"
-check "--limit 64MiB prints its table in under 0.1 s (${best} us)" \
-	test "$best" -lt 100000
+# How long the table takes (a millisecond: closed forms and bisections, no
+# scan over k) is `make bench`'s (bench/run-costs.sh counts instructions):
+# no speed is judged here.
 
 # ---- TSV: shape, and the numbers of the reference -----------------------
 "$ML" bounds --limit 64MiB --format=tsv >"$tmp/tsv"

@@ -2,7 +2,8 @@
 # Stacks under `memlimits run` (issue 11): capturing them opens no
 # descriptor (a program sees descriptors 0-2 and its children see the same
 # descriptors as without memlimits), nothing beyond libgcc_s is loaded to
-# capture them, a refused allocation costs the same at any stack depth, and
+# capture them, allocations are refused at any stack depth (what a refusal
+# costs there is `make bench`'s: bench/run-costs.sh), and
 # reports show C++ names demangled (mangled in abort mode, where the report
 # is written inside an allocation).
 : "${top_builddir:?}"
@@ -192,58 +193,54 @@ else
 	fi
 fi
 
-# ---- the cost of a refusal -----------------------------------------------
+# ---- refusals at any depth -----------------------------------------------
 # Every allocation refused (perl allocates again after each failure and
-# used to spin for 22 s): a refusal at a depth of 200 frames costs about
-# what one at 5 frames does.  Before, the whole stack was walked at each
-# (ratio ~20).  A ratio of 3 leaves room for a loaded machine (the best of
-# three interleaved rounds is taken).
-"$M" run --alloc-limit 0 -- "$RETRY" 5 200 2000 >"$tmp/retry" 2>&1
-ratio=$(sed -n 's/^ratio \([0-9.]*\) .*/\1/p' "$tmp/retry")
-if test -n "$ratio" && awk -v r="$ratio" 'BEGIN { exit !(r < 3) }'; then
-	ok "a refusal costs the same at any depth: $(cat "$tmp/retry")"
+# used to spin for 22 s, the whole stack walked at each refusal).  What a
+# refusal costs at 5 and 200 frames is measured by `make bench`
+# (bench/run-costs.sh, callgrind instructions; docs/performance.md): no
+# speed is judged here, where valgrind, sanitizers and load set it.
+"$M" run --alloc-limit 0 -- "$RETRY" 5 200 2000 >"$tmp/retry" 2>"$tmp/retry.err"
+if test "$(cat "$tmp/retry")" = "refused 2000 at depths 5 and 200"; then
+	ok "run --alloc-limit 0: every allocation refused at 5 and 200 frames deep"
 else
-	notok "a refusal costs the same at any depth"
-	diag "$tmp/retry"
+	notok "run --alloc-limit 0: every allocation refused at 5 and 200 frames deep"
+	diag "$tmp/retry" "$tmp/retry.err"
 fi
 # The same in a task of the API with fail delivery (the walk used to go up
 # to the task's ml_run).
-"$RETRY" 5 200 2000 task >"$tmp/retry" 2>&1
-ratio=$(sed -n 's/^ratio \([0-9.]*\) .*/\1/p' "$tmp/retry")
-if test -n "$ratio" && awk -v r="$ratio" 'BEGIN { exit !(r < 3) }'; then
-	ok "in a fail-delivery task too: $(cat "$tmp/retry")"
+"$RETRY" 5 200 2000 task >"$tmp/retry" 2>"$tmp/retry.err"
+if test "$(cat "$tmp/retry")" = "refused 2000 at depths 5 and 200"; then
+	ok "in a fail-delivery task too"
 else
 	notok "in a fail-delivery task too"
-	diag "$tmp/retry"
+	diag "$tmp/retry" "$tmp/retry.err"
 fi
-# ---- the cost of a capture ------------------------------------------------
-# Under --interval 1 with a profile every allocation captures a stack: the
-# cost per frame (depth 45 against 5).  _Unwind_Backtrace alone costs about
-# 100 ns a frame here; the cached rules (x86-64) about 8, as libunwind's
-# unw_backtrace did.  (A limit alone captures no stack at samples.)
-if test "$(uname -m)" = x86_64; then
-	"$M" run --heap-limit 1GiB --interval 1 --profile "$tmp/capture.prof" \
-		-- "$RETRY" 5 45 2000 capture >"$tmp/capture" 2>&1
-	fns=$(sed -n 's/.* frame_ns \([0-9.]*\).*/\1/p' "$tmp/capture")
-	if test -n "$fns" && awk -v f="$fns" 'BEGIN { exit !(f < 40) }'; then
-		ok "a captured frame costs under 40 ns: $(cat "$tmp/capture")"
-	else
-		notok "a captured frame costs under 40 ns"
-		diag "$tmp/capture"
-	fi
+# ---- captures at every allocation -----------------------------------------
+# Under --interval 1 with a profile every allocation captures a stack (45
+# frames deep and 5): they all succeed and the profile holds the deep
+# recursion.  The cost of a captured frame is `make bench`'s.
+"$M" run --heap-limit 1GiB --interval 1 --profile "$tmp/capture.prof" \
+	-- "$RETRY" 5 45 2000 capture >"$tmp/capture" 2>"$tmp/capture.err"
+if test "$(cat "$tmp/capture")" = "allocated 2000 at depths 5 and 45" &&
+	grep -q 'at_depth;at_depth' "$tmp/capture.prof"; then
+	ok "captures at every allocation, 45 frames deep: all allocations succeed, the profile has the recursion"
 else
-	skip "the cost of a captured frame: the cached walk is x86-64 only"
+	notok "captures at every allocation, 45 frames deep"
+	diag "$tmp/capture" "$tmp/capture.err"
+	head -3 "$tmp/capture.prof" 2>/dev/null | diag
 fi
 if command -v perl >/dev/null 2>&1; then
-	# perl fails its allocation and dies: promptly, whatever its way.
-	start=$(date +%s)
-	timeout 60 "$M" run --alloc-limit 0 -- perl -e \
-		'my @a; push @a, "x" x 100 for 1..100000' >/dev/null 2>&1
-	took=$(($(date +%s) - start))
-	if test "$took" -lt 10; then
-		ok "perl under --alloc-limit 0 ends in ${took}s"
+	# perl fails its allocation and dies, whatever its way (today a
+	# SIGSEGV, status 139); the timeout only bounds a hung run (it used to
+	# spin for 22 s; bench/run-costs.sh counts what it costs now).
+	timeout 300 "$M" run --alloc-limit 0 -- perl -e \
+		'my @a; push @a, "x" x 100 for 1..100000' >"$tmp/perl" 2>&1
+	st=$?
+	if test $st -ne 0 && test $st -ne 124 && test $st -ne 137; then
+		ok "perl under --alloc-limit 0 fails and ends (status $st)"
 	else
-		notok "perl under --alloc-limit 0 ends in ${took}s (limit 10 s)"
+		notok "perl under --alloc-limit 0: status $st"
+		diag "$tmp/perl"
 	fi
 else
 	skip "perl under --alloc-limit 0: no perl"
