@@ -342,7 +342,10 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
 	char path[ML__PATH_MAX];
 	int fd;
-	if (ml__run.report_path) {
+	if (ml__run.report_path && why == ML_OK && ml__run.report_pid &&
+	    ml__run.report_pid != (uint64_t)getpid()) {
+		return; /* neither the program run started nor limited */
+	} else if (ml__run.report_path) {
 		fd = open_out("report", ml__run.report_path, path, sizeof path);
 		if (fd < 0)
 			return;

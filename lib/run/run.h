@@ -40,7 +40,10 @@ struct ml__run {
 	/* Samples and allocations refused by the allocation limit (the one
 	 * that reached it included): not in the counts, said in the report. */
 	_Atomic uint64_t refused_samples, refused_allocs;
-	const char *report_path;  /* NULL: stderr                   */
+	const char *report_path; /* NULL: stderr                   */
+	/* With a report file and no limit reached, only this process
+	 * writes its report (MEMLIMITS_REPORT_PID); 0: every process. */
+	uint64_t report_pid;
 	const char *profile_path; /* NULL: none                     */
 	const char *stats_dir;    /* NULL: none                     */
 };

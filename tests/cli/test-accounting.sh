@@ -196,6 +196,7 @@ for so in libtcmalloc_minimal.so.4 libjemalloc.so.2 libmimalloc.so.2; do
 		skip "$so is not installed (scripts/install-deps)"
 		skip "$so is not installed"
 		skip "$so is not installed"
+		skip "$so is not installed"
 		continue
 	fi
 	kind=${so#lib}
@@ -217,6 +218,30 @@ for so in libtcmalloc_minimal.so.4 libjemalloc.so.2 libmimalloc.so.2; do
 	else
 		skip "cannot link with $so"
 	fi
+	# --allocator with another allocator than the one the program
+	# links: it applies, and one warning line says so (0.2 switched
+	# silently).
+	other=tcmalloc
+	test "$kind" = tcmalloc && other=jemalloc
+	if test -x "$tmp/linked" &&
+		otherlib=$(libpath "$(test $other = jemalloc && echo libjemalloc.so.2 || echo libtcmalloc_minimal.so.4)") &&
+		test -n "$otherlib"; then
+		rm -f "$tmp/a.txt"
+		"$M" run --allocator $other --heap-limit 1GiB --report "$tmp/a.txt" \
+			-- "$tmp/linked" >"$tmp/out" 2>"$tmp/err"
+		st=$?
+		if test "$st" = 0 && test "$(wc -l <"$tmp/err")" = 1 &&
+			grep -q "^memlimits run: warning: .* is linked with $so; --allocator $other replaces it" "$tmp/err" &&
+			grep -q "^allocator: $other ($otherlib)" "$tmp/a.txt"; then
+			ok "--allocator $other over a program linked with $so: runs over $other, one warning line"
+		else
+			notok "--allocator $other over a program linked with $so: status $st"
+			diag "$tmp/err" "$tmp/a.txt"
+		fi
+	else
+		skip "no program linked with $so, or $other not installed"
+	fi
+	rm -f "$tmp/linked"
 	# Preloaded after the library (memlimits run puts it first): the
 	# library forwards to it and meters its blocks.  In front of it (a
 	# bare LD_PRELOAD): no allocation reaches the library, the heap limit
