@@ -277,6 +277,25 @@ static unsigned top_ids(const uint64_t *bytes, uint32_t *top, uint64_t *n)
 	return k;
 }
 
+/* Never an empty section without the reason. */
+static void put_no_frames(struct ml__out *o)
+{
+	ml__out_puts(o, "    (no frames: ");
+	if (!ml__unwind_loaded()) {
+		ml__out_puts(o, "the unwinder (libgcc_s) was not loaded at "
+		                "start)\n");
+	} else if (trip.raw <= 0) {
+		ml__out_puts(o, "the unwinder found none)\n");
+	} else {
+		ml__out_u(o, (uint64_t)trip.raw, 10);
+		ml__out_puts(o,
+		             " found, all in the library itself: the unwinder "
+		             "could not step past the\n    code that called "
+		             "the allocator, which has no unwind "
+		             "information)\n");
+	}
+}
+
 /* "#1: 12 bytes, 50.0% of <what>[, 3 samples]" and the stack. */
 static void put_sites(struct ml__out *o, struct ml__symbols *sy,
                       const uint64_t *bytes, const uint64_t *samples,
@@ -311,8 +330,13 @@ static void put_sites(struct ml__out *o, struct ml__symbols *sy,
 			ml__out_puts(o, "    [unknown] (stacks beyond the "
 			                "table, or not captured)\n");
 	}
+	/* Never an empty section without the reason. */
 	if (!k)
-		ml__out_puts(o, "    (none)\n");
+		ml__out_puts(o, samples
+		                    ? "    (none: no allocation was sampled, "
+		                      "or every sampled one was refused)\n"
+		                    : "    (none: no sampled block is "
+		                      "held)\n");
 }
 
 /* Were stacks captured at the samples (a report file or a profile)? */
@@ -423,7 +447,11 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		ml__out_puts(&o, " limit, in an allocation of ");
 		ml__out_size(&o, trip.n);
 		ml__out_puts(&o, ":\n");
-		ml__put_stack(&o, sy, trip.ip, trip.depth, ML__STACK_DEPTH);
+		if (trip.depth & ~ML__STACK_TRUNCATED)
+			ml__put_stack(&o, sy, trip.ip, trip.depth,
+			              ML__STACK_DEPTH);
+		else
+			put_no_frames(&o);
 	}
 end:
 	ml__out_puts(&o, "==== end of memlimits report\n");

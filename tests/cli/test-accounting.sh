@@ -110,6 +110,19 @@ else
 	diag "$tmp/r.txt"
 fi
 
+# A section without entries says why (0.2 printed a heading and nothing
+# under it).  /bin/true at a 1 GiB interval and a fixed seed: no sample.
+"$M" run --seed 1 --interval 1GiB --report "$tmp/e.txt" -- /bin/true
+if grep -A1 '^top allocation sites by sampled bytes (0 distinct' "$tmp/e.txt" |
+	grep -q '^    (none: no allocation was sampled' &&
+	grep -A1 '^memory held at exit .*(0 distinct' "$tmp/e.txt" |
+	grep -q '^    (none: no sampled block is held)'; then
+	ok "empty sections of the report say why"
+else
+	notok "an empty section of the report gives no reason"
+	diag "$tmp/e.txt"
+fi
+
 # Four threads share one allocation limit; each adds its samples to the
 # process's count in batches (docs/statistics.md, "Run mode"): the report
 # sums every thread's part, and the limit is reached where it should be.
