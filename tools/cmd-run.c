@@ -38,7 +38,8 @@
 static const char synopsis[] =
     "[--alloc-limit SIZE] [--heap-limit SIZE|P%] [--held-limit SIZE] "
     "[--interval SIZE] [--seed N] [--allocator NAME] "
-    "[--on-limit fail|abort] [--report FILE] [--profile FILE] [--stats DIR] "
+    "[--on-limit fail|abort] [--report FILE] [--report-all] [--profile FILE] "
+    "[--stats DIR] "
     "[--verbose] -- PROGRAM [ARG...]";
 
 static void help(void)
@@ -79,7 +80,11 @@ static void help(void)
 	    "  --report FILE       write the report to FILE (default: stderr, "
 	    "only when a\n"
 	    "                      limit is reached); %%p in FILE is the "
-	    "process id\n"
+	    "process id.  Only\n"
+	    "                      PROGRAM and the processes that reach a "
+	    "limit write one\n"
+	    "  --report-all        with --report FILE: every process writes "
+	    "its report\n"
 	    "  --profile FILE      write a heap profile of sampled bytes in "
 	    "collapsed-stack\n"
 	    "                      format (flamegraph.pl, speedscope)\n"
@@ -100,7 +105,7 @@ struct opts {
 	const char *alloc, *heap, *held, *interval, *seed, *on_limit;
 	const char *report, *profile, *stats;
 	const char *allocator;
-	bool verbose;
+	bool verbose, report_all;
 };
 
 static void size_opt(const char *name, const char *v, bool nonzero, bool limit)
@@ -222,6 +227,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		O_PROFILE,
 		O_STATS,
 		O_VERBOSE,
+		O_REPORT_ALL,
 		O_HELP
 	};
 	static const struct option longopts[] = {
@@ -233,6 +239,7 @@ static void parse(int argc, char **argv, struct opts *o)
 	    {"seed", required_argument, NULL, O_SEED},
 	    {"on-limit", required_argument, NULL, O_ON_LIMIT},
 	    {"report", required_argument, NULL, O_REPORT},
+	    {"report-all", no_argument, NULL, O_REPORT_ALL},
 	    {"profile", required_argument, NULL, O_PROFILE},
 	    {"stats", required_argument, NULL, O_STATS},
 	    {"verbose", no_argument, NULL, O_VERBOSE},
@@ -298,6 +305,9 @@ static void parse(int argc, char **argv, struct opts *o)
 		case O_REPORT:
 			o->report = optarg;
 			break;
+		case O_REPORT_ALL:
+			o->report_all = true;
+			break;
 		case O_PROFILE:
 			o->profile = optarg;
 			break;
@@ -326,6 +336,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		                          "[OPTION]... -- PROGRAM [ARG]...)");
 	if (!argv[optind][0])
 		ml__tool_usage_error(CMD, "empty program name");
+	if (o->report_all && !o->report)
+		ml__tool_usage_error(CMD, "--report-all needs --report FILE");
 }
 
 /* ---- The program ------------------------------------------------------ */
@@ -470,6 +482,19 @@ static const char *needs_one_of(const struct elf *e, const Elf64_Ehdr *eh,
 static const char *const sanitizers[] = {"libasan", "libtsan", "libmsan",
                                          "libhwasan", "liblsan"};
 
+/* Allocators a program may link (DT_NEEDED), as --allocator names them
+ * (allocator_name); the one the checked program links, or NULL. */
+static const char *const allocators[] = {"libjemalloc", "libtcmalloc",
+                                         "libmimalloc"};
+static char *linked_allocator;
+
+static const char *allocator_name(const char *soname)
+{
+	return !strncmp(soname, "libjemalloc", 11)   ? "jemalloc"
+	       : !strncmp(soname, "libtcmalloc", 11) ? "tcmalloc"
+	                                             : "mimalloc";
+}
+
 /* The loader runs set-user-ID, set-group-ID and file-capability programs
  * in secure mode, where LD_PRELOAD paths are ignored. */
 static bool secure_exec(const char *path, const struct stat *st)
@@ -514,13 +539,30 @@ static void check_elf(const char *path, const unsigned char *m, size_t len,
                       unsigned char cls, uint16_t machine)
 {
 	struct elf e = {m, len};
-	if (len < EI_NIDENT || memcmp(m, ELFMAG, SELFMAG) != 0)
+	if (len < SELFMAG || memcmp(m, ELFMAG, SELFMAG) != 0)
 		ml__tool_usage_error(CMD,
 		                     "'%s' is neither an ELF executable nor a "
 		                     "#! script",
 		                     path);
+	if (len < EI_NIDENT)
+		ml__tool_usage_error(CMD,
+		                     "'%s' is truncated: %zu bytes, less than "
+		                     "an ELF identification (%d)",
+		                     path, len, EI_NIDENT);
 	Elf64_Ehdr eh;
-	if (m[EI_CLASS] != cls || !get(&e, 0, &eh, sizeof eh))
+	if (m[EI_CLASS] != ELFCLASS32 && m[EI_CLASS] != ELFCLASS64)
+		ml__tool_usage_error(CMD,
+		                     "'%s' is not a valid ELF file: unknown "
+		                     "class %u",
+		                     path, m[EI_CLASS]);
+	/* Cut short, the class is all that can be read: say so, not
+	 * "another class" (0.2 called a truncated 64-bit file 64-bit). */
+	if (m[EI_CLASS] == cls && !get(&e, 0, &eh, sizeof eh))
+		ml__tool_usage_error(CMD,
+		                     "'%s' is truncated: %zu bytes, less than "
+		                     "its ELF header (%zu)",
+		                     path, len, sizeof eh);
+	if (m[EI_CLASS] != cls)
 		ml__tool_usage_error(
 		    CMD,
 		    "'%s' is a %s-bit program: the library (%s-bit) cannot be "
@@ -532,10 +574,19 @@ static void check_elf(const char *path, const unsigned char *m, size_t len,
 		                     "'%s' is for another machine: the library "
 		                     "cannot be preloaded into it",
 		                     path);
-	if (eh.e_phentsize != sizeof(Elf64_Phdr) ||
-	    !in(&e, eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr)))
-		ml__tool_usage_error(CMD, "'%s': malformed ELF program headers",
-		                     path);
+	if (eh.e_phentsize != sizeof(Elf64_Phdr))
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is not a valid ELF file: program "
+		    "header entries of %u bytes (expected %zu)",
+		    path, eh.e_phentsize, sizeof(Elf64_Phdr));
+	if (!in(&e, eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr)))
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is truncated or invalid: its program "
+		    "headers (%u at offset %" PRIu64 ") end "
+		    "past its %zu bytes",
+		    path, eh.e_phnum, (uint64_t)eh.e_phoff, len);
 	bool interp = false, dynamic = false;
 	for (unsigned i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
@@ -562,6 +613,11 @@ static void check_elf(const char *path, const unsigned char *m, size_t len,
 			    "'%s' is linked with %s, which replaces malloc: "
 			    "the library would be bypassed",
 			    path, san);
+		const char *a =
+		    needs_one_of(&e, &eh, allocators,
+		                 sizeof allocators / sizeof allocators[0]);
+		free(linked_allocator);
+		linked_allocator = a ? strdup(a) : NULL;
 		if (defines_malloc(&e, &eh, SHT_DYNSYM) ||
 		    defines_malloc(&e, &eh, SHT_SYMTAB))
 			ml__tool_usage_error(
@@ -848,6 +904,12 @@ static void print_settings(const struct opts *o, const char *lib,
 	    o->seed ? "--seed" : "default");
 	say("report", o->report ? o->report : "stderr, when a limit is reached",
 	    o->report ? "--report" : "default");
+	if (o->report)
+		say("report written by",
+		    o->report_all
+		        ? "every process"
+		        : "PROGRAM and each process that reaches a limit",
+		    o->report_all ? "--report-all" : "default");
 	say("profile", o->profile ? o->profile : "none",
 	    o->profile ? "--profile" : "default");
 	say("statistics", o->stats ? o->stats : "none",
@@ -869,7 +931,8 @@ static void print_settings(const struct opts *o, const char *lib,
 	    "MEMLIMITS_HELD_LIMIT=",  "MEMLIMITS_SAMPLE_INTERVAL=",
 	    "MEMLIMITS_SEED=",        "MEMLIMITS_ON_LIMIT=",
 	    "MEMLIMITS_REPORT=",      "MEMLIMITS_PROFILE=",
-	    "MEMLIMITS_STATS_DIR=",   "MEMLIMITS_DELIVERY="};
+	    "MEMLIMITS_STATS_DIR=",   "MEMLIMITS_DELIVERY=",
+	    "MEMLIMITS_REPORT_PID="};
 	for (char **e = environ; e && *e; e++) {
 		if (strncmp(*e, "MEMLIMITS_", 10))
 			continue;
@@ -916,11 +979,28 @@ static int run_main(int argc, char **argv)
 	set("MEMLIMITS_SEED", o.seed);
 	set("MEMLIMITS_ON_LIMIT", o.on_limit);
 	set("MEMLIMITS_REPORT", report);
+	/* The report file gets PROGRAM's report (exec keeps this pid) and
+	 * those of processes that reach a limit: a test suite's hundreds of
+	 * "limit reached: none" reports buried the one that mattered. */
+	char pid[24];
+	snprintf(pid, sizeof pid, "%ld", (long)getpid());
+	set("MEMLIMITS_REPORT_PID", report && !o.report_all ? pid : NULL);
 	set("MEMLIMITS_PROFILE", profile);
 	set("MEMLIMITS_STATS_DIR", stats);
 
 	/* The allocator right after the library: the one it forwards to. */
 	char *alloc = o.allocator ? find_allocator(o.allocator) : NULL;
+	/* Another allocator than the one the program links: it runs as
+	 * asked (a user may mean to compare them), but not silently. */
+	if (o.allocator && linked_allocator &&
+	    strcmp(o.allocator, allocator_name(linked_allocator)))
+		fprintf(stderr,
+		        "memlimits run: warning: '%s' is linked with %s; "
+		        "--allocator %s %s\n",
+		        path, linked_allocator, o.allocator,
+		        alloc ? "replaces it (its allocations go to the one "
+		                "preloaded)"
+		              : "preloads nothing: it keeps its own");
 	const char *old = getenv("LD_PRELOAD");
 	char *preload;
 	if (asprintf(&preload, "%s%s%s%s%s", lib, alloc ? ":" : "",

@@ -25,6 +25,9 @@
 static struct {
 	ml_status why;
 	uint64_t n;
+	uint64_t s, total;    /* its samples; the count with them (alloc) */
+	_Atomic bool refused; /* it was refused: not in the counts */
+	int raw;              /* frames the unwinder found, ours included */
 	uint32_t depth;
 	uintptr_t ip[ML__STACK_DEPTH];
 	uint64_t *held; /* by stack id, NULL: not taken */
@@ -32,11 +35,19 @@ static struct {
 } trip;
 static _Atomic int written;
 
-void ml__profile_trip(ml_status why, uint64_t n)
+void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total)
 {
 	/* Called once per process (runmode.c guards it). */
 	trip.depth = ml__stack_capture(trip.ip);
+	if (!(trip.depth & ~ML__STACK_TRUNCATED)) {
+		/* No frame of the program: whether the unwinder found any
+		 * at all, for the report to say why. */
+		void *ip[ML__STACK_DEPTH];
+		trip.raw = ml__backtrace(ip, ML__STACK_DEPTH);
+	}
 	trip.n = n;
+	trip.s = s;
+	trip.total = total;
 	trip.why = why;
 	if (!ML__HELD_ON)
 		return;
@@ -49,9 +60,15 @@ void ml__profile_trip(ml_status why, uint64_t n)
 
 /* A forked child starts with no trip of its own (its profile is reset
  * by runmode.c). */
+void ml__profile_trip_refused(void)
+{
+	atomic_store(&trip.refused, true);
+}
+
 static void atfork_child(void)
 {
 	trip.why = ML_OK;
+	atomic_store(&trip.refused, false);
 	trip.depth = 0;
 	trip.held = NULL;
 	atomic_store(&written, 0);
@@ -109,6 +126,51 @@ static int open_out(const char *what, const char *path, char *buf, size_t cap)
 
 /* ---- Report ----------------------------------------------------------- */
 
+/* The allocations that the allocation limit refused allocated nothing:
+ * their samples are not counted, so the count may end below the limit it
+ * reached.  Said, lest the report read as a contradiction. */
+static void put_refused(struct ml__out *o)
+{
+	uint64_t rs = atomic_load(&ml__run.refused_samples);
+	uint64_t ra = atomic_load(&ml__run.refused_allocs);
+	if (!ra)
+		return;
+	uint64_t s = atomic_load(&ml__interval);
+	bool first = trip.why == ML_ALLOC_LIMIT && atomic_load(&trip.refused);
+	ml__out_puts(o, "  not counted: the samples of the allocations this "
+	                "limit refused (they allocated nothing)");
+	if (first) {
+		ml__out_puts(o, ":\n  the allocation that reached the limit (");
+		ml__out_size(o, trip.n);
+		ml__out_puts(o, ") had ");
+		ml__out_u(o, trip.s, 10);
+		ml__out_puts(o, " samples: counted, they would have taken the "
+		                "count from ");
+		ml__out_u(o, trip.total - trip.s, 10);
+		ml__out_puts(o, " to ");
+		ml__out_u(o, trip.total, 10);
+		ml__out_puts(o, " samples (");
+		ml__out_size(o, trip.total * s);
+		ml__out_puts(o, ")");
+		rs -= trip.s < rs ? trip.s : rs;
+		ra--;
+		if (ra) {
+			ml__out_puts(o, ";\n  ");
+			ml__out_u(o, ra, 10);
+			ml__out_puts(o, " allocations refused after it had ");
+			ml__out_u(o, rs, 10);
+			ml__out_puts(o, " samples");
+		}
+	} else {
+		ml__out_puts(o, ": ");
+		ml__out_u(o, ra, 10);
+		ml__out_puts(o, " allocations, ");
+		ml__out_u(o, rs, 10);
+		ml__out_puts(o, " samples");
+	}
+	ml__out_puts(o, "\n");
+}
+
 static void put_limits(struct ml__out *o)
 {
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
@@ -143,6 +205,7 @@ static void put_limits(struct ml__out *o)
 		ml__out_puts(o, " samples of all threads; counted so far: ");
 		ml__out_u(o, ml__counts_samples(), 10);
 		ml__out_puts(o, "\n");
+		put_refused(o);
 	}
 	ml__out_puts(o, "allocator: ");
 	ml__out_puts(o, ml__allocator_kind());
@@ -214,6 +277,25 @@ static unsigned top_ids(const uint64_t *bytes, uint32_t *top, uint64_t *n)
 	return k;
 }
 
+/* Never an empty section without the reason. */
+static void put_no_frames(struct ml__out *o)
+{
+	ml__out_puts(o, "    (no frames: ");
+	if (!ml__unwind_loaded()) {
+		ml__out_puts(o, "the unwinder (libgcc_s) was not loaded at "
+		                "start)\n");
+	} else if (trip.raw <= 0) {
+		ml__out_puts(o, "the unwinder found none)\n");
+	} else {
+		ml__out_u(o, (uint64_t)trip.raw, 10);
+		ml__out_puts(o,
+		             " found, all in the library itself: the unwinder "
+		             "could not step past the\n    code that called "
+		             "the allocator, which has no unwind "
+		             "information)\n");
+	}
+}
+
 /* "#1: 12 bytes, 50.0% of <what>[, 3 samples]" and the stack. */
 static void put_sites(struct ml__out *o, struct ml__symbols *sy,
                       const uint64_t *bytes, const uint64_t *samples,
@@ -248,8 +330,13 @@ static void put_sites(struct ml__out *o, struct ml__symbols *sy,
 			ml__out_puts(o, "    [unknown] (stacks beyond the "
 			                "table, or not captured)\n");
 	}
+	/* Never an empty section without the reason. */
 	if (!k)
-		ml__out_puts(o, "    (none)\n");
+		ml__out_puts(o, samples
+		                    ? "    (none: no allocation was sampled, "
+		                      "or every sampled one was refused)\n"
+		                    : "    (none: no sampled block is "
+		                      "held)\n");
 }
 
 /* Were stacks captured at the samples (a report file or a profile)? */
@@ -279,7 +366,10 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
 	char path[ML__PATH_MAX];
 	int fd;
-	if (ml__run.report_path) {
+	if (ml__run.report_path && why == ML_OK && ml__run.report_pid &&
+	    ml__run.report_pid != (uint64_t)getpid()) {
+		return; /* neither the program run started nor limited */
+	} else if (ml__run.report_path) {
 		fd = open_out("report", ml__run.report_path, path, sizeof path);
 		if (fd < 0)
 			return;
@@ -314,7 +404,20 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 	ml__out_u(&o, all.samples, 10);
 	ml__out_puts(&o, " samples, interval ");
 	ml__out_u(&o, atomic_load(&ml__interval), 10);
-	ml__out_puts(&o, " bytes)\n");
+	ml__out_puts(&o, " bytes)");
+	uint64_t rs = atomic_load(&ml__run.refused_samples);
+	if (rs) {
+		/* What the count would be with the refused allocations. */
+		ml__out_puts(&o, ";\n  with the ");
+		ml__out_u(&o, rs, 10);
+		ml__out_puts(&o, " samples of the allocations refused by the "
+		                 "allocation limit: ");
+		ml__out_size(&o, total + rs * atomic_load(&ml__interval));
+		ml__out_puts(&o, " (");
+		ml__out_u(&o, all.samples + rs, 10);
+		ml__out_puts(&o, " samples)");
+	}
+	ml__out_puts(&o, "\n");
 
 	if (stacks_kept()) {
 		ml__out_puts(&o, "top allocation sites by sampled bytes");
@@ -344,7 +447,11 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		ml__out_puts(&o, " limit, in an allocation of ");
 		ml__out_size(&o, trip.n);
 		ml__out_puts(&o, ":\n");
-		ml__put_stack(&o, sy, trip.ip, trip.depth, ML__STACK_DEPTH);
+		if (trip.depth & ~ML__STACK_TRUNCATED)
+			ml__put_stack(&o, sy, trip.ip, trip.depth,
+			              ML__STACK_DEPTH);
+		else
+			put_no_frames(&o);
 	}
 end:
 	ml__out_puts(&o, "==== end of memlimits report\n");

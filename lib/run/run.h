@@ -37,7 +37,13 @@ struct ml__run {
 	uint64_t batch;
 	_Atomic uint64_t samples; /* all root tasks together, folded  */
 	_Atomic int fired;        /* ml_status of the first limit hit */
-	const char *report_path;  /* NULL: stderr                   */
+	/* Samples and allocations refused by the allocation limit (the one
+	 * that reached it included): not in the counts, said in the report. */
+	_Atomic uint64_t refused_samples, refused_allocs;
+	const char *report_path; /* NULL: stderr                   */
+	/* With a report file and no limit reached, only this process
+	 * writes its report (MEMLIMITS_REPORT_PID); 0: every process. */
+	uint64_t report_pid;
 	const char *profile_path; /* NULL: none                     */
 	const char *stats_dir;    /* NULL: none                     */
 };
@@ -94,8 +100,13 @@ struct ml__prof_count ml__counts_profile(uint64_t *bytes, uint64_t *samples);
 
 /* ---- Profile and report (report.c) ------------------------------------ */
 
-void ml__profile_trip(ml_status why, uint64_t n); /* the tripping stack */
-void ml__report_write(void);                      /* report and profile */
+/* The tripping stack; s samples, the count then `total` (allocation
+ * limit). */
+void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total);
+/* The allocation that tripped was refused (or failed): its samples left
+ * the count. */
+void ml__profile_trip_refused(void);
+void ml__report_write(void); /* report and profile */
 
 /* ---- Symbols (symbols.c) ---------------------------------------------- */
 

@@ -19,6 +19,9 @@ struct root {
 	struct ml__slice slice;
 	struct ml_task task;
 	struct ml__run_counts counts; /* counts.c */
+	/* This thread's sample tripped the allocation limit; cleared at
+	 * the next sample: an unsample before it is that allocation's. */
+	bool tripped_here;
 };
 ML__POOL(static, root_pool, (sizeof(struct root) + 63) & ~(size_t)63)
 
@@ -80,12 +83,15 @@ static void thread_exit(struct ml__thread *t)
 		ml__stats_thread_exit(t);
 }
 
-static void fire(ml_status why, uint64_t n)
+/* True for the first limit reached in the process. */
+static bool fire(ml_status why, uint64_t n, uint64_t s, uint64_t total)
 {
 	int expect = ML_OK;
-	if (atomic_compare_exchange_strong(&ml__run.fired, &expect, why)) {
+	bool first =
+	    atomic_compare_exchange_strong(&ml__run.fired, &expect, why);
+	if (first) {
 		ml__diag_keep(); /* the report on stderr is due at exit */
-		ml__profile_trip(why, n);
+		ml__profile_trip(why, n, s, total);
 	}
 	if (ml__run.on_limit == ML__ON_LIMIT_ABORT) {
 		ml__report_write();
@@ -93,6 +99,7 @@ static void fire(ml_status why, uint64_t n)
 			ml__stats_write();
 		_exit(3);
 	}
+	return first;
 }
 
 static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
@@ -100,6 +107,7 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	struct root *root = root_of(t);
 	if (!root)
 		return 0;
+	root->tripped_here = false;
 	/* Still counted after the trip, as the profile counts it: the
 	 * report's totals agree. */
 	uint64_t total = ml__counts_sample(
@@ -107,14 +115,14 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (atomic_load(&root->task.status) != ML_OK)
 		return 0;
 	if (ml__run.alloc_limit != ML_NO_LIMIT && total >= ml__run.k) {
-		fire(ML_ALLOC_LIMIT, n);
+		root->tripped_here = fire(ML_ALLOC_LIMIT, n, s, total);
 		/* Sticky: the budget is spent. */
 		atomic_store(&root->task.status, ML_ALLOC_LIMIT);
 		return ML__HOOK_TRIPPED;
 	}
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
 	    ml__over_global(n)) {
-		fire(ML_GLOBAL_LIMIT, n);
+		fire(ML_GLOBAL_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE; /* this allocation only */
 	}
 	/* As the core checks a task's held limit (tasks/task.c), but not
@@ -122,7 +130,7 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (ml__run.held_limit != ML_NO_LIMIT &&
 	    ml__held_bytes(&process) + s * (uint64_t)t->sampler.interval >=
 	        ml__run.held_limit) {
-		fire(ML_HELD_LIMIT, n);
+		fire(ML_HELD_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE;
 	}
 	return 0;
@@ -136,6 +144,17 @@ static void on_unsample(struct ml__thread *t, uint64_t s)
 		return;
 	ml__counts_unsample(&root->counts, t->stack,
 	                    s * (uint64_t)t->sampler.interval, s);
+	/* The allocation limit's refusals leave the count: the report says
+	 * how many, so that a count below the limit does not read as the
+	 * limit not reached.  A rare path: shared counters are fine. */
+	if (atomic_load(&root->task.status) == ML_ALLOC_LIMIT) {
+		atomic_fetch_add(&ml__run.refused_samples, s);
+		atomic_fetch_add(&ml__run.refused_allocs, 1);
+	}
+	if (root->tripped_here) {
+		root->tripped_here = false;
+		ml__profile_trip_refused();
+	}
 }
 
 /* A process is one budget; a forked child starts its own (as an exec'd
@@ -144,10 +163,13 @@ static void fork_child(struct ml__thread *t)
 {
 	struct root *root = root_of(t);
 	atomic_store(&ml__run.fired, ML_OK);
+	atomic_store(&ml__run.refused_samples, 0);
+	atomic_store(&ml__run.refused_allocs, 0);
 	ml__counts_fork_child(root ? &root->counts : NULL);
 	if (root) {
 		atomic_store(&root->task.status, ML_OK);
 		atomic_store(&root->task.samples, 0);
+		root->tripped_here = false;
 		root->slice.seen = ML_OK;
 		ml__tasks_recheck(t);
 	}

@@ -109,6 +109,13 @@ void ml__run_configure(void)
 			    v);
 	}
 	r->report_path = read_path("MEMLIMITS_REPORT", report_path);
+	v = ml__getenv("MEMLIMITS_REPORT_PID");
+	if (v && ml__parse_u64(v, &x) != 0)
+		ml__diag("ignoring MEMLIMITS_REPORT_PID=%s: expected a process "
+		         "id",
+		         v);
+	else if (v)
+		r->report_pid = x;
 	r->profile_path = read_path("MEMLIMITS_PROFILE", profile_path);
 	r->stats_dir = read_path("MEMLIMITS_STATS_DIR", stats_dir);
 	/* A report or profile on stderr is sure to be written: keep a copy

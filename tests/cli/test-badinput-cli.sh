@@ -155,6 +155,21 @@ badelf() { # badelf KIND MESSAGE
 badelf malloc "has its own malloc"
 badelf sanitizer "libasan.so.8"
 
+# Truncated ELF files: inside the identification, the ELF header, the
+# program headers (make-elf's: 2 at offset 65, to byte 177).  0.2 called
+# one cut inside the header "a 64-bit program" that a 64-bit library
+# "cannot be preloaded into".
+for len in 6 15 20 40 63 64 100 176; do
+	head -c $len "$tmp/elf-malloc" >"$tmp/elf-cut" && chmod +x "$tmp/elf-cut"
+	bad "run an ELF file cut at $len bytes" run -- "$tmp/elf-cut"
+	if grep -q "is truncated" "$tmp/err" && ! grep -q -- '-bit' "$tmp/err"; then
+		ok "an ELF file cut at $len bytes is called truncated"
+	else
+		notok "an ELF file cut at $len bytes: $(cat "$tmp/err")"
+	fi
+done
+bad "run --report-all without --report" run --report-all -- sh -c "$ran"
+
 # ---- sizes: rounded down, and 2^64-1 is not a limit ----------------------
 max=18446744073709551615
 bad "run --alloc-limit 2^64-1 (would mean no limit)" run --alloc-limit $max -- sh -c "$ran"
