@@ -9,7 +9,9 @@
  * answers with an error); the header filter answers memlimits_status if
  * the headers are not sent yet, the request is closed if they are, and the
  * log phase writes one line to the error log.  The task is freed by a
- * cleanup of the request's pool, never while a slice of it runs.
+ * cleanup of the request's pool, never while a slice of it runs.  A request
+ * refused at memlimits_pressure has a context without a task, for the
+ * header filter.
  *
  * The library must be the process's allocator (LD_PRELOAD or memlimits
  * run): checked at start-up with ml_capabilities(). */
@@ -76,7 +78,7 @@ typedef struct {
 	unsigned answered : 1; /* the header filter gave the status */
 	unsigned noted : 1;
 	unsigned logged : 1;
-	unsigned refused : 1; /* refused at memlimits_pressure */
+	unsigned refused : 1; /* refused at memlimits_pressure: no task */
 } ngx_http_memlimits_ctx_t;
 
 typedef struct {
@@ -167,6 +169,8 @@ static ngx_connection_t ml_sweep_conn; /* ngx_event_t wants a data */
 static void ngx_http_memlimits_cleanup(void *data)
 {
 	ngx_http_memlimits_ctx_t *ctx = data;
+	if (!ctx->task)
+		return; /* refused */
 	if (ngx_queue_next(&ctx->live)) {
 		ngx_queue_remove(&ctx->live);
 	}
@@ -442,6 +446,15 @@ static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 			return NGX_DECLINED;
 		mcf =
 		    ngx_http_get_module_main_conf(r, ngx_http_memlimits_module);
+		ctx = ngx_pcalloc(r->pool, sizeof *ctx);
+		ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
+		if (!ctx || !cln)
+			return NGX_HTTP_INTERNAL_SERVER_ERROR;
+		ctx->r = r;
+		ctx->status = lcf->status;
+		cln->handler = ngx_http_memlimits_cleanup;
+		cln->data = ctx;
+		ngx_http_set_ctx(r, ctx, ngx_http_memlimits_module);
 		if (mcf->global && mcf->pressure) {
 			uint64_t usage = ml_global_memory_usage();
 			if ((double)usage >= (double)mcf->global *
@@ -455,14 +468,13 @@ static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 				              "memlimits_global %.1f MiB",
 				              (double)usage / 1048576.0,
 				              (double)mcf->global / 1048576.0);
+				/* The header filter makes whatever answer
+				 * reaches it the module's. */
+				ctx->refused = 1;
 				r->keepalive = 0;
 				return lcf->status;
 			}
 		}
-		ctx = ngx_pcalloc(r->pool, sizeof *ctx);
-		ngx_pool_cleanup_t *cln = ngx_pool_cleanup_add(r->pool, 0);
-		if (!ctx || !cln)
-			return NGX_HTTP_INTERNAL_SERVER_ERROR;
 		ml_limits l = ML_LIMITS_INIT;
 		l.alloc_bytes =
 		    lcf->request_limit ? lcf->request_limit : ML_NO_LIMIT;
@@ -478,14 +490,9 @@ static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 			              "served without limits");
 			return NGX_DECLINED;
 		}
-		ctx->r = r;
 		ctx->alloc_limit = l.alloc_bytes;
 		ctx->held_limit = l.held_bytes;
-		ctx->status = lcf->status;
-		cln->handler = ngx_http_memlimits_cleanup;
-		cln->data = ctx;
 		ngx_queue_insert_tail(&ml_live, &ctx->live);
-		ngx_http_set_ctx(r, ctx, ngx_http_memlimits_module);
 	}
 	ml_arm(ctx, NULL);
 	/* The rest of the phases run as the request's first slice. */
@@ -501,12 +508,31 @@ static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 /* ---- Answer and log --------------------------------------------------------
  */
 
+/* The answer to a stopped or refused request: memlimits_status, an empty
+ * body, Connection: close, whatever response nginx or another module was
+ * about to send.  It must survive the other filters, which see the
+ * special response nginx sends in its place (its error page): gzip would
+ * compress a 403 or 404 page, sub_filter and ssi rewrite it, and
+ * image_filter (on any status but 304) and xslt hold back the header
+ * until the body, then answer a page they cannot convert with their own
+ * error (415, 500) through ngx_http_filter_finalize_request.  Which
+ * filters act, and on what (status, content type, length), is each
+ * filter's own business; what nginx guarantees is the order of the filter
+ * chain.  So the module sits below all of them (ngx_module_order in
+ * config): whatever header comes out of them for this request, a
+ * filter's own error included, reaches this filter last, right before
+ * nginx writes it (HTTP/1 or HTTP/2), and is replaced here; the header
+ * says there is no body (header_only), so no body follows through the
+ * filters.  Filters keep their contexts; nothing of theirs is touched but
+ * the headers they set (Content-Encoding). */
 static ngx_int_t ngx_http_memlimits_header_filter(ngx_http_request_t *r)
 {
 	ngx_http_memlimits_ctx_t *ctx = ml_get_ctx(r);
-	if (r != r->main || !ctx || !ctx->task || ctx->answered ||
-	    r->header_sent ||
-	    (!ctx->stopped && ml_task_status(ctx->task) == ML_OK))
+	if (r != r->main || !ctx || ctx->answered || r->header_sent)
+		return ngx_http_next_header_filter(r);
+	if (!ctx->refused &&
+	    (!ctx->task ||
+	     (!ctx->stopped && ml_task_status(ctx->task) == ML_OK)))
 		return ngx_http_next_header_filter(r);
 	ml_note(ctx);
 	ctx->stopped = 1;
@@ -518,6 +544,11 @@ static ngx_int_t ngx_http_memlimits_header_filter(ngx_http_request_t *r)
 	ngx_http_clear_accept_ranges(r);
 	ngx_http_clear_last_modified(r);
 	ngx_http_clear_etag(r);
+	ngx_http_clear_location(r);
+	if (r->headers_out.content_encoding) { /* gzip's */
+		r->headers_out.content_encoding->hash = 0;
+		r->headers_out.content_encoding = NULL;
+	}
 	r->headers_out.content_length_n = 0;
 	r->headers_out.content_type.len = 0;
 	r->headers_out.content_type_len = 0;

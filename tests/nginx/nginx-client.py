@@ -7,8 +7,14 @@
       files and thumbnails in a loop while NBOMB PNG bomb requests are made,
       two at a time; prints one line per kind of result
   nginx-client.py put PORT PATH MIB           a PUT whose body is MIB MiB
-  nginx-client.py pressure PORT BIGMIB      a GET while a slow PUT holds
-      BIGMIB, and one after it ended
+  nginx-client.py pressure PORT BIGMIB [REQ...]  a GET and each REQ
+      (below) while a slow PUT holds BIGMIB, and again after it ended
+  nginx-client.py ask PORT REQ...           each REQ once
+      REQ is METHOD:PATH[:gzip]; a PUT sends the head of a 512 MiB body;
+      gzip asks for gzip.  One line each: "REQ STATUS LENGTH ENCODING
+      SIZE TYPE", where LENGTH is the Content-Length, SIZE the body read
+      and ENCODING and TYPE the Content-Encoding and Content-Type ("-"
+      when absent); and "REQ body ..." with its first 60 bytes
   nginx-client.py global PORT BIGMIB SECONDMIB  a slow PUT holding BIGMIB,
       then one of SECONDMIB, with small requests throughout
 Results are printed as "key value" lines for the shell test to check."""
@@ -194,17 +200,71 @@ def glob_puts(port, big, second, small):
     print('small_bad', small['bad'])
 
 
-def pressure(port, big):
-    """A slow PUT holds BIG MiB; a GET meanwhile, and one after it ended."""
+def pressure(port, big, reqs):
+    """A slow PUT holds BIG MiB; a GET and REQS meanwhile, and again after
+    it ended."""
     s = put_start(port, '/big', big << 20)
     put_send(s, 4 << 20)
     time.sleep(0.5)
     during, _ = get(port, '/f4k.bin')
+    ask_all(port, reqs, 'held ')
     s.close()
     time.sleep(0.5)
     after, _ = get(port, '/f4k.bin')
+    ask_all(port, reqs, 'freed ')
     print('during', during)
     print('after', after)
+
+
+def ask(port, req):
+    """One request read up to the end of its body; http.client cannot be
+    used for a PUT answered before its body is sent, and a response
+    read to the end of the connection would wait out lingering_timeout."""
+    method, path = req.split(':')[:2]
+    head = ('%s %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n'
+            % (method, path))
+    if req.endswith(':gzip'):
+        head += 'Accept-Encoding: gzip\r\n'
+    if method == 'PUT':
+        head += 'Content-Length: %d\r\n' % (512 << 20)
+    s = socket.create_connection(('127.0.0.1', port), timeout=10)
+    s.sendall((head + '\r\n').encode())
+    if method == 'PUT':
+        put_send(s, 1 << 20)
+    data = b''
+    try:
+        while b'\r\n\r\n' not in data:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+        hdr, _, body = data.partition(b'\r\n\r\n')
+        lines = hdr.decode('latin-1').split('\r\n')
+        st = int(lines[0].split(' ')[1])
+        h = {}
+        for line in lines[1:]:
+            k, _, v = line.partition(':')
+            h[k.strip().lower()] = v.strip()
+        n = int(h.get('content-length', '-1'))
+        while n < 0 or len(body) < n:
+            d = s.recv(65536)
+            if not d:
+                break
+            body += d
+    except (OSError, IndexError, ValueError):
+        return '%s 0 - - 0 -' % req, b''
+    finally:
+        s.close()
+    return '%s %d %s %s %d %s' % (req, st, h.get('content-length', '-'),
+                                  h.get('content-encoding', '-'), len(body),
+                                  h.get('content-type', '-').split(';')[0]), body
+
+
+def ask_all(port, reqs, prefix=''):
+    for req in reqs:
+        line, body = ask(port, req)
+        print(prefix + line)
+        print(prefix + req, 'body', repr(body[:60]))
 
 
 def main(a):
@@ -225,7 +285,9 @@ def main(a):
     elif a[0] == 'put':
         put(int(a[1]), a[2], int(a[3]))
     elif a[0] == 'pressure':
-        pressure(int(a[1]), int(a[2]))
+        pressure(int(a[1]), int(a[2]), a[3:])
+    elif a[0] == 'ask':
+        ask_all(int(a[1]), a[2:])
     elif a[0] == 'global':
         glob(int(a[1]), int(a[2]), int(a[3]))
 

@@ -16,6 +16,15 @@
 #  - memlimits_pressure 0.5 of 256 MiB: while a slow PUT holds 150 MiB a
 #    new request is refused with 503 and one error-log line; once it
 #    ended, requests are served again;
+#  - behind the other filters that may rewrite or hold back a response
+#    (image_filter, gzip, sub_filter, ssi, addition: the locations of
+#    $tmp/filters.conf), a request refused at memlimits_pressure and one
+#    stopped by its own limits are answered exactly memlimits_status with
+#    the module's empty body and no Content-Encoding (issue 24:
+#    image_filter turned refusals into 415); once the pressure is gone the
+#    same requests show each filter at work there; a PNG bomb without
+#    limits of its own is stopped by memlimits_global behind image_filter
+#    and answered the same;
 #  - memlimits_global (256 MiB here): a slow PUT holding 150 MiB is
 #    stopped when a second one of 110 MiB comes (usage then stays within
 #    the limit's margin L/8, so that the second is not stopped too), which then succeeds,
@@ -84,6 +93,7 @@ conf() {
 		-e "s|memlimits_global 768m;|memlimits_global $1;|" \
 		-e "s|memlimits_pressure 0.85;|memlimits_pressure ${2:-}|" \
 		-e "/memlimits_pressure \$/d" \
+		-e "s|^        location / {|        include $tmp/filters.conf;\n&|" \
 		"$top_srcdir/contrib/nginx/nginx.conf" >"$tmp/nginx.conf"
 	printf 'daemon off;\n' >>"$tmp/nginx.conf"
 	# As root, the workers would run as nobody, who cannot read $tmp.
@@ -102,6 +112,46 @@ start_nginx() {
 }
 rss_kb() { sed -n "s/^$1:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$2/status"; }
 
+# Locations behind other filters (issue 24).  gzip compresses only 200, 403
+# and 404 answers: its locations answer 403, so that gzip would act.
+cat >"$tmp/filters.conf" <<EOF
+location /gz/ {
+    alias $tmp/html/;
+    gzip on; gzip_types *; gzip_min_length 0;
+    memlimits_status 403;
+}
+location /sub/ {
+    alias $tmp/html/;
+    sub_filter nginx SUBSTITUTED; sub_filter_once off;
+}
+location /ssi/ {
+    alias $tmp/html/;
+    ssi on; add_after_body /tail.txt;
+}
+location /gthumb/ {
+    alias $tmp/html/;
+    image_filter resize 100 100; image_filter_buffer 2m;
+    memlimits_request_held 0; memlimits_request_limit 0;
+}
+location /gzput {
+    gzip on; gzip_types *; gzip_min_length 0;
+    memlimits_status 403;
+    client_max_body_size 1024m; client_body_buffer_size 1024m;
+    proxy_pass http://127.0.0.1:$p2/sink;
+}
+location /subput {
+    sub_filter nginx SUBSTITUTED; sub_filter_once off; ssi on;
+    client_max_body_size 1024m; client_body_buffer_size 1024m;
+    proxy_pass http://127.0.0.1:$p2/sink;
+}
+location /imgput {
+    image_filter resize 100 100;
+    client_max_body_size 1024m; client_body_buffer_size 1024m;
+    proxy_pass http://127.0.0.1:$p2/sink;
+}
+EOF
+printf '<p>hello nginx <!--# echo var="nothere" default="ssi-on" --></p>\n' >"$tmp/html/page.html"
+printf 'addition-on\n' >"$tmp/html/tail.txt"
 "$PY" "$CLIENT" png bomb "$tmp/html/bomb.png" 12000
 "$PY" "$CLIENT" png small "$tmp/html/small.png"
 head -c 4096 /dev/urandom >"$tmp/html/f4k.bin"
@@ -182,6 +232,22 @@ if tap_case put; then
 		notok "512 MiB PUT: status $s in $t s"
 		diag "$tmp/put.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
 	fi
+	# Stopped by its limits (the bomb by the 64 MiB held, the PUTs' 512 MiB
+	# body buffer by the 256 MiB allocation limit) behind image_filter, gzip
+	# (its 403), sub_filter and ssi: exactly the module's answer.
+	timeout 60 "$PY" "$CLIENT" ask "$p1" GET:/thumb/bomb.png PUT:/imgput \
+		PUT:/gzput:gzip PUT:/subput >"$tmp/stop.out" 2>&1
+	bad=
+	for want in "GET:/thumb/bomb.png 503" "PUT:/imgput 503" \
+		"PUT:/gzput:gzip 403" "PUT:/subput 503"; do
+		grep -qx "$want 0 - 0 -" "$tmp/stop.out" || bad="$bad ${want% *}"
+	done
+	if [ -z "$bad" ]; then
+		ok "stopped behind image_filter, gzip, sub_filter, ssi: memlimits_status, empty body"
+	else
+		notok "stopped behind filters, not the module's answer:$bad"
+		diag "$tmp/stop.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
 	timeout 60 "$PY" "$CLIENT" put "$p1" /upload 1 >"$tmp/put.out" 2>&1
 	s=$(sed -n 's/^put_status //p' "$tmp/put.out")
 	if [ "$s" = 200 ]; then
@@ -196,13 +262,36 @@ fi
 if tap_case pressure; then
 	conf 256m "0.5;"
 	start_nginx
-	timeout 60 "$PY" "$CLIENT" pressure "$p1" 150 >"$tmp/p.out" 2>&1
+	timeout 60 "$PY" "$CLIENT" pressure "$p1" 150 GET:/thumb/small.png \
+		GET:/gz/page.html:gzip GET:/sub/page.html GET:/ssi/page.html >"$tmp/p.out" 2>&1
 	v() { sed -n "s/^$1 //p" "$tmp/p.out"; }
 	if [ "$(v during)" = 503 ] && [ "$(v after)" = 200 ] &&
 		grep -q 'memlimits: request refused.*request: "GET /f4k.bin' "$tmp/logs/error.log"; then
 		ok "memlimits_pressure: refused (503, logged) while 150 MiB are held, served after"
 	else
 		notok "memlimits_pressure: $(v during) during, $(v after) after"
+		diag "$tmp/p.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	# Refused behind image_filter (it made them 415), gzip (it compressed
+	# the 403 page), sub_filter, ssi and addition: exactly the module's
+	# answer; after, the same requests show each filter acting there.
+	bad=
+	for want in "GET:/thumb/small.png 503" "GET:/gz/page.html:gzip 403" \
+		"GET:/sub/page.html 503" "GET:/ssi/page.html 503"; do
+		grep -qx "held $want 0 - 0 -" "$tmp/p.out" || bad="$bad ${want% *}"
+	done
+	grep -q '^freed GET:/thumb/small.png 200 [0-9]* - [0-9]* image/png$' "$tmp/p.out" ||
+		bad="$bad after:image"
+	grep -q '^freed GET:/gz/page.html:gzip 200 - gzip [0-9]* text/html$' "$tmp/p.out" ||
+		bad="$bad after:gzip"
+	grep -q '^freed GET:/sub/page.html body .*hello SUBSTITUTED' "$tmp/p.out" ||
+		bad="$bad after:sub"
+	grep -q '^freed GET:/ssi/page.html body .*ssi-on.*addition-on' "$tmp/p.out" ||
+		bad="$bad after:ssi"
+	if [ -z "$bad" ]; then
+		ok "refused behind image_filter, gzip, sub_filter, ssi, addition: memlimits_status, empty body"
+	else
+		notok "refused behind filters, not the module's answer:$bad"
 		diag "$tmp/p.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
 	fi
 	stop_nginx
@@ -226,6 +315,16 @@ if tap_case global; then
 	else
 		notok "the others: second $(v second_status), small $(v small_ok) good, $(v small_bad) bad"
 		diag "$tmp/g.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	# A bomb without limits of its own behind image_filter: stopped by
+	# memlimits_global as it decodes, answered like the others.
+	timeout 60 "$PY" "$CLIENT" ask "$p1" GET:/gthumb/bomb.png >"$tmp/gb.out" 2>&1
+	if grep -qx "GET:/gthumb/bomb.png 503 0 - 0 -" "$tmp/gb.out" &&
+		grep -q 'memlimits: request stopped.*global.*request: "GET /gthumb/bomb.png' "$tmp/logs/error.log"; then
+		ok "stopped by memlimits_global behind image_filter: memlimits_status, empty body"
+	else
+		notok "stopped by memlimits_global behind image_filter"
+		diag "$tmp/gb.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
 	fi
 	stop_nginx
 fi
