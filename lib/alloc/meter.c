@@ -72,15 +72,21 @@ void ml__meter_flush(void)
 	struct ml__meter_local *t = &ml__meter_self;
 	int64_t d = (int64_t)(t->down - t->up), now;
 	if (d) {
-		/* The total the fold made; a sum that does not fit (absurd
-		 * ml_note_* counts) only skips the peak and the pressure. */
+		/* A sum that does not fit (absurd ml_note_* counts: a single
+		 * note is at most INT64_MAX) saturates: a wrapped total would
+		 * read as an empty heap.  A CAS costs a fold what the
+		 * fetch-and-add did when uncontended. */
 		int64_t old =
-		    atomic_fetch_add_explicit(&total, d, memory_order_relaxed);
-		if (!__builtin_add_overflow(old, d, &now)) {
-			if (d > 0)
-				raise_peak(now);
-			pressure_check(now);
-		}
+		    atomic_load_explicit(&total, memory_order_relaxed);
+		do {
+			if (__builtin_add_overflow(old, d, &now))
+				now = d > 0 ? INT64_MAX : INT64_MIN;
+		} while (!atomic_compare_exchange_weak_explicit(
+		    &total, &old, now, memory_order_relaxed,
+		    memory_order_relaxed));
+		if (d > 0)
+			raise_peak(now);
+		pressure_check(now);
 	}
 	t->up = t->down = ML__METER_BATCH;
 }
@@ -97,16 +103,28 @@ void ml__meter_add(int64_t bytes)
 	struct ml__meter_local *t = &ml__meter_self;
 	uint64_t *c = bytes >= 0 ? &t->up : &t->down;
 	uint64_t b = bytes >= 0 ? (uint64_t)bytes : -(uint64_t)bytes;
-	if (__builtin_sub_overflow(*c, b, c))
+	if (__builtin_sub_overflow(*c, b, c)) {
+		/* The delta (down - up, within +-BATCH before) plus a note
+		 * near INT64_MAX would not fit an int64_t: fold the delta
+		 * first, then the note alone. */
+		if (ml__unlikely(b > (uint64_t)(INT64_MAX - ML__METER_BATCH))) {
+			*c += b;
+			ml__meter_flush();
+			*c -= b;
+		}
 		ml__meter_flush();
+	}
 }
 
 uint64_t ml__meter_usage(void)
 {
 	if (!ML__METER_ON)
 		return ml__allocator_in_use();
-	int64_t v = atomic_load_explicit(&total, memory_order_relaxed) +
-	            (int64_t)(ml__meter_self.down - ml__meter_self.up);
+	int64_t v, d = (int64_t)(ml__meter_self.down - ml__meter_self.up);
+	/* Saturated, as the total is at a fold. */
+	if (__builtin_add_overflow(
+	        atomic_load_explicit(&total, memory_order_relaxed), d, &v))
+		v = d > 0 ? INT64_MAX : INT64_MIN;
 	return v < 0 ? 0 : (uint64_t)v;
 }
 

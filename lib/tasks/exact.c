@@ -14,6 +14,10 @@
  * An allocation of n bytes is let through while the task's bytes so far
  * plus n stay below L; the allocation that would reach L interrupts the
  * task (ML_ALLOC_LIMIT) and is refused as any interrupted allocation is.
+ * The clip is therefore the reservation less one byte: the fast path lets
+ * n through while n <= countdown, i.e. n < reservation.  malloc(0) never
+ * leaves the fast path (0 never borrows) and requests nothing: it is let
+ * through at any budget, even 0.
  * A slice refills its reservation from the task when an allocation does
  * not fit: at least the allocation, else max(L / 64, 4 KiB), never more
  * than is left.  Slices on other threads may hold what one slice needs:
@@ -110,6 +114,11 @@ void ml__exact_clip(struct ml__thread *t)
 			if (k->res < m)
 				m = k->res;
 		}
+	/* The fast path lets n through while n <= countdown, and a slice's
+	 * n must stay below its reservation (ml__exact_check): one byte
+	 * less.  An empty reservation stays 0 (it must not wrap). */
+	if (any && m)
+		m--;
 	uint64_t v = gap < m ? gap : m;
 	t->cut = gap - v;
 	*cur = v;

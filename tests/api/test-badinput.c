@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static volatile int called;
 
@@ -221,6 +222,60 @@ static int64_t note_alloc_zero(void)
 {
 	return ml_note_alloc(0) ? 0 : -1;
 }
+static void *note_huge_fn(void *arg)
+{
+	(void)arg;
+	return ml_note_alloc(SIZE_MAX) ? arg : NULL;
+}
+/* ---- ml_note_alloc / ml_note_free above INT64_MAX (issue 24) ----------
+ *
+ * The meter counts in int64_t: 0.2 cast the size, so a note of 2^63 bytes
+ * or more lowered the usage (4832 -> 0 with a global limit).  Such a note
+ * is refused (false, nothing counted), a free that size is ignored, and
+ * sums that no longer fit saturate.  In a child: it leaves the meter
+ * saturated. */
+static void note_huge_child(void *arg)
+{
+	(void)arg;
+	int bad = 0;
+	/* A fresh meter: the table freed INT64_MAX bytes never noted. */
+	if (ml_set_global_memory_limit(ML_NO_LIMIT) != 0 ||
+	    ml_set_global_memory_limit((uint64_t)1 << 40) != 0)
+		_exit(64);
+	const uint64_t u0 = ml_global_memory_usage();
+	const size_t huge[] = {SIZE_MAX, (size_t)INT64_MAX + 1,
+	                       SIZE_MAX / 2 + 4832};
+	for (int i = 0; i < 3; i++) {
+		if (ml_note_alloc(huge[i]) || ml_global_memory_usage() != u0)
+			bad |= 1; /* refused, nothing counted */
+		ml_note_free(huge[i]);
+		if (ml_global_memory_usage() != u0)
+			bad |= 2; /* ignored */
+	}
+	/* The same refusal inside a task: no sample charged to it. */
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 1 << 20;
+	l.exact_alloc = true;
+	l.delivery = ML_DELIVER_FAIL;
+	ml_task *t = ml_task_new(&l);
+	if (!t)
+		_exit(64);
+	ml_task_run(t, note_huge_fn, NULL, NULL);
+	if (ml_task_status(t) != ML_OK || ml_task_allocated(t) != 0)
+		bad |= 4;
+	ml_task_free(t);
+	/* The largest note that is taken, twice: the sum saturates. */
+	if (!ml_note_alloc((size_t)INT64_MAX) ||
+	    ml_global_memory_usage() != (uint64_t)INT64_MAX)
+		bad |= 8;
+	fprintf(stderr, "DBG %d %llu\n", (int)ml_note_alloc((size_t)INT64_MAX),
+	        (unsigned long long)ml_global_memory_usage());
+	if (!ml_note_alloc((size_t)INT64_MAX) ||
+	    ml_global_memory_usage() != (uint64_t)INT64_MAX)
+		bad |= 16;
+	_exit(bad);
+}
+
 static int64_t status_str_unknown(void)
 {
 	const char *a = ml_status_str((ml_status)42);
@@ -396,6 +451,13 @@ int main(void)
 	           ml_default_delivery() == ML_DELIVER_FLAG &&
 	           ml_global_memory_limit() == (uint64_t)1 << 40,
 	       "the settings survived every bad call");
+
+	int rc = tap_child(note_huge_child, NULL, 60);
+	tap_ok(rc == 0,
+	       "ml_note_alloc above INT64_MAX refused and counts nothing, "
+	       "ml_note_free that size ignored, two notes of INT64_MAX "
+	       "saturate the usage (child status %d: bits 1 2 4 8 16)",
+	       rc);
 
 	ml_limits l = lim(ML_NO_LIMIT, ML_DELIVER_FAIL);
 	ml_outcome o;

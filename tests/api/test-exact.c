@@ -12,6 +12,7 @@
 #include <memlimits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,6 +300,222 @@ static void test_family(void)
 	ml_set_sample_interval(80000);
 }
 
+/* ---- At the budget, to the byte (issue 24) ----------------------------
+ *
+ * Allocations of one size s into a budget of m x s: the m-th allocation
+ * brings the task's bytes to the budget exactly and is the one
+ * interrupted; with one byte more of budget all m go through.  (0.2 let
+ * the m-th through: the countdown, clipped to the reservation, let an
+ * allocation of exactly the reservation pass the fast path.) */
+struct steady {
+	size_t size;
+	int n;             /* allocations to try */
+	_Atomic int done;  /* allocations that went through */
+	int flagged_after; /* FLAG: allocations done when first flagged */
+	int failed_at;     /* FAIL: index of the first NULL, -1 if none */
+	int err;           /* its errno */
+};
+
+static void *steady_fn(void *arg)
+{
+	struct steady *x = arg;
+	x->failed_at = x->flagged_after = -1;
+	for (int i = 0; i < x->n; i++) {
+		errno = 0;
+		void *p = malloc(x->size);
+		if (!p) {
+			x->failed_at = i;
+			x->err = errno;
+			return NULL;
+		}
+		sink = p;
+		free(p);
+		atomic_fetch_add(&x->done, 1);
+		if (x->flagged_after < 0 && ml_is_interrupted())
+			x->flagged_after = i + 1;
+	}
+	return NULL;
+}
+
+static const char *const dname[] = {"JUMP", "FAIL", "FLAG"};
+
+/* One run: budget m x s + extra, m + 1 allocations of s tried.  Returns
+ * whether the run did what the contract says. */
+static bool at_budget(size_t s, int m, uint64_t extra, ml_delivery d,
+                      char *what, size_t len)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = (uint64_t)s * (uint64_t)m + extra;
+	l.exact_alloc = true;
+	l.delivery = d;
+	struct steady x = {.size = s, .n = m + 1};
+	ml_outcome out;
+	ml_status st = ml_run(&l, steady_fn, &x, &out);
+	int done = atomic_load(&x.done);
+	bool ok;
+	if (extra) {
+		/* One byte to spare: the m allocations fit, the m + 1-th
+		 * does not. */
+		if (d == ML_DELIVER_FLAG)
+			ok = st == ML_ALLOC_LIMIT && done == m + 1 &&
+			     x.flagged_after == m + 1;
+		else if (d == ML_DELIVER_FAIL)
+			ok = st == ML_ALLOC_LIMIT && done == m &&
+			     x.failed_at == m && x.err == ENOMEM;
+		else
+			ok = st == ML_ALLOC_LIMIT && done == m;
+	} else if (d == ML_DELIVER_FLAG) {
+		/* The allocation reaching the budget goes through and
+		 * flags the task. */
+		ok = st == ML_ALLOC_LIMIT && x.flagged_after == m;
+	} else if (d == ML_DELIVER_FAIL) {
+		ok = st == ML_ALLOC_LIMIT && done == m - 1 &&
+		     x.failed_at == m - 1 && x.err == ENOMEM;
+	} else {
+		ok = st == ML_ALLOC_LIMIT && done == m - 1;
+	}
+	uint64_t granted = (uint64_t)done * s;
+	ok = ok && out.allocated == granted;
+	snprintf(what, len,
+	         "%s, budget %llu, %d x %zu bytes: %d went through, "
+	         "flagged after %d, allocated %llu",
+	         dname[d], (unsigned long long)l.alloc_bytes, m + 1, s, done,
+	         x.flagged_after, (unsigned long long)out.allocated);
+	return ok;
+}
+
+static void test_at_budget(void)
+{
+	/* Sizes below, at and above the refill chunk (max(L / 64, 4 KiB)),
+	 * a prime, and one byte. */
+	static const struct {
+		size_t size;
+		int m;
+	} cases[] = {{1000, 1000}, {1, 5000},    {7, 3001},
+	             {4096, 256},  {100003, 40}, {16, 1}};
+	static const uint64_t intervals[] = {1, 80000};
+	for (int iv = 0; iv < 2; iv++) {
+		ml_set_sample_interval(intervals[iv]);
+		for (int d = 0; d < 3; d++)
+			for (int extra = 0; extra < 2; extra++) {
+				int bad = 0;
+				char what[200] = "", first[200] = "";
+				for (size_t c = 0;
+				     c < sizeof cases / sizeof *cases; c++)
+					if (!at_budget(
+					        cases[c].size, cases[c].m,
+					        (uint64_t)extra, (ml_delivery)d,
+					        what, sizeof what) &&
+					    !bad++)
+						memcpy(first, what,
+						       sizeof what);
+				tap_ok(
+				    !bad,
+				    "S = %llu, %s: %s (%d of 6 sizes wrong%s%s)",
+				    (unsigned long long)intervals[iv], dname[d],
+				    extra
+				        ? "one byte under the budget, every "
+				          "allocation goes through"
+				        : "the allocation reaching the budget "
+				          "exactly is the one interrupted",
+				    bad, bad ? "; first: " : "", first);
+			}
+	}
+	ml_set_sample_interval(80000);
+}
+
+static void *zero_fn(void *arg)
+{
+	void **p = arg;
+	p[0] = malloc(0);
+	p[1] = malloc(1);
+	return NULL;
+}
+
+/* malloc(0) requests no bytes and never leaves the fast path (0 never
+ * borrows): it goes through at any budget, even 0; one byte does not. */
+static void test_budget_zero(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.alloc_bytes = 0;
+	l.exact_alloc = true;
+	l.delivery = ML_DELIVER_FAIL;
+	for (int iv = 0; iv < 2; iv++) {
+		ml_set_sample_interval(iv ? 80000 : 1);
+		void *p[2] = {NULL, NULL};
+		ml_outcome out;
+		ml_status st = ml_run(&l, zero_fn, p, &out);
+		tap_ok(st == ML_ALLOC_LIMIT && p[0] != NULL && p[1] == NULL &&
+		           out.allocated == 0,
+		       "S = %d, a budget of 0: malloc(0) goes through, "
+		       "malloc(1) is refused, allocated = 0",
+		       iv ? 80000 : 1);
+		free(p[0]);
+		free(p[1]);
+	}
+	ml_set_sample_interval(80000);
+}
+
+struct pair_share {
+	ml_task *task;
+	struct steady x;
+};
+
+static void *pair_thread(void *arg)
+{
+	struct pair_share *s = arg;
+	ml_task_run(s->task, steady_fn, &s->x, NULL);
+	return NULL;
+}
+
+/* Two threads, one budget of a whole number of 4096-byte blocks (so every
+ * reservation is too): the task never reaches the budget.  It stops short
+ * by at most the other slice's reservation (a chunk, max(L / 64, 4 KiB),
+ * plus the block it reserved for and was then refused at a sample that saw
+ * the interruption) and the block that interrupted it. */
+static void test_two_threads_at_budget(void)
+{
+	const uint64_t budget = 256 * 4096;
+	const uint64_t slack = budget / 64 + 2 * 4096;
+	int bad = 0;
+	uint64_t worst_hi = 0, worst_lo = budget;
+	for (int round = 0; round < 40; round++) {
+		ml_set_sample_interval(round % 2 ? 80000 : 1);
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = budget;
+		l.exact_alloc = true;
+		l.delivery = ML_DELIVER_FAIL;
+		ml_task *t = ml_task_new(&l);
+		struct pair_share s[2];
+		pthread_t th[2];
+		for (int i = 0; i < 2; i++) {
+			s[i] = (struct pair_share){.task = t};
+			s[i].x.size = 4096;
+			s[i].x.n = 1000;
+			pthread_create(&th[i], NULL, pair_thread, &s[i]);
+		}
+		for (int i = 0; i < 2; i++)
+			pthread_join(th[i], NULL);
+		uint64_t total = 4096 * (uint64_t)(atomic_load(&s[0].x.done) +
+		                                   atomic_load(&s[1].x.done));
+		if (total > worst_hi)
+			worst_hi = total;
+		if (total < worst_lo)
+			worst_lo = total;
+		if (ml_task_status(t) != ML_ALLOC_LIMIT || total >= budget ||
+		    total + slack < budget || ml_task_allocated(t) != total)
+			bad++;
+		ml_task_free(t);
+	}
+	ml_set_sample_interval(80000);
+	tap_ok(!bad,
+	       "two threads, 40 runs of a %llu-byte budget in 4096-byte "
+	       "blocks: never reached, short by at most %llu (granted "
+	       "%llu-%llu; %d wrong)",
+	       (unsigned long long)budget, (unsigned long long)slack,
+	       (unsigned long long)worst_lo, (unsigned long long)worst_hi, bad);
+}
+
 int main(void)
 {
 	tap_case("test_fail", test_fail, 60);
@@ -307,5 +524,8 @@ int main(void)
 	tap_case("test_nested", test_nested, 60);
 	tap_case("test_two_threads", test_two_threads, 60);
 	tap_case("test_family", test_family, 60);
+	tap_case("test_at_budget", test_at_budget, 120);
+	tap_case("test_budget_zero", test_budget_zero, 60);
+	tap_case("test_two_threads_at_budget", test_two_threads_at_budget, 120);
 	return tap_done();
 }

@@ -27,6 +27,15 @@ tests_cli_test_run_nopie_SOURCES = tests/cli/test-run-nopie.c
 tests_cli_test_run_nopie_CFLAGS = $(AM_CFLAGS) -fno-builtin -fno-pie
 tests_cli_test_run_nopie_LDFLAGS = -no-install -no-pie
 
+# Statistics written at exit() while threads still allocate are accepted
+# by memlimits stats (issue 24).
+check_PROGRAMS += tests/cli/test-stats-exit
+TESTS += tests/cli/test-stats-exit.sh
+EXTRA_DIST += tests/cli/test-stats-exit.sh
+tests_cli_test_stats_exit_SOURCES = tests/cli/test-stats-exit.c
+tests_cli_test_stats_exit_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_cli_test_stats_exit_LDFLAGS = -no-install
+
 # Bad input to the command (issue 6); crafted ELF files for memlimits
 # run's checks.
 check_PROGRAMS += tests/cli/make-elf
