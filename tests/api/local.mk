@@ -28,6 +28,9 @@ AM_TESTS_ENVIRONMENT += OBJDUMP='$(OBJDUMP)'; export OBJDUMP; \
 # Every file the README and docs/ name exists and is in the tarball.
 TESTS += tests/api/test-dist-docs.sh
 EXTRA_DIST += tests/api/test-dist-docs.sh
+# Each function's man page says whether it is thread-safe and may allocate.
+TESTS += tests/api/test-man-safety.sh
+EXTRA_DIST += tests/api/test-man-safety.sh
 # An in-tree build leaves git status clean (.gitignore).
 TESTS += tests/api/test-gitignore.sh
 EXTRA_DIST += tests/api/test-gitignore.sh
