@@ -1,5 +1,7 @@
-/* libFuzzer target: the ELF checks of `memlimits run` (tools/cmd-run.c,
- * check_elf) on the bytes of one file, in a buffer of exactly its size:
+/* libFuzzer target: the one ELF reader (lib/util/elf.c, which the
+ * symbolizer and the allocator search use too) and the ELF checks of
+ * `memlimits run` (tools/cmd-run.c, check_elf) on the bytes of one file,
+ * in a buffer of exactly its size:
  * ASan catches a read past its end, UBSan a misaligned load (a table at
  * an odd offset).  A refused file calls ml__tool_usage_error, which here
  * checks that there is one and jumps back (the real one escapes what the
@@ -21,6 +23,63 @@ static _Noreturn void fuzz_elf_exit(int status)
 #undef exit
 
 #include "usage-jump.h"
+#include "util/elf.h"
+
+static bool inside(const unsigned char *m, size_t len, const void *p, size_t n)
+{
+	const unsigned char *q = p;
+	return q >= m && q <= m + len && n <= (size_t)(m + len - q);
+}
+
+/* Every call of the reader on the image: what it counts it can read, and
+ * every table and string it hands out lies inside the image. */
+static enum ml__elf_status read_all(const unsigned char *m, size_t len)
+{
+	struct ml__elf e;
+	enum ml__elf_status st = ml__elf_open(&e, m, len, 0);
+	if (st != ML__ELF_OK)
+		return st;
+	Elf64_Phdr ph;
+	for (unsigned i = 0; i < e.phnum; i++)
+		if (!ml__elf_phdr(&e, i, &ph))
+			abort();
+	if (ml__elf_phdr(&e, e.phnum, &ph) || (e.phnum && !e.phdrs_ok))
+		abort();
+	Elf64_Shdr sh;
+	for (unsigned i = 0; i < e.shnum; i++) {
+		struct ml__elf_table t;
+		if (!ml__elf_shdr(&e, i, &sh))
+			abort();
+		if (!ml__elf_table(&e, i, sizeof(Elf64_Sym), &t))
+			continue;
+		if (!inside(m, len, t.at, t.n * t.ent) ||
+		    !inside(m, len, t.str, t.strsz))
+			abort();
+		Elf64_Sym s;
+		for (size_t j = 0; j < t.n && j < 4096; j++) {
+			if (!ml__elf_sym(&t, j, &s))
+				abort();
+			const char *name = ml__elf_str(&t, s.st_name);
+			if (name && !inside(m, len, name, strlen(name) + 1))
+				abort();
+		}
+		if (ml__elf_sym(&t, t.n, &s))
+			abort();
+	}
+	if (ml__elf_shdr(&e, e.shnum, &sh))
+		abort();
+	const char *n;
+	for (size_t k = 0; k < 4096 && (n = ml__elf_needed(&e, k)); k++)
+		if (!inside(m, len, n, strlen(n) + 1))
+			abort();
+	struct ml__elf_table t;
+	if (ml__elf_symbols(&e, SHT_DYNSYM, &t) &&
+	    !inside(m, len, t.at, t.n * t.ent))
+		abort();
+	(void)ml__elf_defines(&e, "malloc");
+	(void)ml__elf_section(&e, SHT_SYMTAB, 0);
+	return st;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -33,11 +92,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!buf)
 		return 0;
 	memcpy(buf, data, size);
+	enum ml__elf_status st = read_all(buf, size);
 	if (setjmp(back) == 0) {
 		check_elf("fuzz", buf, size, cls, machine);
-		/* Accepted: an ELF file of this class with its header. */
+		/* Accepted: an ELF file of this class with its header, which
+		 * the reader opens (it also checks the byte order, which
+		 * check_elf leaves to the loader), with the segments the
+		 * loader needs. */
 		if (size < sizeof(Elf64_Ehdr) || memcmp(buf, ELFMAG, SELFMAG) ||
-		    buf[EI_CLASS] != cls)
+		    buf[EI_CLASS] != cls ||
+		    (st != ML__ELF_OK && st != ML__ELF_OTHER_MACHINE))
+			abort();
+		struct ml__elf e;
+		if (st == ML__ELF_OK &&
+		    (ml__elf_open(&e, buf, size, machine) != ML__ELF_OK ||
+		     !ml__elf_has_segment(&e, PT_INTERP) ||
+		     !ml__elf_has_segment(&e, PT_DYNAMIC)))
 			abort();
 	}
 	free(buf);

@@ -33,10 +33,6 @@ void ml__meter_switch(bool on)
 {
 	(void)on;
 }
-const char *ml__meter_blind(void)
-{
-	return NULL; /* the allocator underneath is glibc's */
-}
 const char *ml__malloc_in_front(void)
 {
 	return NULL; /* nothing preloaded before the library */

@@ -51,13 +51,15 @@ fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
 		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/util/parse.c -lm
 fuzz/fuzz-elf: $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/fuzz/usage-jump.h \
-		$(top_srcdir)/tools/cmd-run.c \
+		$(top_srcdir)/tools/cmd-run.c $(top_srcdir)/lib/util/elf.c \
+		$(top_srcdir)/lib/util/elf.h \
 		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
 		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
 		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
-		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
+		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/util/elf.c \
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
 		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c -lm
 
 fuzz-build: $(FUZZ_TARGETS)
@@ -122,6 +124,6 @@ fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c fuzz/usage-jump.h \
 fuzz_replay_stats_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_stats_LDADD = -lm
 fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \
-	lib/util/parse.c lib/util/self.c lib/util/memtotal.c lib/util/diag.c
+	lib/util/elf.c lib/util/parse.c lib/util/self.c lib/util/memtotal.c lib/util/diag.c
 fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_elf_LDADD = -lm

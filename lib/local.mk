@@ -12,7 +12,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/util/util.h lib/util/parse.h \
 	lib/util/parse.c lib/util/diag.c lib/util/pool.c \
 	lib/util/forklock.c lib/util/system.c lib/util/self.c \
-	lib/util/objects.c lib/util/memtotal.c lib/util/elfsym.c \
+	lib/util/objects.c lib/util/memtotal.c lib/util/elf.c lib/util/elf.h \
 	lib/sampler/sampler.h \
 	lib/sampler/sampler.c lib/sampler/bounds.c \
 	lib/alloc/alloc.h \

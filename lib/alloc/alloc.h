@@ -71,14 +71,13 @@ static inline size_t ml__chunk_word(const void *p)
 }
 /* malloc_usable_size of a block of ours. */
 size_t ml__usable_size(void *p);
-/* The allocator below us is valgrind's replacement of glibc's: take block
- * sizes from its malloc_usable_size instead of glibc's chunk headers. */
-void ml__foreign_allocator(size_t (*usable)(void *));
 /* Block sizes do not come from glibc's headers (another allocator, or
- * valgrind's). */
+ * valgrind's replacement of glibc's, found with the allocator). */
 bool ml__allocator_foreign(void);
-/* At start: valgrind's heap tools replace glibc's allocator below us. */
-void ml__detect_foreign_allocator(void);
+/* The object whose malloc the program calls when it is not ours (no
+ * allocation reaches the library, and the meter sees nothing), or NULL.
+ * Found with the allocator, allocating nothing. */
+const char *ml__malloc_in_front(void);
 /* Would the allocator refuse a request of n bytes outright (its size)?
  * Tried on glibc itself; costs one mmap/munmap pair. */
 bool ml__refused_anyway(size_t n);
@@ -110,12 +109,6 @@ void ml__meter_flush(void);
 uint64_t ml__meter_usage(void);
 /* The highest usage the meter has seen (with the meter on only). */
 uint64_t ml__meter_peak(void);
-/* An allocator below or in front of ours whose heap the meter cannot read
- * (its object's name), or NULL.  Found once, at start. */
-const char *ml__meter_blind(void);
-/* The object whose malloc the program calls when it is not ours (no
- * allocation reaches the library), or NULL. */
-const char *ml__malloc_in_front(void);
 /* Where malloc and free end: the allocator's own functions while the
  * meter is off, metered ones while it is on (ml__meter_switch). */
 extern void *(*ml__malloc_tail)(size_t);

@@ -14,9 +14,6 @@
 #define _GNU_SOURCE
 #include "alloc/alloc.h"
 
-#include <dlfcn.h>
-#include <gnu/libc-version.h>
-#include <link.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <string.h>
@@ -147,8 +144,9 @@ __attribute__((constructor(102))) static void meter_init(void)
 {
 	ml__atfork(NULL, NULL, atfork_child,
 	           "a forked child's peak heap starts at its parent's peak");
-	/* Also when no heap limit is set: malloc_usable_size must know. */
-	ml__meter_blind();
+	/* Also when no heap limit is set: malloc_usable_size must know
+	 * (the walk that answers allocates nothing: underlying.c). */
+	ml__malloc_in_front();
 }
 
 /* ---- malloc and free: the hottest pair ---------------------------------
@@ -379,106 +377,6 @@ void ml__sampled_switch_on(void)
 	atomic_store(&ml__sampled_on, true);
 	tails_update();
 	ml__spin_unlock(&ml__meter_switch_lock);
-}
-
-/* ---- A malloc the meter never sees -----------------------------------
- *
- * The meter counts the blocks that pass through the library, whichever
- * allocator is under it (underlying.c).  A malloc defined in front of ours
- * (preloaded earlier, or in the program) never reaches us: nothing is
- * seen.  Found once, without allocating (ml__find_object, dl_iterate_phdr
- * and a dlsym that finds its symbol allocate nothing). */
-static const char *blind, *in_front;
-static bool blind_checked;
-
-/* ml__find_object, not dladdr: dladdr also searches the symbol tables for
- * a name, 43 000 instructions a call, 40 % of the start-up of a preloaded
- * `true`. */
-static const char *object_of(const void *addr)
-{
-	struct ml__object o;
-	if (ml__find_object((uintptr_t)addr, &o) != 0)
-		return NULL;
-	return o.name[0] ? o.name : "the program";
-}
-
-static const void *base_of(const void *addr)
-{
-	struct ml__object o;
-	return ml__find_object((uintptr_t)addr, &o) == 0 ? (const void *)o.start
-	                                                 : NULL;
-}
-
-static int known_allocator(struct dl_phdr_info *info, size_t size, void *data)
-{
-	static const char *const known[] = {"libtcmalloc", "libjemalloc",
-	                                    "libmimalloc"};
-	(void)size;
-	const char *name = info->dlpi_name ? info->dlpi_name : "";
-	const char *slash = strrchr(name, '/');
-	const char *b = slash ? slash + 1 : name;
-	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-		if (!strncmp(b, known[i], strlen(known[i]))) {
-			*(const char **)data = name;
-			return 1;
-		}
-	return 0;
-}
-
-/* dlsym finds "malloc" at m, outside the library.  A program built
- * without PIE that takes malloc's address (python3.11 does) holds a
- * canonical PLT entry for it: an undefined symbol with an address, which
- * dlsym returns although the program defines no malloc.  A definition
- * is a defined symbol starting at m (under any name: tcmalloc's malloc is
- * also tc_malloc); dladdr1 gives the symbol it found, so its section
- * tells the two apart.
- * Reached only in that rare case: dladdr is slow, not unsafe. */
-static bool defines_malloc(const void *m)
-{
-	Dl_info info;
-	const ElfW(Sym) *sym = NULL;
-	return dladdr1(m, &info, (void **)&sym, RTLD_DL_SYMENT) && sym &&
-	       sym->st_shndx != SHN_UNDEF && info.dli_saddr == m;
-}
-
-/* With only a canonical PLT entry in the program, the program's malloc is
- * the first definition after it in the global scope, which the loader
- * searches in link-map order (dl_iterate_phdr's): in front of ours when a
- * known allocator comes before the library (python3.11 under
- * LD_PRELOAD="libtcmalloc... libmemlimits..."). */
-static int allocator_before_us(struct dl_phdr_info *info, size_t size,
-                               void *data)
-{
-	const char **front = data;
-	uintptr_t ours = (uintptr_t)ml__meter_blind;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type == PT_LOAD &&
-		    ours - (info->dlpi_addr + ph->p_vaddr) < ph->p_memsz)
-			return 1; /* the library first: nothing in front */
-	}
-	return known_allocator(info, size, front);
-}
-
-const char *ml__meter_blind(void)
-{
-	if (blind_checked)
-		return blind;
-	blind_checked = true;
-	const void *m = dlsym(RTLD_DEFAULT, "malloc");
-	if (m && base_of(m) != base_of((const void *)ml__meter_blind)) {
-		if (defines_malloc(m))
-			in_front = object_of(m);
-		else
-			dl_iterate_phdr(allocator_before_us, &in_front);
-	}
-	return blind = in_front;
-}
-
-const char *ml__malloc_in_front(void)
-{
-	ml__meter_blind();
-	return in_front;
 }
 
 void ml__meter_set_limit(uint64_t bytes)

@@ -1,14 +1,17 @@
-/* The allocator underneath: the one that comes after the library in the
- * lookup order (glibc's, or jemalloc, tcmalloc, mimalloc, or another that
- * exports the family), found at the first call into it, what its blocks
- * take, and the requests it refuses.  The malloc family above
- * (api/interpose.c) calls it through ml__real; the meter reads its block
- * sizes. */
+/* The one place that identifies the allocators: the one underneath, that
+ * comes after the library in the lookup order (glibc's, or jemalloc,
+ * tcmalloc, mimalloc, or another that exports the family; valgrind's
+ * replacement of glibc's), its object and loaded span, the members it
+ * lacks, how its block sizes are read, and the requests it refuses; and
+ * a malloc in front of ours, which no allocation passes.  All found in one
+ * walk over the loaded objects at the first call into it.  The malloc
+ * family above (api/interpose.c) calls it through ml__real; the meter
+ * reads its block sizes. */
 #define _GNU_SOURCE
 #include "alloc/alloc.h"
 #include "sampler/sampler.h"
+#include "util/elf.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <gnu/libc-version.h>
 #include <link.h>
@@ -151,8 +154,12 @@ static void *memalign_aligned_alloc(size_t align, size_t n)
  * (util/elfsym.c), which allocates nothing. */
 
 struct ml__real ml__real;
-static size_t (*foreign_usable)(void *); /* valgrind's: see below */
-static _Atomic int resolved;             /* 0 no, 1 finding, 2 done */
+static _Atomic int resolved; /* 0 no, 1 finding, 2 done */
+/* Added to ml__real.usable's answer: one header word under valgrind (see
+ * "Block sizes"), 0 for another allocator. */
+static size_t usable_pad;
+/* The object whose malloc the program calls when it is not ours. */
+static const char *in_front;
 static const char *kind_name = "glibc", *object_name = "libc.so.6";
 static uintptr_t object_start, object_end;
 static int (*je_mallctl)(const char *, void *, size_t *, void *, size_t);
@@ -168,51 +175,57 @@ struct search {
 	uintptr_t self;
 	bool past_self;
 	bool found;
+	bool valgrind;
 	struct ml__real r;
 	const char *kind;
+	const char *front;
+	size_t (*glibc_usable)(void *);
 };
 
-static bool contains(const struct dl_phdr_info *info, uintptr_t a,
-                     uintptr_t *lo, uintptr_t *hi)
+/* valgrind's heap tools (memcheck, helgrind, drd, massif, dhat) preload
+ * vgpreload_<tool>-*.so and replace glibc's allocator below us (with
+ * --soname-synonyms=somalloc=nouserintercepts ours stays on top); callgrind
+ * and cachegrind preload only vgpreload_core and keep glibc's. */
+static bool valgrind_heap_tool(const char *name)
 {
-	bool in = false;
-	*lo = UINTPTR_MAX;
-	*hi = 0;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type != PT_LOAD)
-			continue;
-		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
-		in |= a - s < ph->p_memsz;
-		if (s < *lo)
-			*lo = s;
-		if (s + ph->p_memsz > *hi)
-			*hi = s + ph->p_memsz;
-	}
-	return in;
+	const char *p = strstr(name, "/vgpreload_");
+	return p && strncmp(p, "/vgpreload_core", 15) != 0;
 }
 
 #define SYM(info, name) ml__elf_symbol((info), (name))
 
+/* The loader binds a call to malloc to the first definition in link-map
+ * order (the global scope): one before ours is the malloc in front; the
+ * first after ours is the allocator underneath. */
 static int visit(struct dl_phdr_info *info, size_t size, void *data)
 {
 	struct search *s = data;
 	uintptr_t lo, hi;
+	const char *name = info->dlpi_name ? info->dlpi_name : "";
 	(void)size;
-	if (contains(info, s->self, &lo, &hi)) {
+	s->valgrind |= valgrind_heap_tool(name);
+	if (ml__elf_span(info, s->self, &lo, &hi)) {
 		s->past_self = true;
 		return 0;
 	}
-	void *m;
-	if (!s->past_self || !(m = SYM(info, "malloc")))
+	void *m = SYM(info, "malloc");
+	if (!m)
 		return 0;
+	if (!s->past_self) {
+		/* A program built without PIE that takes malloc's address
+		 * holds an undefined symbol with an address (a canonical
+		 * PLT entry): ml__elf_symbol defines no such malloc. */
+		if (!s->front)
+			s->front = name[0] ? name : "the program";
+		return 0;
+	}
 	s->found = true;
 	object_start = lo;
 	object_end = hi;
-	object_name = info->dlpi_name && info->dlpi_name[0] ? info->dlpi_name
-	                                                    : "the program";
+	object_name = name[0] ? name : "the program";
 	if (SYM(info, "gnu_get_libc_version")) {
 		s->kind = "glibc";
+		*(void **)&s->glibc_usable = SYM(info, "malloc_usable_size");
 		return 1;
 	}
 	struct ml__real *r = &s->r;
@@ -269,8 +282,15 @@ static void find(void)
 {
 	struct search s = {.self = (uintptr_t)&find};
 	dl_iterate_phdr(visit, &s);
+	in_front = s.front;
 	if (!s.found || !strcmp(s.kind, "glibc")) {
 		under = glibc;
+		/* valgrind: its replacement answers glibc's
+		 * malloc_usable_size (a redirection of libc's own). */
+		if (s.valgrind && s.glibc_usable) {
+			under.usable = s.glibc_usable;
+			usable_pad = sizeof(size_t);
+		}
 		return;
 	}
 	struct ml__real *r = &s.r;
@@ -414,7 +434,7 @@ uint64_t ml__allocator_in_use(void)
 {
 	ml__allocator_resolve();
 	if (!strcmp(kind_name, "glibc")) {
-		if (foreign_usable)
+		if (usable_pad)
 			return 0; /* valgrind: no arena to ask */
 #ifdef HAVE_MALLINFO2
 		struct mallinfo2 mi = mallinfo2();
@@ -534,25 +554,18 @@ void *ml__malloc_plain(size_t n)
  * Under valgrind (memcheck replaces glibc's allocator below us, see
  * docs/reliability.md) there is no glibc header to read: block sizes come
  * from the replacement's malloc_usable_size, plus one header word, so the
- * meter keeps its unit. */
+ * meter keeps its unit.  One mechanism: ml__real.usable, set in find(). */
 
 size_t ml__chunk_bytes(const void *p)
 {
-	if (ml__unlikely(foreign_usable != NULL))
-		return foreign_usable((void *)p) + sizeof(size_t);
 	if (ml__unlikely(ml__real.usable != NULL))
-		return ml__real.usable((void *)p);
+		return ml__real.usable((void *)p) + usable_pad;
 	return ml__chunk_word(p) & ~(size_t)7;
-}
-
-void ml__foreign_allocator(size_t (*usable)(void *))
-{
-	foreign_usable = usable;
 }
 
 bool ml__allocator_foreign(void)
 {
-	return foreign_usable != NULL || ml__real.usable != NULL;
+	return ml__real.usable != NULL;
 }
 
 /* Mirrors glibc's musable(): no __libc_ entry point exists for it. */
@@ -560,8 +573,6 @@ size_t ml__usable_size(void *p)
 {
 	if (!p)
 		return 0;
-	if (ml__unlikely(foreign_usable != NULL))
-		return foreign_usable(p);
 	if (ml__unlikely(ml__real.usable != NULL))
 		return ml__real.usable(p);
 	size_t w = ml__chunk_word(p), size = w & ~(size_t)7;
@@ -574,20 +585,14 @@ size_t ml__usable_size(void *p)
 	return (next[1] & 1) ? size - sizeof(size_t) : 0;
 }
 
-/* valgrind's heap tools (memcheck, helgrind, drd, massif, dhat) preload
- * vgpreload_<tool>-*.so and replace glibc's allocator; with
- * --soname-synonyms=somalloc=nouserintercepts ours stays on top.  Their
- * blocks have no glibc headers: ask their malloc_usable_size.  (callgrind
- * and cachegrind preload only vgpreload_core and keep glibc's allocator.) */
-void ml__detect_foreign_allocator(void)
+/* ---- A malloc in front of ours ----------------------------------------
+ *
+ * The meter counts the blocks that pass through the library, whichever
+ * allocator is under it.  A malloc defined in front of ours (preloaded
+ * earlier, or in the program) never reaches us: nothing is seen.  Found
+ * in the same walk as the allocator underneath (visit). */
+const char *ml__malloc_in_front(void)
 {
-	const char *pre = getenv("LD_PRELOAD");
-	for (const char *p = pre; p && (p = strstr(p, "/vgpreload_")); p++)
-		if (strncmp(p, "/vgpreload_core", 15) != 0) {
-			size_t (*usable)(void *) = (size_t(*)(void *))dlsym(
-			    RTLD_NEXT, "malloc_usable_size");
-			if (usable)
-				ml__foreign_allocator(usable);
-			return;
-		}
+	ml__allocator_resolve();
+	return in_front;
 }

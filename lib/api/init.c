@@ -43,7 +43,6 @@ __attribute__((constructor(101))) static void ml_constructor(void)
 	ml__diag_init();
 	ml__global_init();
 	ml__unwind_load();
-	ml__detect_foreign_allocator();
 	if (ml__allocator_unusable())
 		ml__diag("%s defines malloc but not what forwarding to it "
 		         "needs (free, calloc, realloc, an aligned allocation, "

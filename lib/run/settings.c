@@ -141,7 +141,7 @@ void ml__run_configure(void)
 	           : r->k / 1024 < 1             ? 1
 	                                         : r->k / 1024;
 	const char *front = ml__malloc_in_front();
-	if (r->heap_limit != ML_NO_LIMIT && (r->heap_blind = ml__meter_blind()))
+	if (r->heap_limit != ML_NO_LIMIT && (r->heap_blind = front))
 		ml__diag("the heap limit is off: the allocator in use (%s) is "
 		         "not glibc's, whose heap is all the meter can read%s",
 		         r->heap_blind,

@@ -2,7 +2,7 @@
  * classification, the meter's allocator detection and the capability
  * query.  Never allocates. */
 #define _GNU_SOURCE
-#include "util/util.h"
+#include "util/elf.h"
 
 #include <link.h>
 
@@ -16,6 +16,7 @@ int ml__find_object(uintptr_t addr, struct ml__object *o)
 		return -1;
 	o->start = (uintptr_t)fo.dlfo_map_start;
 	o->end = (uintptr_t)fo.dlfo_map_end;
+	o->bias = fo.dlfo_link_map ? fo.dlfo_link_map->l_addr : 0;
 	o->name = fo.dlfo_link_map && fo.dlfo_link_map->l_name
 	              ? fo.dlfo_link_map->l_name
 	              : "";
@@ -30,23 +31,10 @@ struct find {
 static int find_cb(struct dl_phdr_info *info, size_t size, void *arg)
 {
 	struct find *f = arg;
-	uintptr_t lo = UINTPTR_MAX, hi = 0;
-	bool hit = false;
-	for (unsigned i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type != PT_LOAD)
-			continue;
-		uintptr_t s = info->dlpi_addr + ph->p_vaddr;
-		if (s < lo)
-			lo = s;
-		if (s + ph->p_memsz > hi)
-			hi = s + ph->p_memsz;
-		hit |= f->addr >= s && f->addr - s < ph->p_memsz;
-	}
-	if (!hit)
+	(void)size;
+	if (!ml__elf_span(info, f->addr, &f->o->start, &f->o->end))
 		return 0;
-	f->o->start = lo;
-	f->o->end = hi;
+	f->o->bias = info->dlpi_addr;
 	f->o->name = info->dlpi_name ? info->dlpi_name : "";
 	return 1;
 }

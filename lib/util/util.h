@@ -195,22 +195,16 @@ uint64_t ml__memory_total_from(const char *self_cgroup, const char *cgroup_root,
 /* ---- Loaded objects (objects.c) --------------------------------------- */
 
 /* The loaded object holding addr: _dl_find_object, or dl_iterate_phdr
- * before glibc 2.35.  name: the link map's ("" for the main program).
+ * before glibc 2.35.  name: the link map's ("" for the main program);
+ * bias: its load bias (l_addr: an address in its file plus bias).
  * Allocates nothing. */
 struct ml__object {
-	uintptr_t start, end;
+	uintptr_t start, end, bias;
 	const char *name;
 };
 int ml__find_object(uintptr_t addr, struct ml__object *o);
 
-/* ---- Symbols of a loaded object (elfsym.c) ----------------------------- */
-
-struct dl_phdr_info;
-/* The address of the global definition `name` in one object (the one
- * dl_iterate_phdr describes by info), from its own dynamic symbol table,
- * as the loader would bind it (no hidden version); NULL if it has none.
- * Allocates nothing, takes no lock. */
-void *ml__elf_symbol(const struct dl_phdr_info *info, const char *name);
+/* ELF files and loaded objects' symbol tables: util/elf.h. */
 
 #pragma GCC visibility pop
 

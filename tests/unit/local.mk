@@ -37,14 +37,14 @@ tests_unit_test_memtotal_LDADD = tests/tap/libtap.la -lm
 tests_unit_test_memtotal_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_memtotal_CFLAGS = $(ML_TEST_CFLAGS)
 
-# The symbolizer's sorted .symtab lookup against the scan it replaced
-# (issue 17): lib/run/symbols.c is compiled into the test (its lookups are
+# The symbolizer's sorted .dynsym/.symtab lookup against the scan it
+# replaced (issues 17, 25): lib/run/symbols.c is compiled into the test (its lookups are
 # static), with the util pieces it calls.
 check_PROGRAMS += tests/unit/test-symtab
 TESTS += tests/unit/test-symtab
 tests_unit_test_symtab_SOURCES = tests/unit/test-symtab.c \
 	lib/util/pool.c lib/util/forklock.c lib/util/diag.c lib/util/self.c \
-	lib/util/parse.c
+	lib/util/parse.c lib/util/elf.c lib/util/objects.c
 tests_unit_test_symtab_LDADD = tests/tap/libtap.la -ldl -lm
 tests_unit_test_symtab_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_symtab_CFLAGS = $(ML_TEST_CFLAGS)

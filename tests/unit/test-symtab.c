@@ -1,18 +1,26 @@
 /* The symbolizer's sorted lookup (lib/run/symbols.c, issue 17) against the
  * linear scan it replaced, which stays as its fallback: for every address
- * both must name the same symbol (the first function in .symtab order
- * whose [value, value + size) holds it) with the same start.
+ * both must name the same symbol (the first function in table order,
+ * .dynsym then .symtab, whose [value, value + size) holds it) with the
+ * same start.
  *
  * Random tables stress what a real .symtab rarely shows: aliases at one
  * address, functions inside functions, size 0, undefined and non-function
  * symbols, names out of the string table or unterminated, values near the
- * top of the address space.  Then this program's own .symtab, read from
- * its file as reports read it.  symbols.c is compiled in: its lookups are
+ * top of the address space; one table, and two (.dynsym and .symtab, each
+ * with its own strings).  Then this program's own tables, read from its
+ * file as reports read it; a stripped copy of the library (objcopy
+ * --strip-all: .dynsym only), whose exported functions must keep their
+ * names; and a frame in libc (stripped on Debian) named without
+ * dladdr.  symbols.c is compiled in: its lookups are
  * static.  Fixed seed: the outcome is the same at every run. */
 #include "run/symbols.c"
 
 #include "../tap/tap.h"
 
+#include <link.h>
+
+#include <stdio.h>
 #include <stdlib.h>
 
 static uint64_t rng = 0x243f6a8885a308d3u;
@@ -47,7 +55,12 @@ static bool compare(const struct obj *ob, unsigned randoms, size_t *asked)
 	struct obj scan = *ob;
 	scan.span = NULL;
 	for (size_t i = 0; i < ob->nsym; i++) {
-		uint64_t v = ob->sym[i].st_value, z = ob->sym[i].st_size;
+		Elf64_Sym sym;
+		if (!sym_at(ob, i, &sym)) {
+			tap_diag("symbol %zu unreadable", i);
+			return false;
+		}
+		uint64_t v = sym.st_value, z = sym.st_size;
 		uint64_t at[] = {v - 1,     v,     v + 1,    v + z / 2,
 		                 v + z - 1, v + z, v + z + 1};
 		for (size_t j = 0; j < sizeof at / sizeof at[0]; j++, ++*asked)
@@ -99,23 +112,51 @@ static void random_table(Elf64_Sym *sym, size_t n, char *str)
 	}
 }
 
+static struct ml__elf_table table(const Elf64_Sym *sym, size_t n,
+                                  const char *str, size_t strsz)
+{
+	struct ml__elf_table t = {.at = (const unsigned char *)sym,
+	                          .n = n,
+	                          .ent = sizeof *sym,
+	                          .str = str,
+	                          .strsz = strsz};
+	return t;
+}
+
+/* One table, or two (the second with strings of its own, half as long:
+ * more of its names fall outside). */
+static struct obj random_obj(Elf64_Sym *sym, char *str, char *str2)
+{
+	size_t n = 1 + below(NSYM);
+	random_table(sym, n, str);
+	struct obj ob = {.ntab = 1, .nsym = n};
+	ob.tab[0] = table(sym, n, str, STRSZ);
+	if (below(2)) {
+		size_t first = below(n + 1);
+		memcpy(str2, str, STRSZ / 2);
+		ob.tab[0].n = first;
+		ob.tab[1] = table(sym + first, n - first, str2, STRSZ / 2);
+		ob.ntab = 2;
+	}
+	return ob;
+}
+
 static void test_random_tables(void)
 {
 	static Elf64_Sym sym[NSYM];
-	static char str[STRSZ];
+	static char str[STRSZ], str2[STRSZ / 2];
 	unsigned tables = getenv("ML_TEST_QUICK") ? 300 : 3000;
-	size_t asked = 0, spans = 0;
+	size_t asked = 0, spans = 0, two = 0;
 	bool same = true;
 	for (unsigned t = 0; t < tables && same; t++) {
-		size_t n = 1 + below(NSYM);
-		random_table(sym, n, str);
-		struct obj ob = {
-		    .sym = sym, .nsym = n, .str = str, .strsz = STRSZ};
+		struct obj ob = random_obj(sym, str, str2);
+		two += ob.ntab == 2;
 		index_symtab(&ob);
 		/* An index is made whenever some function has a size. */
 		size_t sized = 0;
-		for (size_t i = 0; i < n; i++)
-			sized += is_func(&ob, &sym[i]) && sym[i].st_size;
+		Elf64_Sym s;
+		for (size_t i = 0; i < ob.nsym; i++)
+			sized += sized_func(&ob, i, &s);
 		same = (ob.span != NULL) == (sized != 0);
 		if (!same)
 			tap_diag("table %u: index %p with %zu sized functions",
@@ -124,10 +165,10 @@ static void test_random_tables(void)
 		same = same && compare(&ob, 400, &asked);
 		ml__raw_free(ob.span, ob.span_bytes);
 	}
-	tap_ok(same,
-	       "%u random tables: the sorted lookup names what the scan "
-	       "names at %zu addresses (%zu spans)",
-	       tables, asked, spans);
+	tap_ok(same && two > tables / 4,
+	       "%u random objects (%zu of two tables): the sorted lookup "
+	       "names what the scan names at %zu addresses (%zu spans)",
+	       tables, two, asked, spans);
 }
 
 /* No memory for the index: lookups scan, and still answer. */
@@ -136,7 +177,8 @@ static void test_no_memory(void)
 	static Elf64_Sym sym[NSYM];
 	static char str[STRSZ];
 	random_table(sym, NSYM, str);
-	struct obj ob = {.sym = sym, .nsym = NSYM, .str = str, .strsz = STRSZ};
+	struct obj ob = {.ntab = 1, .nsym = NSYM};
+	ob.tab[0] = table(sym, NSYM, str, STRSZ);
 	ml__fault_pool = true;
 	index_symtab(&ob);
 	ml__fault_pool = false;
@@ -170,17 +212,88 @@ static void test_own_symtab(void)
 		return;
 	}
 	size_t asked = 0;
-	bool same = ob.span && compare(&ob, 20000, &asked);
+	bool same = ob.span && ob.ntab == 2 && compare(&ob, 20000, &asked);
 	uintptr_t start = 0;
 	const char *name = symtab_lookup(
 	    &ob, (uintptr_t)&test_own_symtab - ob.bias + 1, &start);
 	tap_ok(same && name && !strcmp(name, "test_own_symtab") &&
 	           start == (uintptr_t)&test_own_symtab,
-	       "this program's .symtab: %zu symbols, %zu spans, %zu "
-	       "addresses the same, test_own_symtab found by its address",
+	       "this program's .dynsym and .symtab: %zu symbols, %zu spans, "
+	       "%zu addresses the same, test_own_symtab found by its address",
 	       ob.nsym, ob.nspan, asked);
 	ml__raw_free(ob.span, ob.span_bytes);
 	munmap((void *)ob.map, ob.map_len);
+}
+
+/* A stripped object keeps .dynsym: the library stripped of its .symtab
+ * at test time names every function it exports as the library itself
+ * does, from .dynsym alone, and its sorted lookup agrees with the scan. */
+static void test_stripped(void)
+{
+	const char *lib = getenv("MEMLIMITS_LIB");
+	char dir[] = "/tmp/ml-symtab.XXXXXX", cmd[8192], copy[64];
+	if (!lib || access(lib, R_OK) != 0 || !mkdtemp(dir)) {
+		tap_skip(1, "no library built (MEMLIMITS_LIB)");
+		return;
+	}
+	snprintf(copy, sizeof copy, "%s/stripped.so", dir);
+	snprintf(cmd, sizeof cmd, "objcopy --strip-all '%s' '%s'", lib, copy);
+	if (system(cmd) != 0) {
+		tap_skip(1, "objcopy --strip-all failed");
+		rmdir(dir);
+		return;
+	}
+	struct obj full, bare;
+	memset(&full, 0, sizeof full);
+	memset(&bare, 0, sizeof bare);
+	load_symtab(&full, lib);
+	load_symtab(&bare, copy);
+	unlink(copy);
+	rmdir(dir);
+	size_t asked = 0, exported = 0, named = 0;
+	bool same = full.ntab == 2 && bare.ntab == 1 && bare.span &&
+	            compare(&bare, 2000, &asked);
+	Elf64_Sym s;
+	for (size_t i = 0; same && i < full.tab[0].n; i++) {
+		if (!sized_func(&full, i, &s))
+			continue;
+		exported++;
+		uintptr_t a = 0, b = 0;
+		const char *x = symtab_lookup(&full, s.st_value, &a);
+		const char *y = symtab_lookup(&bare, s.st_value, &b);
+		named += x && y && !strcmp(x, y) && a == b && a == s.st_value;
+	}
+	tap_ok(same && exported > 20 && named == exported,
+	       "a stripped copy of the library (.dynsym only: %zu symbols, "
+	       "%zu spans, %zu addresses the same): %zu of %zu exported "
+	       "functions named as in the library",
+	       bare.nsym, bare.nspan, asked, named, exported);
+	ml__raw_free(full.span, full.span_bytes);
+	ml__raw_free(bare.span, bare.span_bytes);
+	if (full.map)
+		munmap((void *)full.map, full.map_len);
+	if (bare.map)
+		munmap((void *)bare.map, bare.map_len);
+}
+
+/* A frame in libc, as a report names it: the object found without
+ * dladdr, its symbols read from its file (Debian's is stripped: .dynsym
+ * only), the name one that libc binds at that address. */
+static void test_libc_frame(void)
+{
+	void *h = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	void *f = h ? dlsym(h, "qsort") : NULL;
+	struct ml__symbols *sy = ml__symbols_open(false);
+	char buf[256];
+	struct ml__out o = {.buf = buf, .cap = sizeof buf - 1, .fd = -1};
+	if (f && sy)
+		ml__put_frame(&o, sy, (uintptr_t)f + 1);
+	buf[o.len] = 0;
+	tap_ok(f && sy && o.len && dlsym(h, buf) == f,
+	       "a frame in libc's qsort is named \"%s\"", buf);
+	ml__symbols_close(sy);
+	if (h)
+		dlclose(h);
 }
 
 int main(void)
@@ -188,5 +301,7 @@ int main(void)
 	TAP_RUN(test_random_tables);
 	TAP_RUN(test_no_memory);
 	TAP_RUN(test_own_symtab);
+	TAP_RUN(test_stripped);
+	TAP_RUN(test_libc_frame);
 	return tap_done();
 }

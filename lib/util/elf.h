@@ -1,0 +1,102 @@
+/* The one ELF reader (elf.c): the only code of the project that parses
+ * ELF headers and symbol tables.  Two sides:
+ *
+ * - a file image m[0, len), untrusted (a program named on the command
+ *   line, an object mapped for its .symtab): every offset, size, index
+ *   and string is checked against the image here, once, and table entries
+ *   are copied out (a crafted file puts them at odd offsets, where a load
+ *   in place would be misaligned).  Nothing here allocates; fuzzed by
+ *   fuzz/fuzz-elf.c.
+ * - a loaded object, as dl_iterate_phdr describes it: its loaded span and
+ *   a symbol's address through its own hash table, without dlsym, without
+ *   allocating or locking (usable before the allocator is known).
+ *
+ * Only 64-bit objects are read (the library is built for x86-64 and
+ * other 64-bit targets).  Never installed. */
+#ifndef ML_UTIL_ELF_H
+#define ML_UTIL_ELF_H
+
+#include "util/util.h"
+
+#include <elf.h>
+
+#pragma GCC visibility push(hidden)
+
+/* ---- File images -------------------------------------------------------- */
+
+struct ml__elf {
+	const unsigned char *m;
+	size_t len;
+	Elf64_Ehdr eh;
+	/* Headers whole in the image: their count, else 0.  phdrs_ok is
+	 * false where the program header table is malformed (wrong entry
+	 * size, or past the end). */
+	unsigned phnum, shnum;
+	bool phdrs_ok;
+};
+
+enum ml__elf_status {
+	ML__ELF_OK,
+	ML__ELF_NOT_ELF,       /* no ELF magic */
+	ML__ELF_INVALID,       /* truncated header, or a class byte of none */
+	ML__ELF_OTHER_CLASS,   /* 32-bit */
+	ML__ELF_OTHER_MACHINE, /* another e_machine or byte order */
+};
+
+/* Check the ELF header of m[0, len) and set e up for the calls below
+ * (only after ML__ELF_OK).  machine: the e_machine required, 0 for any. */
+enum ml__elf_status ml__elf_open(struct ml__elf *e, const unsigned char *m,
+                                 size_t len, uint16_t machine);
+/* Program header i (i < e->phnum). */
+bool ml__elf_phdr(const struct ml__elf *e, unsigned i, Elf64_Phdr *ph);
+/* Is there a program header of this type (PT_INTERP, PT_DYNAMIC)? */
+bool ml__elf_has_segment(const struct ml__elf *e, uint32_t type);
+/* Section header i (i < e->shnum). */
+bool ml__elf_shdr(const struct ml__elf *e, unsigned i, Elf64_Shdr *sh);
+/* The index of the first section of this type at index from or later,
+ * or -1. */
+int ml__elf_section(const struct ml__elf *e, uint32_t type, unsigned from);
+
+/* A table section (symbols, dynamic entries) and the string table it
+ * links to, both whole in the image: n entries of ent bytes. */
+struct ml__elf_table {
+	const unsigned char *at;
+	size_t n, ent;
+	const char *str;
+	size_t strsz;
+};
+/* Section i as a table of entries of ent bytes; false where it or its
+ * string table is not whole in the image (or sh_link is out of range). */
+bool ml__elf_table(const struct ml__elf *e, unsigned i, size_t ent,
+                   struct ml__elf_table *t);
+/* The first section of this type (SHT_SYMTAB, SHT_DYNSYM) that is a
+ * whole symbol table; false if none. */
+bool ml__elf_symbols(const struct ml__elf *e, uint32_t type,
+                     struct ml__elf_table *t);
+/* Entry i (i < t->n), copied out. */
+bool ml__elf_sym(const struct ml__elf_table *t, size_t i, Elf64_Sym *s);
+bool ml__elf_dyn(const struct ml__elf_table *t, size_t i, Elf64_Dyn *d);
+/* The string at off in t's string table, NULL where it does not end
+ * inside the table. */
+const char *ml__elf_str(const struct ml__elf_table *t, uint64_t off);
+/* The k-th (from 0) DT_NEEDED name of the dynamic section(s), or NULL. */
+const char *ml__elf_needed(const struct ml__elf *e, size_t k);
+/* A defined function (STT_FUNC or STT_GNU_IFUNC) of this name in .dynsym
+ * or .symtab: "does this object define malloc". */
+bool ml__elf_defines(const struct ml__elf *e, const char *name);
+
+/* ---- Loaded objects ----------------------------------------------------- */
+
+struct dl_phdr_info;
+/* The span [*lo, *hi) of the object's PT_LOAD segments; true if addr
+ * lies in one of them. */
+bool ml__elf_span(const struct dl_phdr_info *info, uintptr_t addr,
+                  uintptr_t *lo, uintptr_t *hi);
+/* The address of the global definition `name` in one object, from its
+ * own dynamic symbol table (GNU or SysV hash), as the loader would bind
+ * it (no hidden version, no IFUNC); NULL if it has none. */
+void *ml__elf_symbol(const struct dl_phdr_info *info, const char *name);
+
+#pragma GCC visibility pop
+
+#endif
