@@ -13,10 +13,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* The countdown subtraction.  True when it borrowed (n > countdown): an
+/* The countdown subtraction.  True when n >= countdown (it borrowed, or
+ * reached 0): the countdown is one more than the bytes that may still be
+ * allocated without a sample (tasks.h), so that a countdown of 0 sends
+ * even malloc(0) to the slow path (an exact budget of 0 must see it).  An
  * unsigned borrow is taken whatever n is, so even malloc(SIZE_MAX) cannot
  * wrap the countdown into a huge value.  On x86-64 one memory-operand
- * subtraction and one branch; gcc would load, subtract and store. */
+ * subtraction and one branch (jbe: borrow or zero); gcc would load,
+ * subtract and store. */
 static inline __attribute__((always_inline)) bool borrow(uint64_t n)
 {
 #if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
@@ -25,7 +29,7 @@ static inline __attribute__((always_inline)) bool borrow(uint64_t n)
 	               "the asm below subtracts at offset 0");
 	__asm__ goto("movq ml__self@gottpoff(%%rip), %%rax\n\t"
 	             "subq %0, %%fs:(%%rax)\n\t"
-	             "jb %l[slow]"
+	             "jbe %l[slow]"
 	             :
 	             : "r"(n)
 	             : "rax", "cc", "memory"
@@ -35,7 +39,9 @@ slow:
 	return true;
 #else
 	struct ml__thread *t = &ml__self;
-	return __builtin_sub_overflow(t->countdown, n, &t->countdown);
+	uint64_t c = t->countdown;
+	t->countdown = c - n;
+	return n >= c;
 #endif
 }
 
@@ -158,7 +164,9 @@ static inline void *resize_real(void *p, size_t n, size_t a, size_t b)
 
 static ML__COLD void *resize_slow(void *p, size_t n, size_t a, size_t b)
 {
-	if (sample_slow(n))
+	/* realloc(p, 0) frees p: it is never refused (a refusal returns
+	 * NULL, which the caller takes for "freed"). */
+	if (n && sample_slow(n))
 		return enomem(); /* the old block stays valid */
 	return settled(resize_real(p, n, a, b), n);
 }
@@ -166,7 +174,8 @@ static ML__COLD void *resize_slow(void *p, size_t n, size_t a, size_t b)
 ML__API void *realloc(void *p, size_t n)
 {
 	/* realloc(p, 0) frees p (glibc's REALLOC_ZERO_BYTES_FREES) and
-	 * allocates nothing, so it carries no sample (0 never borrows). */
+	 * allocates nothing: it carries no sample and is never refused
+	 * (resize_slow). */
 	if (ml__unlikely(borrow(n)))
 		return resize_slow(p, n, 0, n);
 	return resize_real(p, n, 0, n);

@@ -14,10 +14,10 @@
  * An allocation of n bytes is let through while the task's bytes so far
  * plus n stay below L; the allocation that would reach L interrupts the
  * task (ML_ALLOC_LIMIT) and is refused as any interrupted allocation is.
- * The clip is therefore the reservation less one byte: the fast path lets
- * n through while n <= countdown, i.e. n < reservation.  malloc(0) never
- * leaves the fast path (0 never borrows) and requests nothing: it is let
- * through at any budget, even 0.
+ * The clip is therefore the reservation itself: the fast path lets n
+ * through while n < countdown (interpose.c), i.e. n < reservation, and an
+ * empty reservation (countdown 0) sends even malloc(0) here, so that a
+ * budget of 0 stops the task at its first allocation of any size.
  * A slice refills its reservation from the task when an allocation does
  * not fit: at least the allocation, else max(L / 64, 4 KiB), never more
  * than is left.  Slices on other threads may hold what one slice needs:
@@ -114,11 +114,8 @@ void ml__exact_clip(struct ml__thread *t)
 			if (k->res < m)
 				m = k->res;
 		}
-	/* The fast path lets n through while n <= countdown, and a slice's
-	 * n must stay below its reservation (ml__exact_check): one byte
-	 * less.  An empty reservation stays 0 (it must not wrap). */
-	if (any && m)
-		m--;
+	/* The fast path lets n through while n < countdown, and a slice's n
+	 * must stay below its reservation (ml__exact_check): the same test. */
 	uint64_t v = gap < m ? gap : m;
 	t->cut = gap - v;
 	*cur = v;
@@ -129,8 +126,6 @@ void ml__exact_clip(struct ml__thread *t)
 bool ml__exact_check(struct ml__thread *t, uint64_t n)
 {
 	bool tripped = false;
-	if (!n)
-		return false;
 	for (struct ml__slice *k = t->top; k; k = k->outer) {
 		struct ml_task *task = k->task;
 		if (!task->exact || !first_of_task(t, k) || n < k->res)

@@ -132,18 +132,20 @@ int ml__alloc_slow(uint64_t n)
 	}
 	t->busy = 1;
 	/* Undo the fast path's subtraction to recover the countdown the
-	 * allocation started from. */
-	uint64_t c = t->forced ? t->saved : t->countdown + n;
+	 * allocation started from: one more than the sampler's gap c. */
+	uint64_t v = t->forced ? t->saved : t->countdown + n;
 	if (ml__unlikely(t->exact)) {
 		/* The bytes the fast path let through since the countdown
 		 * was set, and the sampler's gap the clip hid (exact.c). */
-		uint64_t spent = t->armed - c;
-		t->armed = c;
-		c += t->cut;
+		uint64_t spent = t->armed - v;
+		t->armed = v;
+		v += t->cut;
 		t->cut = 0;
 		ml__exact_spent(t, spent);
 	}
 	ml__force_slow(t);
+	/* 0 only before the thread's first gap (NEW: drawn below). */
+	uint64_t c = v ? v - 1 : 0;
 
 	if (ml__unlikely(t->state != ML__T_LIVE)) {
 		if (t->state == ML__T_NEW)
@@ -160,8 +162,8 @@ int ml__alloc_slow(uint64_t n)
 		s = ml__sampler_hit(&t->sampler, &c, n);
 	else
 		c -= n;
-	t->saved = c;
-	t->armed = c; /* nothing spent since, whatever comes next */
+	t->saved = c + 1;
+	t->armed = c + 1; /* nothing spent since, whatever comes next */
 
 	const struct ml__hooks *h = ml__hooks_get();
 	if (ml__unlikely(h->alloc != NULL))

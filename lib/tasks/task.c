@@ -148,8 +148,9 @@ static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 }
 
 /* Act on the interruptions on the stack for an allocation of n bytes
- * (n = 0: a safe point such as ml_check).  0 = go on, -1 = fail it. */
-static int deliver(struct ml__thread *t, uint64_t n)
+ * (alloc; n may be 0: malloc(0) is an allocation too), or at a safe point
+ * such as ml_check (!alloc, n = 0).  0 = go on, -1 = fail it. */
+static int deliver(struct ml__thread *t, uint64_t n, bool alloc)
 {
 	struct ml__slice *target = NULL, *failing = NULL;
 	for (struct ml__slice *k = t->top; k; k = k->outer) {
@@ -169,11 +170,12 @@ static int deliver(struct ml__thread *t, uint64_t n)
 		target->pending_bytes += n;
 		uint64_t cap =
 		    PENDING_CAP_INTERVALS * (uint64_t)t->sampler.interval;
-		if (n && f != ML__FRAMES_LOADER && target->pending_bytes > cap)
+		if (alloc && f != ML__FRAMES_LOADER &&
+		    target->pending_bytes > cap)
 			return -1;
 		return 0;
 	}
-	if (failing && n) {
+	if (failing && alloc) {
 		/* Only a loader frame matters here: the short walk. */
 		if (frames_check(t, 0) == ML__FRAMES_LOADER)
 			return 0;
@@ -296,7 +298,7 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		update_pending(t);
 	int verdict = 0;
 	if (t->pending)
-		verdict = deliver(t, n);
+		verdict = deliver(t, n, true);
 	/* The consumer refuses this one allocation (run mode's heap limit),
 	 * unless masked or made by the loader (which cannot survive it). */
 	if ((hook & ML__HOOK_REFUSE) && !verdict && !t->mask_depth &&
@@ -326,7 +328,7 @@ void ml__tasks_push_bottom(struct ml__thread *t, struct ml__slice *slice)
 
 int ml__tasks_pending(struct ml__thread *t, uint64_t n)
 {
-	return deliver(t, n);
+	return deliver(t, n, true);
 }
 
 void ml__tasks_thread_exit(struct ml__thread *t)
@@ -790,7 +792,7 @@ ML_EXPORT void ml_check(void)
 	ml__pressure_check();
 	ml__tasks_poll(t);
 	if (t->pending)
-		deliver(t, 0);
+		deliver(t, 0, false);
 }
 
 ML_EXPORT void ml_mask(void)
@@ -808,7 +810,7 @@ ML_EXPORT void ml_unmask(void)
 	/* The outermost unmask is a safe point, like ml_check. */
 	ml__tasks_poll(t);
 	if (t->pending)
-		deliver(t, 0);
+		deliver(t, 0, false);
 }
 
 ML_EXPORT bool ml_is_masked(void)

@@ -92,10 +92,12 @@ struct ml__slice {
  * the library is dlopen'ed its TLS must fit glibc's static TLS surplus.
  * (The meter keeps its own countdowns: alloc/alloc.h.) */
 struct ml__thread {
-	/* Fast path: bytes that may still be allocated before the slow path
-	 * must run.  Equals the sampler's countdown unless `forced`. */
+	/* Fast path: one more than the bytes that may still be allocated
+	 * before the slow path must run (an allocation of n goes there when
+	 * n >= countdown, so 0 sends every allocation, malloc(0) included).
+	 * The sampler's gap c plus one unless `forced`. */
 	uint64_t countdown;
-	uint64_t saved; /* the sampler's countdown while forced */
+	uint64_t saved; /* the sampler's gap plus one while forced */
 	struct ml__sampler sampler;
 	struct ml__slice *top;             /* innermost slice, NULL if none  */
 	struct ml__cleanup *cleanups;      /* innermost cleanup handler      */
@@ -145,7 +147,7 @@ void ml__unforce(struct ml__thread *t);
 void ml__thread_reseed(struct ml__thread *t);
 uint64_t ml__thread_regap(struct ml__thread *t);
 void ml__thread_refresh(struct ml__thread *t);
-/* Set the sampler's countdown to c (in `saved` while forced), exact
+/* Set the sampler's gap to c (countdown c + 1; in `saved` while forced), exact
  * budgets kept. */
 void ml__thread_set_gap(struct ml__thread *t, uint64_t c);
 /* The interval t samples at: the smallest of its stack's tasks' (the

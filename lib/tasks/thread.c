@@ -63,11 +63,12 @@ void ml__thread_set_gap(struct ml__thread *t, uint64_t c)
 {
 	/* Exact budgets first take what the fast path spent (exact.c). */
 	ml__exact_settle(t);
+	uint64_t v = c + 1; /* the fast path's form: tasks.h */
 	if (t->forced)
-		t->saved = c;
+		t->saved = v;
 	else
-		t->countdown = c;
-	t->armed = c;
+		t->countdown = v;
+	t->armed = v;
 	t->cut = 0;
 	if (t->exact)
 		ml__exact_clip(t);
