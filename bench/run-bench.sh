@@ -49,7 +49,7 @@ run() {
 # synonym keeps valgrind from replacing the malloc the program calls
 # (ours) with its own; callgrind itself replaces none, but a tool that
 # did would otherwise measure nothing of ours.  The call count of
-# ml__alloc_slow goes to $tmp/slowcalls.
+# ml__alloc_begin goes to $tmp/slowcalls.
 cg() {
 	cfg=$1
 	shift
@@ -69,7 +69,7 @@ cg() {
 		echo "bench: callgrind failed: $*" >&2
 		exit 1
 	fi
-	awk '/^cfn=ml__alloc_slow$/ { getline; split($1, a, "=");
+	awk '/^cfn=ml__alloc_begin$/ { getline; split($1, a, "=");
 	     n += a[2] } END { print n + 0 }' "$tmp/cg.out" >"$tmp/slowcalls"
 	awk '/^summary:/ { print $2 }' "$tmp/cg.out"
 }

@@ -166,12 +166,41 @@ static inline bool ml__sampled_maybe(const void *p)
  * lock: counts per bucket keep the bit while others remain). */
 void ml__sampled_mark(const void *p);
 void ml__sampled_unmark(const void *p);
-/* Called by free (and by realloc and the layer above) for a block whose
- * bucket is marked, before the allocator frees it; set once by the layer
+/* Called (ml__sampled_lose) by free and realloc for a block whose bucket
+ * is marked, before the allocator frees it; set once by the layer
  * above (a hook: this layer names nothing above it), with a release
  * store before the filter is switched on and any bit is set.  Read with
  * acquire, on the marked path only (a plain load on x86). */
 extern void (*_Atomic ml__sampled_free_hook)(void *p);
+/* The hook's way in: out of line, on the marked path only. */
+void ml__sampled_lost(void *p);
+/* A block goes away (free, or realloc's old block): the one way a sampled
+ * block's record is let go.  Five instructions on x86-64 (copy, shift,
+ * mask, bit test against the bitmap, branch) unless the bucket is
+ * marked; the caller tests that the filter is on (the free tails that
+ * call this are chosen only then: meter.c; realloc tests ML__WATCH). */
+static inline __attribute__((always_inline)) void ml__sampled_lose(void *p)
+{
+#if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
+    defined(__PIC__)
+	__asm__ goto("movl %k0, %%eax\n\t"
+	             "shrl %[shift], %%eax\n\t"
+	             "andl %[mask], %%eax\n\t"
+	             "btl %%eax, ml__sampled_bits(%%rip)\n\t"
+	             "jc %l[hit]"
+	             :
+	             : "r"(p), [shift] "i"(ML__SAMPLED_SHIFT),
+	               [mask] "i"(ML__SAMPLED_BUCKETS - 1)
+	             : "rax", "cc", "memory"
+	             : hit);
+	return;
+hit:
+	ml__sampled_lost(p);
+#else
+	if (ml__unlikely(ml__sampled_maybe(p)))
+		ml__sampled_lost(p);
+#endif
+}
 /* What realloc must take care of, in one byte it tests on its fast path:
  * ML__WATCH_METER (the metered tails are on), ML__WATCH_SAMPLED (the
  * filter is on). */

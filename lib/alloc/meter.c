@@ -246,31 +246,8 @@ static void free_metered_foreign(void *p)
 
 /* ---- free through the sampled-block filter ---------------------------
  *
- * Once blocks are recorded (ml__sampled_switch_on), free tests the
- * filter before the allocator's free: five instructions on x86-64 (copy,
- * shift, mask, bit test against the bitmap, branch), nothing else unless
- * the bucket is marked. */
-static inline __attribute__((always_inline)) bool sampled_maybe(void *p)
-{
-#if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
-    defined(__PIC__)
-	__asm__ goto("movl %k0, %%eax\n\t"
-	             "shrl %[shift], %%eax\n\t"
-	             "andl %[mask], %%eax\n\t"
-	             "btl %%eax, ml__sampled_bits(%%rip)\n\t"
-	             "jc %l[hit]"
-	             :
-	             : "r"(p), [shift] "i"(ML__SAMPLED_SHIFT),
-	               [mask] "i"(ML__SAMPLED_BUCKETS - 1)
-	             : "rax", "cc", "memory"
-	             : hit);
-	return false;
-hit:
-	return true;
-#else
-	return ml__sampled_maybe(p);
-#endif
-}
+ * Once blocks are recorded (ml__sampled_switch_on), free tests the filter
+ * before the allocator's free (ml__sampled_lose, alloc.h). */
 
 /* A marked bit was set after the hook was stored, but nothing orders
  * this thread's read of the bit before its read of the hook (the bits
@@ -278,7 +255,7 @@ hit:
  * relaxed): on a weakly ordered CPU the hook can still read NULL here.
  * The store is already made, so it shows up: wait for it rather than
  * call NULL or skip the record. */
-static ML__COLD void sampled_free(void *p)
+ML__COLD void ml__sampled_lost(void *p)
 {
 	void (*hook)(void *);
 	while (!(hook = atomic_load_explicit(&ml__sampled_free_hook,
@@ -296,13 +273,12 @@ static inline __attribute__((always_inline)) void no_count(void *p)
 {
 	(void)p;
 }
-#define FREE_SAMPLED(name, count)                   \
-	static void name(void *p)                   \
-	{                                           \
-		count(p);                           \
-		if (ml__unlikely(sampled_maybe(p))) \
-			sampled_free(p);            \
-		ml__real.free(p);                   \
+#define FREE_SAMPLED(name, count)    \
+	static void name(void *p)    \
+	{                            \
+		count(p);            \
+		ml__sampled_lose(p); \
+		ml__real.free(p);    \
 	}
 FREE_SAMPLED(free_sampled, no_count)
 FREE_SAMPLED(free_sampled_metered, uncount)

@@ -1,11 +1,13 @@
-/* The malloc family.  Nothing else in the library knows it exists.
- *
- * Every allocating entry point runs the same fast path: subtract the size
- * from the thread's countdown and branch on the borrow.  Everything else —
- * sampling, tasks, pending interruptions, re-entrancy — lives behind that
- * branch (ml__alloc_slow), and the global meter behind one flag that is
- * only set while a global limit is.  The allocator underneath is reached
- * through alloc/alloc.h (ml__real and the meter's tails). */
+/* The malloc family.  Nothing else in the library knows it exists, and it
+ * knows of the layers below only this:
+ *  - the sampler's countdown (ml__countdown_take, sampler.h): the fast
+ *    path, one subtraction and one branch;
+ *  - when that sends an allocation to the slow path, the tasks layer's
+ *    one pair around the real allocation: ml__alloc_begin(n) decides,
+ *    ml__alloc_end(p, n) settles (tasks/slow.c);
+ *  - the allocator underneath through alloc/alloc.h: ml__real, the
+ *    meter's tails and hooks, ml__sampled_lose for realloc's old block.
+ * ml_note_alloc and ml_note_free are in note.c. */
 #include "api/api.h"
 
 #include <errno.h>
@@ -13,61 +15,27 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* The countdown subtraction.  True when n >= countdown (it borrowed, or
- * reached 0): the countdown is one more than the bytes that may still be
- * allocated without a sample (tasks.h), so that a countdown of 0 sends
- * even malloc(0) to the slow path (an exact budget of 0 must see it).  An
- * unsigned borrow is taken whatever n is, so even malloc(SIZE_MAX) cannot
- * wrap the countdown into a huge value.  On x86-64 one memory-operand
- * subtraction and one branch (jbe: borrow or zero); gcc would load,
- * subtract and store. */
-static inline __attribute__((always_inline)) bool borrow(uint64_t n)
-{
-#if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
-    defined(__PIC__)
-	_Static_assert(offsetof(struct ml__thread, countdown) == 0,
-	               "the asm below subtracts at offset 0");
-	__asm__ goto("movq ml__self@gottpoff(%%rip), %%rax\n\t"
-	             "subq %0, %%fs:(%%rax)\n\t"
-	             "jbe %l[slow]"
-	             :
-	             : "r"(n)
-	             : "rax", "cc", "memory"
-	             : slow);
-	return false;
-slow:
-	return true;
-#else
-	struct ml__thread *t = &ml__self;
-	uint64_t c = t->countdown;
-	t->countdown = c - n;
-	return n >= c;
-#endif
-}
-
-/* Returns true when the allocation must fail. */
-static ML__COLD bool sample_slow(size_t n)
+/* The slow path's first step, for a request the fast path sent there:
+ * true when it must fail.  A request of at least ML__PROBE_MIN that the
+ * allocator refuses anyway (underlying.c) carries no sample: the
+ * countdown gets its n back (modulo 2^64, like the subtraction) and the
+ * request goes on unseen, settled by nobody (*unseen).  Everything else is
+ * the tasks layer's to decide. */
+static inline bool begin(size_t n, bool *unseen)
 {
 	if (n >= ML__PROBE_MIN && ml__refused_anyway(n)) {
-		/* Not sampled: give the countdown back what the fast path
-		 * took (modulo 2^64, like the subtraction). */
-		ml__self.countdown += n;
-		ml__self.charged = 0;
+		ml__countdown += n;
+		*unseen = true;
 		return false;
 	}
-	return ml__alloc_slow(n) != 0;
+	*unseen = false;
+	return ml__alloc_begin(n) != 0;
 }
 
-/* After the real allocator, on the slow path: an allocation that failed
- * anyway (out of memory for glibc) is charged to nothing; one that
- * carried samples is held by the thread's tasks (tasks/held.c). */
-static inline void *settled(void *p, size_t n)
+/* After the real allocator, on the slow path. */
+static inline void *end(void *p, size_t n, bool unseen)
 {
-	if (ml__unlikely(p == NULL))
-		ml__alloc_failed(n);
-	else if (ml__self.charged && ml__self.charged_samples && ML__HELD_ON)
-		ml__held_note(&ml__self, p, ml__self.charged_samples);
-	return p;
+	return unseen ? p : ml__alloc_end(p, n);
 }
 
 static void *enomem(void)
@@ -84,14 +52,15 @@ static inline void *malloc_tail_call(size_t n)
 /* Out of line, so that the fast path saves no register for it. */
 static ML__COLD void *malloc_slow(size_t n)
 {
-	if (sample_slow(n))
+	bool unseen;
+	if (begin(n, &unseen))
 		return enomem();
-	return settled(malloc_tail_call(n), n);
+	return end(malloc_tail_call(n), n, unseen);
 }
 
 ML__API void *malloc(size_t n)
 {
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return malloc_slow(n);
 	return malloc_tail_call(n);
 }
@@ -120,9 +89,10 @@ static inline void *calloc_real(size_t a, size_t b)
 
 static ML__COLD void *calloc_slow(size_t a, size_t b, size_t n)
 {
-	if (sample_slow(n))
+	bool unseen;
+	if (begin(n, &unseen))
 		return enomem();
-	return settled(calloc_real(a, b), n);
+	return end(calloc_real(a, b), n, unseen);
 }
 
 ML__API void *calloc(size_t a, size_t b)
@@ -130,7 +100,7 @@ ML__API void *calloc(size_t a, size_t b)
 	size_t n;
 	if (__builtin_mul_overflow(a, b, &n))
 		return enomem(); /* as glibc: ENOMEM, nothing sampled */
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return calloc_slow(a, b, n);
 	return calloc_real(a, b);
 }
@@ -150,7 +120,7 @@ static inline void *resize_real(void *p, size_t n, size_t a, size_t b)
 	/* The old block's record goes (a new one is made if the new block
 	 * carries samples); if realloc fails, the old block stays untracked. */
 	if ((watch & ML__WATCH_SAMPLED) && p)
-		ml__held_forget(p);
+		ml__sampled_lose(p);
 	if (!(watch & ML__WATCH_METER))
 		return resize_call(p, a, b);
 	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
@@ -166,9 +136,10 @@ static ML__COLD void *resize_slow(void *p, size_t n, size_t a, size_t b)
 {
 	/* realloc(p, 0) frees p: it is never refused (a refusal returns
 	 * NULL, which the caller takes for "freed"). */
-	if (n && sample_slow(n))
+	bool unseen = true;
+	if (n && begin(n, &unseen))
 		return enomem(); /* the old block stays valid */
-	return settled(resize_real(p, n, a, b), n);
+	return end(resize_real(p, n, a, b), n, unseen);
 }
 
 ML__API void *realloc(void *p, size_t n)
@@ -176,7 +147,7 @@ ML__API void *realloc(void *p, size_t n)
 	/* realloc(p, 0) frees p (glibc's REALLOC_ZERO_BYTES_FREES) and
 	 * allocates nothing: it carries no sample and is never refused
 	 * (resize_slow). */
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return resize_slow(p, n, 0, n);
 	return resize_real(p, n, 0, n);
 }
@@ -186,7 +157,7 @@ ML__API void *reallocarray(void *p, size_t a, size_t b)
 	size_t n;
 	if (__builtin_mul_overflow(a, b, &n))
 		return ml__real.reallocarray(p, a, b); /* its own error */
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return resize_slow(p, n, a ? a : 1, a ? b : 0);
 	return resize_real(p, n, a ? a : 1, a ? b : 0);
 }
@@ -201,14 +172,15 @@ static inline void *aligned_real(size_t align, size_t n)
 
 static ML__COLD void *aligned_slow(size_t align, size_t n)
 {
-	if (sample_slow(n))
+	bool unseen;
+	if (begin(n, &unseen))
 		return enomem();
-	return settled(aligned_real(align, n), n);
+	return end(aligned_real(align, n), n, unseen);
 }
 
 static void *aligned(size_t align, size_t n)
 {
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return aligned_slow(align, n);
 	return aligned_real(align, n);
 }
@@ -231,14 +203,15 @@ static inline void *aligned_alloc_real(size_t align, size_t n)
 
 static ML__COLD void *aligned_alloc_slow(size_t align, size_t n)
 {
-	if (sample_slow(n))
+	bool unseen;
+	if (begin(n, &unseen))
 		return enomem();
-	return settled(aligned_alloc_real(align, n), n);
+	return end(aligned_alloc_real(align, n), n, unseen);
 }
 
 ML__API void *aligned_alloc(size_t align, size_t n)
 {
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return aligned_alloc_slow(align, n);
 	return aligned_alloc_real(align, n);
 }
@@ -253,16 +226,17 @@ static inline int posix_memalign_real(void **out, size_t align, size_t n)
 
 static ML__COLD int posix_memalign_slow(void **out, size_t align, size_t n)
 {
-	if (sample_slow(n))
+	bool unseen;
+	if (begin(n, &unseen))
 		return ENOMEM; /* errno left alone, as the allocators' own */
 	int rc = posix_memalign_real(out, align, n);
-	settled(rc == 0 ? *out : NULL, n);
+	end(rc == 0 ? *out : NULL, n, unseen);
 	return rc;
 }
 
 ML__API int posix_memalign(void **out, size_t align, size_t n)
 {
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return posix_memalign_slow(out, align, n);
 	return posix_memalign_real(out, align, n);
 }
@@ -277,14 +251,15 @@ static inline void *valloc_real(size_t n)
 
 static ML__COLD void *valloc_slow(size_t n)
 {
-	if (sample_slow(n))
+	bool unseen;
+	if (begin(n, &unseen))
 		return enomem();
-	return settled(valloc_real(n), n);
+	return end(valloc_real(n), n, unseen);
 }
 
 ML__API void *valloc(size_t n)
 {
-	if (ml__unlikely(borrow(n)))
+	if (ml__unlikely(ml__countdown_take(n)))
 		return valloc_slow(n);
 	return valloc_real(n);
 }
@@ -299,9 +274,10 @@ static inline void *pvalloc_real(size_t n)
 
 static ML__COLD void *pvalloc_slow(size_t n, size_t rounded)
 {
-	if (sample_slow(rounded))
+	bool unseen;
+	if (begin(rounded, &unseen))
 		return enomem();
-	return settled(pvalloc_real(n), rounded);
+	return end(pvalloc_real(n), rounded, unseen);
 }
 
 ML__API void *pvalloc(size_t n)
@@ -310,7 +286,7 @@ ML__API void *pvalloc(size_t n)
 	size_t page = (size_t)getpagesize(), rounded = n;
 	if (n <= SIZE_MAX - page)
 		rounded = (n + page - 1) & ~(page - 1);
-	if (ml__unlikely(borrow(rounded)))
+	if (ml__unlikely(ml__countdown_take(rounded)))
 		return pvalloc_slow(n, rounded);
 	return pvalloc_real(n);
 }
@@ -320,42 +296,4 @@ ML__API void *pvalloc(size_t n)
 ML__API size_t malloc_usable_size(void *p)
 {
 	return ml__usable_size(p);
-}
-
-/* ---- Custom allocators ------------------------------------------------ */
-
-/* More than INT64_MAX bytes: no address space holds them, and the meter
- * counts in int64_t (the cast made such a note lower the usage). */
-static ML__COLD bool note_impossible(size_t bytes)
-{
-	/* Refused, as malloc refuses an impossible size: no sample, nothing
-	 * counted; the countdown gets back what the fast path took. */
-	ml__self.countdown += bytes;
-	ml__self.charged = 0;
-	return false;
-}
-
-ML__API bool ml_note_alloc(size_t bytes)
-{
-	/* Not glibc's memory: nothing to try on glibc.  Any size above
-	 * INT64_MAX borrows (a countdown is at most a sample gap, which
-	 * sampler.c caps at 2^62), so
-	 * the check costs the fast path nothing. */
-	if (ml__unlikely(borrow(bytes))) {
-		if (ml__unlikely(bytes > (size_t)INT64_MAX))
-			return note_impossible(bytes);
-		if (ml__alloc_slow(bytes))
-			return false;
-	}
-	if (ml__unlikely(ML__METER_ON))
-		ml__meter_add((int64_t)bytes);
-	return true;
-}
-
-ML__API void ml_note_free(size_t bytes)
-{
-	/* Above INT64_MAX it matches no noted allocation (those are
-	 * refused): ignored. */
-	if (ml__unlikely(ML__METER_ON) && bytes <= (size_t)INT64_MAX)
-		ml__meter_add(-(int64_t)bytes);
 }

@@ -5,6 +5,8 @@
 
 #include <math.h>
 
+ML__TLS uint64_t ml__countdown;
+
 uint64_t ml__splitmix64(uint64_t *x)
 {
 	uint64_t z = (*x += 0x9e3779b97f4a7c15u);

@@ -14,9 +14,52 @@
 #ifndef ML_SAMPLER_H
 #define ML_SAMPLER_H
 
+#include "util/util.h"
+
 #include <stdint.h>
 
 #pragma GCC visibility push(hidden)
+
+/* ---- The thread's countdown: the allocation fast path's whole state ----
+ *
+ * One more than the bytes the thread may still allocate before the next
+ * sample (the gap c of struct ml__sampler's draws plus one), or 0 to send
+ * every allocation, malloc(0) included, to the slow path.  An allocation
+ * of n bytes goes to the slow path iff n >= countdown: with c + 1 stored
+ * that is n > c, the sampler's exact test ("The sampler" in
+ * docs/statistics.md), and a countdown of 0 catches a 0-byte allocation
+ * too (an exact budget of 0 must see it).  Owned here, in its own
+ * initial-exec TLS word (zero in a new thread: its first allocation takes
+ * the slow path, which starts the thread); the tasks layer writes it
+ * downward (a fresh gap, forcing the slow path, an exact budget's clip). */
+extern ML__TLS uint64_t ml__countdown;
+
+/* Take n bytes from the countdown: true when the allocation must take the
+ * slow path (n >= countdown).  The countdown is then n less, modulo 2^64,
+ * as the slow path expects (it adds n back).  An unsigned borrow is taken
+ * whatever n is, so even malloc(SIZE_MAX) cannot wrap the countdown into
+ * a huge value.  On x86-64 one memory-operand subtraction and one branch
+ * (jbe: a borrow or a zero result); gcc would load, subtract and store. */
+static inline __attribute__((always_inline)) bool ml__countdown_take(uint64_t n)
+{
+#if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
+    defined(__PIC__)
+	__asm__ goto("movq ml__countdown@gottpoff(%%rip), %%rax\n\t"
+	             "subq %0, %%fs:(%%rax)\n\t"
+	             "jbe %l[slow]"
+	             :
+	             : "r"(n)
+	             : "rax", "cc", "memory"
+	             : slow);
+	return false;
+slow:
+	return true;
+#else
+	uint64_t c = ml__countdown;
+	ml__countdown = c - n;
+	return n >= c;
+#endif
+}
 
 /* The mean sample interval S when none is set (MEMLIMITS_INTERVAL,
  * ml_set_interval, memlimits --interval).  A plain literal: the command's

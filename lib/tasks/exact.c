@@ -85,7 +85,7 @@ static void charge(struct ml__thread *t, uint64_t bytes)
 
 static uint64_t *current(struct ml__thread *t)
 {
-	return t->forced ? &t->saved : &t->countdown;
+	return t->forced ? &t->saved : &ml__countdown;
 }
 
 void ml__exact_settle(struct ml__thread *t)

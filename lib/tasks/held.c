@@ -217,12 +217,6 @@ static void held_free(void *p)
 		release(&r);
 }
 
-void ml__held_forget(void *p)
-{
-	if (ml__sampled_maybe(p))
-		held_free(p);
-}
-
 /* The task's account, made at its first charge. */
 static struct ml__account *account_of(struct ml_task *task)
 {

@@ -1,8 +1,10 @@
 /* The allocation slow path, thread start and exit, and fork.
  *
- * When the fast path borrows, ml__alloc_slow works out how many samples
- * the allocation carried, tells the hook consumer, and hands them to the
- * tasks (task.c). */
+ * When the countdown sends an allocation here, ml__alloc_begin works out
+ * how many samples it carried, tells the hook consumer, and hands them to
+ * the tasks (task.c); ml__alloc_end settles with the allocator's answer.
+ * These two are all the malloc family (api/interpose.c) calls of this
+ * layer. */
 #define _GNU_SOURCE
 #include "tasks/tasks.h"
 
@@ -121,19 +123,19 @@ void ml__thread_init(struct ml__thread *t)
 	}
 }
 
-int ml__alloc_slow(uint64_t n)
+int ml__alloc_begin(uint64_t n)
 {
 	struct ml__thread *t = &ml__self;
 	if (t->busy) {
 		/* Our own allocation: no sample, no decision. */
-		t->countdown = 0;
+		ml__countdown = 0;
 		t->charged = 0;
 		return 0;
 	}
 	t->busy = 1;
 	/* Undo the fast path's subtraction to recover the countdown the
 	 * allocation started from: one more than the sampler's gap c. */
-	uint64_t v = t->forced ? t->saved : t->countdown + n;
+	uint64_t v = t->forced ? t->saved : ml__countdown + n;
 	if (ml__unlikely(t->exact)) {
 		/* The bytes the fast path let through since the countdown
 		 * was set, and the sampler's gap the clip hid (exact.c). */
@@ -200,9 +202,11 @@ int ml__alloc_slow(uint64_t n)
 	return verdict;
 }
 
-void ml__alloc_failed(uint64_t n)
+/* The allocation of n bytes that the last ml__alloc_begin let through
+ * failed in the allocator: take back what it was charged (tasks and the
+ * consumer's counts).  Leaves errno alone. */
+static ML__COLD void alloc_failed(struct ml__thread *t, uint64_t n)
 {
-	struct ml__thread *t = &ml__self;
 	if (!t->charged || t->busy)
 		return;
 	t->charged = 0;
@@ -221,4 +225,14 @@ void ml__alloc_failed(uint64_t n)
 		h->failed(t, n, s);
 	t->busy = 0;
 	errno = e;
+}
+
+void *ml__alloc_end(void *p, uint64_t n)
+{
+	struct ml__thread *t = &ml__self;
+	if (ml__unlikely(p == NULL))
+		alloc_failed(t, n);
+	else if (t->charged && t->charged_samples && ML__HELD_ON)
+		ml__held_note(t, p, t->charged_samples);
+	return p;
 }

@@ -92,12 +92,10 @@ struct ml__slice {
  * the library is dlopen'ed its TLS must fit glibc's static TLS surplus.
  * (The meter keeps its own countdowns: alloc/alloc.h.) */
 struct ml__thread {
-	/* Fast path: one more than the bytes that may still be allocated
-	 * before the slow path must run (an allocation of n goes there when
-	 * n >= countdown, so 0 sends every allocation, malloc(0) included).
-	 * The sampler's gap c plus one unless `forced`. */
-	uint64_t countdown;
-	uint64_t saved; /* the sampler's gap plus one while forced */
+	/* The fast path's countdown is the sampler's (ml__countdown,
+	 * sampler.h): the gap plus one unless `forced`, when it is 0 and
+	 * the gap plus one waits here. */
+	uint64_t saved;
 	struct ml__sampler sampler;
 	struct ml__slice *top;             /* innermost slice, NULL if none  */
 	struct ml__cleanup *cleanups;      /* innermost cleanup handler      */
@@ -199,13 +197,18 @@ static inline const struct ml__hooks *ml__hooks_get(void)
 
 void ml__global_init(void);
 void ml__thread_init(struct ml__thread *t);
-/* The slow path of every allocation: 0 = allocate, -1 = fail with ENOMEM.
- * May not return (JUMP delivery). */
-int ml__alloc_slow(uint64_t n);
-/* The allocation of n bytes that the last ml__alloc_slow let through
- * failed in the allocator: take back what it was charged (tasks and the
- * consumer's counts).  Leaves errno alone. */
-void ml__alloc_failed(uint64_t n);
+/* The tasks layer's whole interface to the malloc family: one pair around
+ * the real allocation, called when the countdown sent an allocation of n
+ * bytes to the slow path (ml__countdown_take).
+ * ml__alloc_begin decides: samples, credits the thread's tasks, delivers
+ * their interruptions; 0 = allocate, -1 = fail with ENOMEM; may not
+ * return (JUMP delivery).
+ * ml__alloc_end settles with the allocator's answer p: a block that
+ * carried samples is held by the tasks that were charged (held.c); a
+ * failure (p NULL) takes back what the allocation was charged.  Returns
+ * p; leaves errno alone. */
+int ml__alloc_begin(uint64_t n);
+void *ml__alloc_end(void *p, uint64_t n);
 
 /* ---- Tasks (task.c) --------------------------------------------------- */
 
@@ -282,8 +285,6 @@ void ml__held_start(void);
 /* The block p, just allocated on t's slow path with s samples, is held
  * by the tasks on t's stack. */
 void ml__held_note(struct ml__thread *t, void *p, uint64_t s);
-/* p is about to be freed or moved (realloc): its record goes. */
-void ml__held_forget(void *p);
 /* A task's held estimate and its peak, in bytes. */
 uint64_t ml__held_bytes(const struct ml_task *task);
 uint64_t ml__held_peak(const struct ml_task *task);

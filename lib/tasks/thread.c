@@ -1,7 +1,8 @@
 /* Per-thread state: the TLS block, forcing the slow path, and applying
  * the process's seed and interval to a thread.
  *
- * The fast path (api/interpose.c) only subtracts from `countdown`.  Work
+ * The fast path (api/interpose.c) only subtracts from the sampler's
+ * countdown (ml__countdown, sampler.h).  Work
  * that must see every allocation for a while (a pending interruption,
  * FAIL delivery, the library's own allocations, a consumer that counts
  * every allocation) "forces" the countdown to 0 and parks the sampler's
@@ -24,10 +25,10 @@ void ml__hooks_install(const struct ml__hooks *h)
 void ml__force_slow(struct ml__thread *t)
 {
 	if (!t->forced) {
-		t->saved = t->countdown;
+		t->saved = ml__countdown;
 		t->forced = 1;
 	}
-	t->countdown = 0;
+	ml__countdown = 0;
 }
 
 void ml__unforce(struct ml__thread *t)
@@ -35,7 +36,7 @@ void ml__unforce(struct ml__thread *t)
 	if (t->forced && !t->busy && !t->pending &&
 	    !ml__hooks_get()->every_alloc) {
 		t->forced = 0;
-		t->countdown = t->saved;
+		ml__countdown = t->saved;
 	}
 }
 
@@ -63,11 +64,11 @@ void ml__thread_set_gap(struct ml__thread *t, uint64_t c)
 {
 	/* Exact budgets first take what the fast path spent (exact.c). */
 	ml__exact_settle(t);
-	uint64_t v = c + 1; /* the fast path's form: tasks.h */
+	uint64_t v = c + 1; /* the countdown's form: sampler.h */
 	if (t->forced)
 		t->saved = v;
 	else
-		t->countdown = v;
+		ml__countdown = v;
 	t->armed = v;
 	t->cut = 0;
 	if (t->exact)

@@ -1,0 +1,39 @@
+/* ml_note_alloc and ml_note_free: memory a program's own allocator hands
+ * out, counted as the malloc family counts its own (the same countdown,
+ * the same slow path; no block, so nothing to settle or record). */
+#include "api/api.h"
+
+/* More than INT64_MAX bytes: no address space holds them, and the meter
+ * counts in int64_t (the cast made such a note lower the usage). */
+static ML__COLD bool note_impossible(size_t bytes)
+{
+	/* Refused, as malloc refuses an impossible size: no sample, nothing
+	 * counted; the countdown gets back what the fast path took. */
+	ml__countdown += bytes;
+	return false;
+}
+
+ML__API bool ml_note_alloc(size_t bytes)
+{
+	/* Not glibc's memory: nothing to try on glibc.  Any size above
+	 * INT64_MAX borrows (a countdown is at most a sample gap, which
+	 * sampler.c caps at 2^62), so
+	 * the check costs the fast path nothing. */
+	if (ml__unlikely(ml__countdown_take(bytes))) {
+		if (ml__unlikely(bytes > (size_t)INT64_MAX))
+			return note_impossible(bytes);
+		if (ml__alloc_begin(bytes))
+			return false;
+	}
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_add((int64_t)bytes);
+	return true;
+}
+
+ML__API void ml_note_free(size_t bytes)
+{
+	/* Above INT64_MAX it matches no noted allocation (those are
+	 * refused): ignored. */
+	if (ml__unlikely(ML__METER_ON) && bytes <= (size_t)INT64_MAX)
+		ml__meter_add(-(int64_t)bytes);
+}
