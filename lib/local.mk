@@ -17,8 +17,9 @@ lib_libmlcore_la_SOURCES = \
 	lib/sampler/sampler.c lib/sampler/bounds.c \
 	lib/alloc/alloc.h \
 	lib/alloc/underlying.c lib/alloc/meter.c lib/alloc/sampled.c \
-	lib/core/core.h \
-	lib/core/settings.c lib/core/unwind.c lib/core/stacks.c \
+	lib/core/core.h lib/core/unwinder.h \
+	lib/core/settings.c lib/core/capture.c lib/core/frames.c \
+	lib/core/stacks.c \
 	lib/tasks/tasks.h \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/global.c \
 	lib/tasks/task.c lib/tasks/exact.c \

@@ -25,7 +25,20 @@ void ml__set_seed(uint64_t seed);
  * gets one line on stderr and changes nothing.  Called once, at start. */
 void ml__settings_read_env(void);
 
-/* ---- Stacks and frames (unwind.c) ------------------------------------- */
+/* ---- Stack capture and the unwinder (capture.c) ----------------------- */
+
+/* At start: find libgcc_s's unwinder (never from inside malloc). */
+void ml__unwind_load(void);
+bool ml__unwind_loaded(void);
+/* Return addresses, innermost first; 0 frames if no unwinder is loaded.
+ * Opens no descriptor. */
+int ml__backtrace(void **ip, int max);
+/* Around every walk (frames.c's too): keeps fork from finding libgcc's
+ * own mutex held. */
+void ml__unwind_lock(void);
+void ml__unwind_unlock(void);
+
+/* ---- Frame classification (frames.c) ---------------------------------- */
 
 enum ml__frames {
 	ML__FRAMES_SAFE = 0,    /* only user code between here and the task */
@@ -39,14 +52,6 @@ enum ml__frames {
  * allocate: the caller lets such allocations through untouched. */
 enum ml__frames ml__frames_check(uintptr_t stop);
 void ml__unwind_init(void);
-/* At start: find libgcc_s's unwinder (never from inside malloc). */
-void ml__unwind_load(void);
-bool ml__unwind_loaded(void);
-/* Return addresses, innermost first; 0 frames if no unwinder is loaded.
- * Opens no descriptor. */
-int ml__backtrace(void **ip, int max);
-void ml__unwind_lock(void);
-void ml__unwind_unlock(void);
 
 /* ---- Interned call stacks (stacks.c) ---------------------------------- */
 

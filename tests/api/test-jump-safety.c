@@ -923,7 +923,7 @@ static void report(int r, const char *fmt, const char *name, uint64_t s)
 		ok = tap_ok(!(r & ~2), "%s%s", what,
 		            r & ~2 ? " (see diagnostics)" : "");
 	real_failures += !ok;
-	/* Locale loaders are never failed (lib/core/unwind.c): a load that met
+	/* Locale loaders are never failed (lib/core/frames.c): a load that met
 	 * ENOMEM half-way would be remembered by glibc as missing for good. */
 	if (r >= 0 && r < 128)
 		real_failures += !tap_ok(!(r & 2),

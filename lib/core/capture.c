@@ -1,45 +1,35 @@
-/* Stacks: the call stack of an allocation, for run-mode profiles and for
- * frame safety (which code lies between an allocation and a task's
- * ml_run).
+/* Capture: the call stack of an allocation as return addresses
+ * (ml__backtrace), for profiles (stacks.c interns them) and run-mode
+ * reports; and the loading of libgcc's unwinder, which frames.c walks
+ * with too.
  *
- * The walk is libgcc's _Unwind_Backtrace, from the libgcc_s that the
- * library links anyway.  It opens no descriptor and takes no lock of its
- * own where glibc has _dl_find_object (2.35).
- * libunwind 1.6 was used before: its first use opens a pipe to validate
- * addresses (the lowest free descriptors: a program started with stdin
- * closed found a pipe as fd 0) and reopens it inside a later walk when the
- * program has closed it; no setting turns that off.  Costs of each way are
- * in docs/performance.md.
+ * The unwinder is libgcc's, from the libgcc_s that the library links
+ * anyway: _Unwind_Backtrace opens no descriptor and takes no lock of its
+ * own where glibc has _dl_find_object (2.35).  libunwind 1.6 was used
+ * before, and its unw_backtrace was cheap (a trace cache), but its first
+ * use opens a pipe to validate addresses (the lowest free descriptors: a
+ * program started with stdin closed found a pipe as fd 0) and reopens it
+ * inside a later walk when the program has closed it; no setting turns
+ * that off.
  *
- * Frame safety only runs after an interruption (never on the sampling
- * path).  Each frame is attributed to the object holding its return
- * address; an object is "runtime" when abandoning or failing inside it is
- * unsafe: the C library, the loader, libstdc++, libgcc, libunwind, the
- * allocator underneath (jemalloc, tcmalloc, mimalloc), and this
- * library (except its own task frames, which a jump is meant to leave). */
+ * _Unwind_Backtrace alone interprets each frame's CFI anew at every walk:
+ * about 1 800 instructions a frame, 20 times what unw_backtrace cost, and
+ * profiles capture a stack at every sample.  So on x86-64 the capture
+ * caches a rule per return address, built once from libgcc's FDE, and
+ * walks by the rules: 88 instructions a frame (docs/performance.md,
+ * "Stacks"; `make bench` counts it).  A frame the rules do not cover
+ * sends the whole capture to _Unwind_Backtrace; so do other
+ * architectures, and glibc before 2.35 (no _dl_find_object to tag each
+ * rule with its object). */
 #define _GNU_SOURCE
-#include "core/core.h"
+#include "core/unwinder.h"
 
 #include <dlfcn.h>
 #include <link.h>
-#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unwind.h>
 
-/* What libgcc's _Unwind_Find_FDE fills in besides the FDE. */
-struct ml_eh_bases {
-	void *tbase, *dbase, *func;
-};
-
-/* libgcc_s's unwinder, by name (the same on every architecture). */
-static struct {
-	_Unwind_Reason_Code (*backtrace)(_Unwind_Trace_Fn, void *);
-	_Unwind_Ptr (*get_ip_info)(struct _Unwind_Context *, int *);
-	_Unwind_Word (*get_cfa)(struct _Unwind_Context *);
-	_Unwind_Ptr (*region_start)(struct _Unwind_Context *);
-	const void *(*find_fde)(void *, struct ml_eh_bases *); /* optional */
-} U;
+struct ml__gcc_s ml__gcc_s;
 static _Atomic bool loaded;
 
 /* ---- Loading ---------------------------------------------------------- */
@@ -59,14 +49,15 @@ void ml__unwind_load(void)
 		    ML_GCC_S_SONAME);
 		return;
 	}
-#define SYM(field, name) *(void **)&U.field = dlsym(h, name)
+#define SYM(field, name) *(void **)&ml__gcc_s.field = dlsym(h, name)
 	SYM(backtrace, "_Unwind_Backtrace");
 	SYM(get_ip_info, "_Unwind_GetIPInfo");
 	SYM(get_cfa, "_Unwind_GetCFA");
 	SYM(region_start, "_Unwind_GetRegionStart");
 	SYM(find_fde, "_Unwind_Find_FDE");
 #undef SYM
-	if (U.backtrace && U.get_ip_info && U.get_cfa && U.region_start)
+	if (ml__gcc_s.backtrace && ml__gcc_s.get_ip_info && ml__gcc_s.get_cfa &&
+	    ml__gcc_s.region_start)
 		atomic_store_explicit(&loaded, true, memory_order_release);
 	else
 		ml__diag("%s lacks _Unwind_Backtrace", ML_GCC_S_SONAME);
@@ -90,7 +81,7 @@ static _Unwind_Reason_Code capture_frame(struct _Unwind_Context *ctx, void *arg)
 	if (c->n == c->max)
 		return _URC_END_OF_STACK;
 	int before = 0;
-	uintptr_t ip = U.get_ip_info(ctx, &before);
+	uintptr_t ip = ml__gcc_s.get_ip_info(ctx, &before);
 	if (!ip)
 		return _URC_END_OF_STACK;
 	/* Return addresses throughout, as the symbolizer expects (a signal
@@ -101,13 +92,10 @@ static _Unwind_Reason_Code capture_frame(struct _Unwind_Context *ctx, void *arg)
 
 /* ---- The fast capture (x86-64) --------------------------------------- *
  *
- * _Unwind_Backtrace interprets each frame's call-frame information anew:
- * about 1 800 instructions a frame, 20 times what libunwind's trace cache
- * cost (docs/performance.md).  Profiles capture a stack at every sample, so
- * this keeps, per return address, the frame's rule (the CFA is rsp or rbp
- * plus an offset; the return address and rbp are saved at offsets from
- * it), computed once from the FDE that libgcc finds (_Unwind_Find_FDE), and
- * then walks by the rules: three loads a frame.  Anything else (signal
+ * Per return address, the frame's rule (the CFA is rsp or rbp plus an
+ * offset; the return address and rbp are saved at offsets from it),
+ * computed once from the FDE that libgcc finds (_Unwind_Find_FDE); then
+ * the walk goes by the rules: three loads a frame.  Anything else (signal
  * frames, DWARF expressions, code without an object) makes the whole
  * capture go the slow way. */
 #if defined(__x86_64__) && HAVE__DL_FIND_OBJECT && !defined(ML_NO_FAST_UNWIND)
@@ -375,11 +363,11 @@ static bool run_cfa(const uint8_t *p, const uint8_t *end, struct row *r,
 /* The rule for the frame whose pc is `pc` (a return address minus one). */
 static uint64_t build_rule(uintptr_t pc)
 {
-	struct ml_eh_bases bases;
+	struct ml__eh_bases bases;
 	/* The walk lock keeps fork away from libgcc's own mutex (taken when
 	 * frames were registered at run time). */
 	ml__unwind_lock();
-	const uint8_t *fde = U.find_fde((void *)pc, &bases);
+	const uint8_t *fde = ml__gcc_s.find_fde((void *)pc, &bases);
 	ml__unwind_unlock();
 	if (!fde)
 		return pack(RK_END, 0, 0, 1, 0, 0);
@@ -545,7 +533,7 @@ int ml__backtrace(void **ip, int max)
 #if FAST_UNWIND
 	/* No lock: the rules are read lock-free, and a rule is built under
 	 * the walk lock (build_rule). */
-	if (U.find_fde) {
+	if (ml__gcc_s.find_fde) {
 		n = fast_backtrace(ip, max);
 #ifdef ML_UNWIND_VERIFY
 		/* Development check: the slow walk must agree (frame 0 is
@@ -553,7 +541,7 @@ int ml__backtrace(void **ip, int max)
 		void *slow[256];
 		struct capture v = {slow, 0, max < 256 ? max : 256};
 		ml__unwind_lock();
-		U.backtrace(capture_frame, &v);
+		ml__gcc_s.backtrace(capture_frame, &v);
 		ml__unwind_unlock();
 		if (n >= 0 && n != v.n)
 			ml__diag("fast walk: %d frames, slow: %d", n, v.n),
@@ -572,72 +560,14 @@ int ml__backtrace(void **ip, int max)
 		 * unwinder's own mutex held (see walk_lock). */
 		struct capture c = {ip, 0, max};
 		ml__unwind_lock();
-		U.backtrace(capture_frame, &c);
+		ml__gcc_s.backtrace(capture_frame, &c);
 		ml__unwind_unlock();
 		n = c.n;
 	}
 	return n;
 }
 
-/* ---- Frame safety ----------------------------------------------------- */
-
-#define MAX_FRAMES 256
-
-enum kind { K_USER, K_SELF, K_RUNTIME, K_LOADER };
-
-/* libc functions that must never see an allocation fail: the first aborts
- * the process ("failed to register TLS destructor"); the locale loaders
- * remember a locale whose loading met ENOMEM as missing, for good. */
-extern int __cxa_thread_atexit_impl(void (*)(void *), void *, void *);
-static bool must_not_fail(uintptr_t start)
-{
-	return start == (uintptr_t)&__cxa_thread_atexit_impl ||
-	       start == (uintptr_t)&setlocale || start == (uintptr_t)&newlocale;
-}
-
-static bool starts(const char *base, const char *prefix)
-{
-	return strncmp(base, prefix, strlen(prefix)) == 0;
-}
-
-static enum kind classify_name(const char *path)
-{
-	const char *base = strrchr(path, '/');
-	base = base ? base + 1 : path;
-	if (starts(base, "ld-linux") || starts(base, "ld.so") ||
-	    starts(base, "ld64.so"))
-		return K_LOADER;
-	if (starts(base, "libc.so") || starts(base, "libpthread.so") ||
-	    starts(base, "libdl.so") || starts(base, "libstdc++.so") ||
-	    starts(base, "libgcc_s.so") || starts(base, "libunwind"))
-		return K_RUNTIME;
-	return K_USER;
-}
-
-static uintptr_t self_base;
-
-static enum kind classify(uintptr_t ip)
-{
-	struct ml__object o;
-	if (ml__find_object(ip, &o) != 0)
-		return K_USER; /* JIT code or similar: not ours to judge */
-	if (o.start == self_base)
-		return K_SELF;
-	/* The allocator underneath: never jumped across, nor failed in. */
-	uintptr_t lo;
-	ml__allocator_object(&lo, NULL);
-	if (o.start == lo && lo)
-		return K_RUNTIME;
-	/* The main program's link map has an empty name. */
-	return classify_name(o.name);
-}
-
-void ml__unwind_init(void)
-{
-	struct ml__object o;
-	if (ml__find_object((uintptr_t)&ml__unwind_init, &o) == 0)
-		self_base = o.start;
-}
+/* ---- The walk lock ---------------------------------------------------- */
 
 /* libgcc keeps the frames registered at run time (JIT code) behind its own
  * mutex; a fork while another thread holds it would leave it held in the
@@ -653,77 +583,4 @@ void ml__unwind_lock(void)
 void ml__unwind_unlock(void)
 {
 	ml__spin_unlock(&walk_lock);
-}
-
-struct walk {
-	uintptr_t stop, prev_cfa;
-	int depth;
-	bool leading, reached;
-	enum ml__frames verdict;
-};
-
-static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
-{
-	struct walk *w = arg;
-	if (w->depth++ == MAX_FRAMES)
-		return _URC_END_OF_STACK;
-	int before = 0;
-	uintptr_t ip = U.get_ip_info(ctx, &before);
-	/* This frame's stack pointer is the frame below's CFA. */
-	uintptr_t sp = w->prev_cfa;
-	w->prev_cfa = (uintptr_t)U.get_cfa(ctx);
-	if (!ip)
-		return _URC_END_OF_STACK;
-	if (w->stop && sp && sp >= w->stop) {
-		w->reached = true;
-		return _URC_END_OF_STACK;
-	}
-	/* A return address may sit just past the end of its caller. */
-	enum kind k = classify(ip - (before == 0));
-	if (w->leading && k == K_SELF)
-		return _URC_NO_REASON; /* the allocation path itself */
-	w->leading = false;
-	if (k == K_LOADER ||
-	    (k == K_RUNTIME && must_not_fail((uintptr_t)U.region_start(ctx)))) {
-		w->verdict = ML__FRAMES_LOADER;
-		return _URC_END_OF_STACK;
-	}
-	if (k == K_RUNTIME) {
-		w->verdict = ML__FRAMES_RUNTIME;
-	} else if (!w->stop && k == K_USER) {
-		/* The loader check ends at the first user frame: what
-		 * cannot survive a failure calls malloc through runtime
-		 * frames only (ld.so, __tls_get_addr, the locale loaders,
-		 * __cxa_thread_atexit_impl); deeper frames do not matter to
-		 * it.  This bounds the cost of a refusal by the depth of
-		 * that run, not of the stack. */
-		w->reached = true;
-		return _URC_END_OF_STACK;
-	}
-	return _URC_NO_REASON;
-}
-
-static enum ml__frames walk(uintptr_t stop)
-{
-	if (!self_base)
-		ml__unwind_init();
-	if (!ml__unwind_loaded())
-		return ML__FRAMES_RUNTIME; /* no stack walks: not known safe */
-	struct walk w = {.stop = stop,
-	                 .leading = true,
-	                 .reached = (stop == 0),
-	                 .verdict = ML__FRAMES_SAFE};
-	U.backtrace(walk_frame, &w);
-	/* A stack we could not follow up to the task is not known safe. */
-	if (!w.reached && w.verdict == ML__FRAMES_SAFE)
-		w.verdict = ML__FRAMES_RUNTIME;
-	return w.verdict;
-}
-
-enum ml__frames ml__frames_check(uintptr_t stop)
-{
-	ml__unwind_lock();
-	enum ml__frames f = walk(stop);
-	ml__unwind_unlock();
-	return f;
 }
