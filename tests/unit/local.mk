@@ -26,6 +26,11 @@ tests_unit_test_faults_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
 TESTS += tests/unit/test-layers.sh
 EXTRA_DIST += tests/unit/test-layers.sh
 
+# docs/internals.md names only files and ml__ names that exist (issue 25):
+# a file split or a name changed tells what the document must now say.
+TESTS += tests/unit/test-internals.sh
+EXTRA_DIST += tests/unit/test-internals.sh
+
 # The memory a process may use (cgroup v2 memory.max, else physical memory)
 # over fake cgroup trees, and the percentage parser of --heap-limit P%
 # (issue 14).  The util files are compiled in: no interposer.
