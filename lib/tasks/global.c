@@ -140,7 +140,8 @@ void ml__global_choose(struct ml__thread *t, uint64_t n)
  * The user's function is called once per upward crossing of fraction x the
  * global limit (detected by the meter at a fold, alloc/meter.c), at the
  * next safe point of any thread: the end of an ml_run or a slice,
- * ml_check, ml_is_interrupted, the outermost ml_unmask.  Never inside an
+ * ml_check, ml_is_interrupted (ml_unmask delivers interruptions but
+ * does not call it).  Never inside an
  * allocation, so it may allocate and call any ml_ function. */
 static ml_pressure_fn _Atomic pressure_fn;
 static void *_Atomic pressure_arg;
