@@ -1,6 +1,6 @@
 /* make-elf KIND FILE: write a small crafted ELF file for the checks of
- * `memlimits run` (tools/cmd-run.c, check_elf), with every table at an
- * odd offset, so that reading one in place is a misaligned load:
+ * `memlimits run` (tools/run-elf.c, ml__run_check_elf), with every table
+ * at an odd offset, so that reading one in place is a misaligned load:
  *   malloc     a symbol table that defines the function "malloc"
  *   sanitizer  a dynamic section that needs libasan.so.8
  * Both are dynamically linked (PT_INTERP and PT_DYNAMIC) for this
