@@ -22,104 +22,47 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "../lib/util/elf.h"
 #include "run.h"
 #include "tool.h"
 
-struct elf {
-	const unsigned char *m;
-	size_t len;
-};
-
-static bool in(const struct elf *e, uint64_t off, uint64_t size)
+/* The library is 64-bit, as this command is (the reader reads only that
+ * class), and for this command's machine: from our own ELF header. */
+uint16_t ml__run_host_machine(void)
 {
-	return off <= e->len && size <= e->len - off;
-}
-
-/* Headers and table entries are copied out, never read in place: a
- * crafted file puts them at any offset, and a misaligned load is
- * undefined behaviour (a UBSan build aborts on it). */
-static bool get(const struct elf *e, uint64_t off, void *to, size_t size)
-{
-	if (!in(e, off, size))
-		return false;
-	memcpy(to, e->m + off, size);
-	return true;
-}
-
-/* Section i and the section it links to (its string table), both whole
- * in the file. */
-static bool section(const struct elf *e, const Elf64_Ehdr *eh, unsigned i,
-                    Elf64_Shdr *sh, Elf64_Shdr *str)
-{
-	return get(e, eh->e_shoff + (uint64_t)i * sizeof *sh, sh, sizeof *sh) &&
-	       sh->sh_link < eh->e_shnum &&
-	       get(e, eh->e_shoff + (uint64_t)sh->sh_link * sizeof *str, str,
-	           sizeof *str) &&
-	       in(e, sh->sh_offset, sh->sh_size) &&
-	       in(e, str->sh_offset, str->sh_size);
-}
-
-/* The library is built for this command's own class and machine. */
-void ml__run_host_ident(unsigned char *cls, uint16_t *machine)
-{
-	*cls = sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32;
-	*machine = 0;
+	struct ml__elf e;
+	unsigned char h[sizeof e.eh];
+	uint16_t machine = 0;
 	int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-	Elf64_Ehdr h;
-	if (fd >= 0 && read(fd, &h, sizeof h) == (ssize_t)sizeof h)
-		*machine = h.e_machine; /* same offset in both classes */
+	if (fd >= 0 && read(fd, h, sizeof h) == (ssize_t)sizeof h &&
+	    ml__elf_open(&e, h, sizeof h, 0) == ML__ELF_OK)
+		machine = e.eh.e_machine;
 	if (fd >= 0)
 		close(fd);
+	return machine;
 }
 
-/* A defined function "malloc" in a symbol table section. */
-static bool defines_malloc(const struct elf *e, const Elf64_Ehdr *eh,
-                           unsigned type)
-{
-	for (unsigned i = 0; i < eh->e_shnum; i++) {
-		Elf64_Shdr sh, str;
-		if (!section(e, eh, i, &sh, &str) || sh.sh_type != type)
-			continue;
-		const char *s = (const char *)e->m + str.sh_offset;
-		for (uint64_t j = 0; j < sh.sh_size / sizeof(Elf64_Sym); j++) {
-			Elf64_Sym sym;
-			memcpy(&sym, e->m + sh.sh_offset + j * sizeof sym,
-			       sizeof sym);
-			if (sym.st_shndx != SHN_UNDEF &&
-			    ELF64_ST_TYPE(sym.st_info) == STT_FUNC &&
-			    sym.st_name < str.sh_size &&
-			    str.sh_size - sym.st_name >= sizeof "malloc" &&
-			    !memcmp(s + sym.st_name, "malloc", sizeof "malloc"))
-				return true;
-		}
-	}
-	return false;
-}
-
-/* A DT_NEEDED library whose name starts with one of `names`. */
-static const char *needs_one_of(const struct elf *e, const Elf64_Ehdr *eh,
+/* The first DT_NEEDED library whose name starts with one of `names`.
+ * One pass over the reader's dynamic tables: ml__elf_needed(e, k) scans
+ * from the start for each k, quadratic (a minute for a crafted file of
+ * 100000 entries, where this takes milliseconds). */
+static const char *needs_one_of(const struct ml__elf *e,
                                 const char *const *names, size_t nnames)
 {
-	for (unsigned i = 0; i < eh->e_shnum; i++) {
-		Elf64_Shdr sh, str;
-		if (!section(e, eh, i, &sh, &str) || sh.sh_type != SHT_DYNAMIC)
+	struct ml__elf_table t;
+	Elf64_Dyn d;
+	for (int i = ml__elf_section(e, SHT_DYNAMIC, 0); i >= 0;
+	     i = ml__elf_section(e, SHT_DYNAMIC, (unsigned)i + 1)) {
+		if (!ml__elf_table(e, (unsigned)i, sizeof d, &t))
 			continue;
-		const char *s = (const char *)e->m + str.sh_offset;
-		for (uint64_t j = 0; j < sh.sh_size / sizeof(Elf64_Dyn); j++) {
-			Elf64_Dyn d;
-			memcpy(&d, e->m + sh.sh_offset + j * sizeof d,
-			       sizeof d);
-			if (d.d_tag == DT_NULL)
-				break;
-			if (d.d_tag != DT_NEEDED ||
-			    d.d_un.d_val >= str.sh_size ||
-			    !memchr(s + d.d_un.d_val, 0,
-			            str.sh_size - d.d_un.d_val))
-				continue;
-			for (size_t k = 0; k < nnames; k++)
-				if (!strncmp(s + d.d_un.d_val, names[k],
-				             strlen(names[k])))
-					return s + d.d_un.d_val;
+		for (size_t j = 0; ml__elf_dyn(&t, j, &d) && d.d_tag != DT_NULL;
+		     j++) {
+			const char *n = d.d_tag == DT_NEEDED
+			                    ? ml__elf_str(&t, d.d_un.d_val)
+			                    : NULL;
+			for (size_t k = 0; n && k < nnames; k++)
+				if (!strncmp(n, names[k], strlen(names[k])))
+					return n;
 		}
 	}
 	return NULL;
@@ -163,99 +106,93 @@ static bool secure_exec(const char *path, const struct stat *st)
 }
 
 /* The checks on an ELF file's contents, m[0..len): return when the
- * library can be preloaded into it, else refuse.  Every offset and size in
- * the file is checked against len (tested by fuzz/fuzz-elf.c). */
+ * library can be preloaded into it, else refuse.  The file is read by the
+ * one ELF reader (lib/util/elf.c), which checks every offset and size
+ * against len; here only what it found is judged, with messages that say
+ * what is wrong (tested by fuzz/fuzz-elf.c). */
 void ml__run_check_elf(const char *path, const unsigned char *m, size_t len,
-                       unsigned char cls, uint16_t machine)
+                       uint16_t machine)
 {
-	struct elf e = {m, len};
-	if (len < SELFMAG || memcmp(m, ELFMAG, SELFMAG) != 0)
+	struct ml__elf e;
+	switch (ml__elf_open(&e, m, len, machine)) {
+	case ML__ELF_OK:
+		break;
+	case ML__ELF_NOT_ELF:
 		ml__tool_usage_error(CMD,
 		                     "'%s' is neither an ELF executable nor a "
 		                     "#! script",
 		                     path);
-	if (len < EI_NIDENT)
-		ml__tool_usage_error(CMD,
-		                     "'%s' is truncated: %zu bytes, less than "
-		                     "an ELF identification (%d)",
-		                     path, len, EI_NIDENT);
-	Elf64_Ehdr eh;
-	if (m[EI_CLASS] != ELFCLASS32 && m[EI_CLASS] != ELFCLASS64)
-		ml__tool_usage_error(CMD,
-		                     "'%s' is not a valid ELF file: unknown "
-		                     "class %u",
-		                     path, m[EI_CLASS]);
-	/* Cut short, the class is all that can be read: say so, not
-	 * "another class" (0.2 called a truncated 64-bit file 64-bit). */
-	if (m[EI_CLASS] == cls && !get(&e, 0, &eh, sizeof eh))
+	case ML__ELF_INVALID:
+		/* The identification is all that can be read: say which part
+		 * is wrong, not "another class" (0.2 called a truncated
+		 * 64-bit file 64-bit). */
+		if (len < EI_NIDENT)
+			ml__tool_usage_error(
+			    CMD,
+			    "'%s' is truncated: %zu bytes, less "
+			    "than an ELF identification (%d)",
+			    path, len, EI_NIDENT);
+		if (m[EI_CLASS] != ELFCLASS64)
+			ml__tool_usage_error(CMD,
+			                     "'%s' is not a valid ELF file: "
+			                     "unknown class %u",
+			                     path, m[EI_CLASS]);
 		ml__tool_usage_error(CMD,
 		                     "'%s' is truncated: %zu bytes, less than "
 		                     "its ELF header (%zu)",
-		                     path, len, sizeof eh);
-	if (m[EI_CLASS] != cls)
-		ml__tool_usage_error(
-		    CMD,
-		    "'%s' is a %s-bit program: the library (%s-bit) cannot be "
-		    "preloaded into it",
-		    path, m[EI_CLASS] == ELFCLASS32 ? "32" : "64",
-		    cls == ELFCLASS32 ? "32" : "64");
-	if (machine && eh.e_machine != machine)
+		                     path, len, sizeof e.eh);
+	case ML__ELF_OTHER_CLASS: /* the reader reads 64-bit files only */
+		ml__tool_usage_error(CMD,
+		                     "'%s' is a 32-bit program: the library "
+		                     "(64-bit) cannot be preloaded into it",
+		                     path);
+	case ML__ELF_OTHER_MACHINE:
 		ml__tool_usage_error(CMD,
 		                     "'%s' is for another machine: the library "
 		                     "cannot be preloaded into it",
 		                     path);
-	if (eh.e_phentsize != sizeof(Elf64_Phdr))
+	}
+	if (!e.phdrs_ok && e.eh.e_phentsize != sizeof(Elf64_Phdr))
 		ml__tool_usage_error(
 		    CMD,
 		    "'%s' is not a valid ELF file: program "
 		    "header entries of %u bytes (expected %zu)",
-		    path, eh.e_phentsize, sizeof(Elf64_Phdr));
-	if (!in(&e, eh.e_phoff, (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr)))
+		    path, e.eh.e_phentsize, sizeof(Elf64_Phdr));
+	if (!e.phdrs_ok)
 		ml__tool_usage_error(
 		    CMD,
 		    "'%s' is truncated or invalid: its program "
 		    "headers (%u at offset %" PRIu64 ") end "
 		    "past its %zu bytes",
-		    path, eh.e_phnum, (uint64_t)eh.e_phoff, len);
-	bool interp = false, dynamic = false;
-	for (unsigned i = 0; i < eh.e_phnum; i++) {
-		Elf64_Phdr ph;
-		get(&e, eh.e_phoff + (uint64_t)i * sizeof ph, &ph, sizeof ph);
-		interp |= ph.p_type == PT_INTERP;
-		dynamic |= ph.p_type == PT_DYNAMIC;
-	}
+		    path, e.eh.e_phnum, (uint64_t)e.eh.e_phoff, len);
 	/* No PT_INTERP: nothing runs the loader, so nothing preloads (a
 	 * static-pie binary has PT_DYNAMIC but relocates itself). */
-	if (!interp || !dynamic)
+	if (!ml__elf_has_segment(&e, PT_INTERP) ||
+	    !ml__elf_has_segment(&e, PT_DYNAMIC))
 		ml__tool_usage_error(
 		    CMD,
 		    "'%s' is statically linked: the library cannot be "
 		    "preloaded into it (limits would not apply)",
 		    path);
-	if (eh.e_shentsize == sizeof(Elf64_Shdr) &&
-	    in(&e, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr))) {
-		const char *san =
-		    needs_one_of(&e, &eh, sanitizers,
-		                 sizeof sanitizers / sizeof sanitizers[0]);
-		if (san)
-			ml__tool_usage_error(
-			    CMD,
-			    "'%s' is linked with %s, which replaces malloc: "
-			    "the library would be bypassed",
-			    path, san);
-		const char *a =
-		    needs_one_of(&e, &eh, allocators,
-		                 sizeof allocators / sizeof allocators[0]);
-		free(linked_allocator);
-		linked_allocator = a ? strdup(a) : NULL;
-		if (defines_malloc(&e, &eh, SHT_DYNSYM) ||
-		    defines_malloc(&e, &eh, SHT_SYMTAB))
-			ml__tool_usage_error(
-			    CMD,
-			    "'%s' has its own malloc: its allocations would "
-			    "bypass the library",
-			    path);
-	}
+	/* Without whole section headers the reader finds no tables: the
+	 * checks below pass, as the loader needs none of them. */
+	const char *san = needs_one_of(
+	    &e, sanitizers, sizeof sanitizers / sizeof sanitizers[0]);
+	if (san)
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is linked with %s, which replaces malloc: "
+		    "the library would be bypassed",
+		    path, san);
+	const char *a = needs_one_of(&e, allocators,
+	                             sizeof allocators / sizeof allocators[0]);
+	free(linked_allocator);
+	linked_allocator = a ? strdup(a) : NULL;
+	if (ml__elf_defines(&e, "malloc"))
+		ml__tool_usage_error(CMD,
+		                     "'%s' has its own malloc: its allocations "
+		                     "would bypass the library",
+		                     path);
 }
 
 void ml__run_check_program(const char *shown, const char *path, int depth)
@@ -293,9 +230,6 @@ void ml__run_check_program(const char *shown, const char *path, int depth)
 		munmap(m, got);
 		return;
 	}
-	unsigned char cls;
-	uint16_t machine;
-	ml__run_host_ident(&cls, &machine);
-	ml__run_check_elf(path, m, got, cls, machine);
+	ml__run_check_elf(path, m, got, ml__run_host_machine());
 	munmap(m, got);
 }

@@ -51,11 +51,12 @@ char *ml__run_find_program(const char *name);
  * the user gave, for the messages of nested #! scripts; depth: their
  * nesting).  Records the allocator the program links. */
 void ml__run_check_program(const char *shown, const char *path, int depth);
-/* The checks on an ELF file's contents m[0, len). */
+/* The checks on an ELF file's contents m[0, len), for a library of this
+ * machine (an e_machine; 0: any). */
 void ml__run_check_elf(const char *path, const unsigned char *m, size_t len,
-                       unsigned char cls, uint16_t machine);
-/* This command's own ELF class and machine (0 if unknown). */
-void ml__run_host_ident(unsigned char *cls, uint16_t *machine);
+                       uint16_t machine);
+/* This command's own machine (0 if unknown). */
+uint16_t ml__run_host_machine(void);
 /* The allocator library the last checked ELF program links (its DT_NEEDED
  * name, "libjemalloc.so.2"), NULL if none. */
 const char *ml__run_linked_allocator(void);

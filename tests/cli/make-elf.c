@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int san = !strcmp(argv[1], "sanitizer");
-	/* This machine, as the command finds it (host_ident). */
+	/* This machine, as the command finds it (ml__run_host_machine). */
 	Elf64_Ehdr self = {0};
 	FILE *f = fopen("/proc/self/exe", "rb");
 	if (!f || fread(&self, sizeof self, 1, f) != 1)
