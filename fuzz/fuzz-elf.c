@@ -64,10 +64,13 @@ static enum ml__elf_status read_all(const unsigned char *m, size_t len)
 	}
 	if (ml__elf_shdr(&e, e.shnum, &sh))
 		abort();
-	const char *n;
-	for (size_t k = 0; k < 4096 && (n = ml__elf_needed(&e, k)); k++)
-		if (!inside(m, len, n, strlen(n) + 1))
-			abort();
+	static const char *const any_lib[] = {"lib"};
+	const char *n = ml__elf_needs(&e, NULL, 0);
+	if (n && !inside(m, len, n, strlen(n) + 1))
+		abort();
+	n = ml__elf_needs(&e, any_lib, 1);
+	if (n && (!inside(m, len, n, strlen(n) + 1) || strncmp(n, "lib", 3)))
+		abort();
 	struct ml__elf_table t;
 	if (ml__elf_symbols(&e, SHT_DYNSYM, &t) &&
 	    !inside(m, len, t.at, t.n * t.ent))

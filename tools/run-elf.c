@@ -42,32 +42,6 @@ uint16_t ml__run_host_machine(void)
 	return machine;
 }
 
-/* The first DT_NEEDED library whose name starts with one of `names`.
- * One pass over the reader's dynamic tables: ml__elf_needed(e, k) scans
- * from the start for each k, quadratic (a minute for a crafted file of
- * 100000 entries, where this takes milliseconds). */
-static const char *needs_one_of(const struct ml__elf *e,
-                                const char *const *names, size_t nnames)
-{
-	struct ml__elf_table t;
-	Elf64_Dyn d;
-	for (int i = ml__elf_section(e, SHT_DYNAMIC, 0); i >= 0;
-	     i = ml__elf_section(e, SHT_DYNAMIC, (unsigned)i + 1)) {
-		if (!ml__elf_table(e, (unsigned)i, sizeof d, &t))
-			continue;
-		for (size_t j = 0; ml__elf_dyn(&t, j, &d) && d.d_tag != DT_NULL;
-		     j++) {
-			const char *n = d.d_tag == DT_NEEDED
-			                    ? ml__elf_str(&t, d.d_un.d_val)
-			                    : NULL;
-			for (size_t k = 0; n && k < nnames; k++)
-				if (!strncmp(n, names[k], strlen(names[k])))
-					return n;
-		}
-	}
-	return NULL;
-}
-
 /* A sanitizer runtime replaces malloc and insists on coming first, before
  * any preloaded library. */
 static const char *const sanitizers[] = {"libasan", "libtsan", "libmsan",
@@ -176,7 +150,7 @@ void ml__run_check_elf(const char *path, const unsigned char *m, size_t len,
 		    path);
 	/* Without whole section headers the reader finds no tables: the
 	 * checks below pass, as the loader needs none of them. */
-	const char *san = needs_one_of(
+	const char *san = ml__elf_needs(
 	    &e, sanitizers, sizeof sanitizers / sizeof sanitizers[0]);
 	if (san)
 		ml__tool_usage_error(
@@ -184,8 +158,8 @@ void ml__run_check_elf(const char *path, const unsigned char *m, size_t len,
 		    "'%s' is linked with %s, which replaces malloc: "
 		    "the library would be bypassed",
 		    path, san);
-	const char *a = needs_one_of(&e, allocators,
-	                             sizeof allocators / sizeof allocators[0]);
+	const char *a = ml__elf_needs(&e, allocators,
+	                              sizeof allocators / sizeof allocators[0]);
 	free(linked_allocator);
 	linked_allocator = a ? strdup(a) : NULL;
 	if (ml__elf_defines(&e, "malloc"))
