@@ -396,18 +396,25 @@ static void slice_release(struct ml__thread *t, const struct ml__slice *slice)
 	t->mask_depth = slice->mask_depth;
 }
 
+/* The last reference to a task from ml_task_new went: the record goes
+ * back. */
+static ML__COLD void task_gone(struct ml_task *task)
+{
+	if (task->global)
+		ml__global_unregister(task);
+	ml__held_task_end(task);
+	atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
+	ml__pool_put(&task_pool, task);
+}
+
 /* Drop a reference to a task from ml_task_new: the last one gives the
- * record back. */
-static void task_unref(struct ml_task *task)
+ * record back.  Inline: every ml_task_run ends with one. */
+static inline __attribute__((always_inline)) void
+task_unref(struct ml_task *task)
 {
 	if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) ==
-	    1) {
-		if (task->global)
-			ml__global_unregister(task);
-		ml__held_task_end(task);
-		atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
-		ml__pool_put(&task_pool, task);
-	}
+	    1)
+		task_gone(task);
 }
 
 /* A slice is off the stack, however it left (return, a jump past it,
@@ -682,8 +689,10 @@ bool ml__task_valid(const struct ml_task *task)
 	       (magic == ML__TASK_FRAME && !task->internal);
 }
 
-/* A set token interrupts its task at once, seen from any call. */
-static ml_status task_poll(struct ml_task *task)
+/* A set token interrupts its task at once, seen from any call.  Inline:
+ * every ml_task_run starts with one. */
+static inline __attribute__((always_inline)) ml_status
+task_poll(struct ml_task *task)
 {
 	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
 	if (st == ML_OK && task->token && ml__token_is_set(task->token))
@@ -743,7 +752,12 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	ml_status status = finish(&slice, task, ret, out);
-	slice_end(&slice);
+	/* slice_end for a slice that is not its task's owner, inline. */
+	if (atomic_load_explicit(&task->magic, memory_order_relaxed) ==
+	    ML__TASK_FRAME)
+		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
+	else
+		task_unref(task);
 	ml__pressure_check();
 	return status;
 }
