@@ -18,6 +18,9 @@
  *                         prints the best ns per call.
  *   slice M REPS          M ml_task_run calls of an empty slice of one
  *                         task (same limits); the best ns per call.
+ *   trip alloc|held M     M ml_run calls of a JUMP task that trips at its
+ *                         first sample: an allocation limit or a held
+ *                         limit of 1 byte (issue 26; bench/run-limits.sh).
  *
  * Every run starts from the same seed, so callgrind counts repeat. */
 #define _GNU_SOURCE
@@ -104,6 +107,7 @@ static void usage(void)
 	        "       bench heldmem S N\n"
 	        "       bench slowcmp DEPTH N REPS\n"
 	        "       bench run M REPS\n"
+	        "       bench trip alloc|held M\n"
 #endif
 	);
 	exit(2);
@@ -272,6 +276,39 @@ static __attribute__((noinline)) void empty_slices(uint64_t m)
 	for (uint64_t i = 0; i < m; i++)
 		ml_task_run(task, nothing, NULL, NULL);
 }
+
+/* Trips (issue 26): a task with only an allocation limit or only a held
+ * limit, of 1 byte, so that its first sample trips it; JUMP delivery.
+ * Blocks of 16 intervals: an allocation carries a sample with
+ * probability 1 - e^-16, and one that does not is freed. */
+static uint64_t trip_size;
+
+static void *trip_fn(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		void *p = malloc(trip_size);
+		sink = p;
+		free(p);
+	}
+	return NULL;
+}
+
+static void trips(bool held, uint64_t m)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	ml_status want = held ? ML_HELD_LIMIT : ML_ALLOC_LIMIT;
+	if (held)
+		l.held_bytes = 1;
+	else
+		l.alloc_bytes = 1;
+	trip_size = 16 * ml_sample_interval();
+	for (uint64_t i = 0; i < m; i++)
+		if (ml_run(&l, trip_fn, NULL, NULL) != want) {
+			fprintf(stderr, "bench: the task did not trip\n");
+			exit(1);
+		}
+}
 #endif
 
 int main(int argc, char **argv)
@@ -383,6 +420,11 @@ int main(int argc, char **argv)
 		int reps = (int)arg_u64(argv[3]);
 		empty_slices(1000);
 		printf("%.3f\n", time_best(empty_slices, m, reps));
+		return 0;
+	}
+	if (strcmp(argv[1], "trip") == 0 && argc == 4 &&
+	    (strcmp(argv[2], "alloc") == 0 || strcmp(argv[2], "held") == 0)) {
+		trips(argv[2][0] == 'h', arg_u64(argv[3]));
 		return 0;
 	}
 #endif

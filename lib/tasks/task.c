@@ -284,7 +284,7 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		else if (held_limited(task->held_limit) &&
 		         ml__held_bytes(task) + w >= task->held_limit)
 			ml__task_trip_here(task, ML_HELD_LIMIT);
-		else if (task->token && ml_token_is_set(task->token))
+		else if (task->token && ml__token_is_set(task->token))
 			ml__task_trip_here(task, ML_CANCELLED);
 		else
 			global |= task->global;
@@ -366,7 +366,7 @@ void ml__tasks_poll(struct ml__thread *t)
 		if (k->seen == ML_OK && task->token &&
 		    atomic_load_explicit(&task->status, memory_order_relaxed) ==
 		        ML_OK &&
-		    ml_token_is_set(task->token))
+		    ml__token_is_set(task->token))
 			ml__task_trip(task, ML_CANCELLED);
 	}
 	if (refresh_seen(t))
@@ -396,18 +396,25 @@ static void slice_release(struct ml__thread *t, const struct ml__slice *slice)
 	t->mask_depth = slice->mask_depth;
 }
 
+/* The last reference to a task from ml_task_new went: the record goes
+ * back. */
+static ML__COLD void task_gone(struct ml_task *task)
+{
+	if (task->global)
+		ml__global_unregister(task);
+	ml__held_task_end(task);
+	atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
+	ml__pool_put(&task_pool, task);
+}
+
 /* Drop a reference to a task from ml_task_new: the last one gives the
- * record back. */
-static void task_unref(struct ml_task *task)
+ * record back.  Inline: every ml_task_run ends with one. */
+static inline __attribute__((always_inline)) void
+task_unref(struct ml_task *task)
 {
 	if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) ==
-	    1) {
-		if (task->global)
-			ml__global_unregister(task);
-		ml__held_task_end(task);
-		atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
-		ml__pool_put(&task_pool, task);
-	}
+	    1)
+		task_gone(task);
 }
 
 /* A slice is off the stack, however it left (return, a jump past it,
@@ -479,12 +486,49 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 	return fn(arg);
 }
 
+/* A slice of an exact task, of a task with an interval of its own, or on
+ * a thread with an exact budget on its stack enters and leaves here, out
+ * of the common path (task->slow_slice is exact || own_interval). */
+static ML__COLD void slice_enter_slow(struct ml__thread *t,
+                                      struct ml__slice *slice)
+{
+	if (t->exact | slice->task->exact)
+		ml__exact_settle(t);
+	t->top = slice;
+	if (t->exact | slice->task->exact)
+		ml__exact_clip(t);
+	if (slice->task->own_interval != 0)
+		ml__thread_reinterval(t);
+}
+
+static ML__COLD void slice_leave_slow(struct ml__thread *t,
+                                      struct ml__slice *slice)
+{
+	if (t->exact)
+		slice_exact_end(t, slice);
+	t->top = slice->outer;
+	if (slice->task->own_interval != 0)
+		ml__thread_reinterval(t);
+}
+
+/* fn returned: unbalanced pushes or masks inside it end with it.  The
+ * common case (balanced) costs a comparison and two stores. */
+static inline __attribute__((always_inline)) void
+slice_returned(struct ml__thread *t, const struct ml__slice *slice)
+{
+	if (ml__unlikely(t->cleanups != slice->cleanups))
+		slice_release(t, slice);
+	t->cleanup_holes = slice->holes;
+	t->mask_depth = slice->mask_depth;
+}
+
 /* Run fn(arg) as `slice` of its task on t's stack; ret: fn's result, or
  * NULL when an interruption jumped back here.  A macro, so that
  * sigsetjmp's frame is the runner's own (ml_run, ml_task_run): no extra
  * call on the path of an empty task, and `frame` points into it.  Field by
  * field: a designated initializer would also zero the 200-byte jump buffer
- * that sigsetjmp is about to fill. */
+ * that sigsetjmp is about to fill.  ret needs no volatile: it is written
+ * only after fn returned (no jump can come back then) or after the jump. */
 #define RUN_SLICE(t, slice, fn, arg, ret)                                     \
 	do {                                                                  \
 		(slice)->outer = (t)->top;                                    \
@@ -497,13 +541,10 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 		(slice)->res = 0;                                             \
 		(slice)->credited = 0;                                        \
 		(slice)->frame = (uintptr_t)__builtin_frame_address(0);       \
-		if (ml__unlikely((t)->exact | (slice)->task->exact))          \
-			ml__exact_settle(t);                                  \
-		(t)->top = (slice);                                           \
-		if (ml__unlikely((t)->exact | (slice)->task->exact))          \
-			ml__exact_clip(t);                                    \
-		if (ml__unlikely((slice)->task->own_interval != 0))           \
-			ml__thread_reinterval(t);                             \
+		if (ml__unlikely((t)->exact | (slice)->task->slow_slice))     \
+			slice_enter_slow((t), (slice));                       \
+		else                                                          \
+			(t)->top = (slice);                                   \
 		/* pthread_exit, cancellation or a C++ exception inside fn    \
 		 * unwinds this frame without returning (the library is built \
 		 * with -fexceptions): end the slice before its record goes   \
@@ -512,16 +553,15 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 		pthread_cleanup_push(slice_unwound, (slice));                 \
 		if (sigsetjmp((slice)->jb, 0) == 0) {                         \
 			(ret) = call((slice), (fn), (arg));                   \
-			/* Unbalanced pushes or masks inside fn end with it.  \
-			 */                                                   \
-			slice_release((t), (slice));                          \
+			slice_returned((t), (slice));                         \
+		} else {                                                      \
+			(ret) = NULL;                                         \
 		}                                                             \
 		pthread_cleanup_pop(0);                                       \
-		if (ml__unlikely((t)->exact))                                 \
-			slice_exact_end((t), (slice));                        \
-		(t)->top = (slice)->outer;                                    \
-		if (ml__unlikely((slice)->task->own_interval != 0))           \
-			ml__thread_reinterval(t);                             \
+		if (ml__unlikely((t)->exact | (slice)->task->slow_slice))     \
+			slice_leave_slow((t), (slice));                       \
+		else                                                          \
+			(t)->top = (slice)->outer;                            \
 		/* Taking a slice off the stack can only end a pending state. \
 		 */                                                           \
 		if ((t)->pending)                                             \
@@ -580,15 +620,21 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	task->internal = false;
 	task->delivery = limits->delivery;
 	task->token = limits->token;
-	/* An exact budget is counted by exact.c, not by samples. */
+	/* An exact budget is counted by exact.c, not by samples; its two
+	 * counters are read only when exact. */
 	task->exact = limits->exact_alloc && limits->alloc_bytes != ML_NO_LIMIT;
-	task->k = task->exact ? UINT64_MAX
-	                      : samples_needed(limits->alloc_bytes, interval);
-	atomic_init(&task->exact_left, task->exact ? limits->alloc_bytes : 0);
-	atomic_init(&task->exact_used, 0);
+	if (ml__unlikely(task->exact)) {
+		task->k = UINT64_MAX;
+		atomic_init(&task->exact_left, limits->alloc_bytes);
+		atomic_init(&task->exact_used, 0);
+	} else {
+		task->k = samples_needed(limits->alloc_bytes, interval);
+	}
+	task->slow_slice = task->exact || limits->interval != 0;
 	task->held_limit = limits->held_bytes; /* 0 or ML_NO_LIMIT: none */
 	task->alloc_limit = limits->alloc_bytes;
-	task->trip_allocated = task->trip_held = 0;
+	/* trip_allocated and trip_held are written before trip_ready is
+	 * set (ml__task_trip), and read only after it. */
 	atomic_init(&task->trip_ready, false);
 	atomic_init(&task->trip_stack, 0);
 	task->interval = interval;
@@ -604,7 +650,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 {
 	if (!limits_valid(limits) || !fn)
 		return ML_EINVAL;
-	if (limits->token && ml_token_is_set(limits->token)) {
+	if (limits->token && ml__token_is_set(limits->token)) {
 		if (out)
 			*out = (ml_outcome){.status = ML_CANCELLED};
 		return ML_CANCELLED;
@@ -612,7 +658,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	struct ml__thread *t = &ml__self;
 	struct ml_task task;
 	struct ml__slice slice;
-	void *volatile ret = NULL;
+	void *ret;
 	task_init(&task, limits, ML__TASK_FRAME);
 	if (ml__unlikely(held_limited(task.held_limit)))
 		ml__held_start();
@@ -643,11 +689,13 @@ bool ml__task_valid(const struct ml_task *task)
 	       (magic == ML__TASK_FRAME && !task->internal);
 }
 
-/* A set token interrupts its task at once, seen from any call. */
-static ml_status task_poll(struct ml_task *task)
+/* A set token interrupts its task at once, seen from any call.  Inline:
+ * every ml_task_run starts with one. */
+static inline __attribute__((always_inline)) ml_status
+task_poll(struct ml_task *task)
 {
 	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
-	if (st == ML_OK && task->token && ml_token_is_set(task->token))
+	if (st == ML_OK && task->token && ml__token_is_set(task->token))
 		st = ml__task_trip(task, ML_CANCELLED);
 	return (ml_status)st;
 }
@@ -700,11 +748,16 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 	if (task_poll(task) != ML_OK)
 		return finish(&slice, task, NULL, out);
 	struct ml__thread *t = &ml__self;
-	void *volatile ret = NULL;
+	void *ret;
 	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	ml_status status = finish(&slice, task, ret, out);
-	slice_end(&slice);
+	/* slice_end for a slice that is not its task's owner, inline. */
+	if (atomic_load_explicit(&task->magic, memory_order_relaxed) ==
+	    ML__TASK_FRAME)
+		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
+	else
+		task_unref(task);
 	ml__pressure_check();
 	return status;
 }

@@ -14,6 +14,18 @@
 
 struct ml__cleanup;
 
+/* A cancellation token (token.c): one atomic flag.  Defined here so that
+ * the task layer tests it inline: ml_run and ml_task_run poll it at every
+ * call, and the exported ml_token_is_set is a call through the GOT. */
+struct ml_token {
+	_Atomic int set;
+};
+static inline bool ml__token_is_set(const ml_token *t)
+{
+	return t && atomic_load_explicit(&((ml_token *)t)->set,
+	                                 memory_order_acquire);
+}
+
 /* A task: the shared record of one request's limits and counts (the public
  * ml_task).  Its slices, on any threads, point to it; it lives in our pool
  * (ml_task_new), in ml_run's stack frame, or in a consumer's memory (run
@@ -55,6 +67,10 @@ struct ml_task {
 	uint64_t own_interval;
 	/* An exact budget (exact.c): alloc_limit counted in bytes. */
 	bool exact;
+	/* exact or own_interval: its slices start and end through the
+	 * out-of-line path (task.c, RUN_SLICE), so that the common slice
+	 * tests one byte of the task there (0 in a consumer's memset task). */
+	bool slow_slice;
 	_Atomic uint64_t exact_left; /* not reserved by any slice yet */
 	_Atomic uint64_t exact_used; /* bytes its slices allocated */
 };
