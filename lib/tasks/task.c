@@ -487,8 +487,11 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 }
 
 /* A slice of an exact task, of a task with an interval of its own, or on
- * a thread with an exact budget on its stack enters and leaves here, out
- * of the common path (task->slow_slice is exact || own_interval). */
+ * a thread with an exact budget or an interval of its own on its stack
+ * enters and leaves here, out of the common path (task->slow_slice is
+ * exact || own_interval).  A task without an interval of its own entering
+ * above one with a longer interval brings the thread back to the
+ * process's, and leaving brings it back up: reinterval both ways. */
 static ML__COLD void slice_enter_slow(struct ml__thread *t,
                                       struct ml__slice *slice)
 {
@@ -497,7 +500,7 @@ static ML__COLD void slice_enter_slow(struct ml__thread *t,
 	t->top = slice;
 	if (t->exact | slice->task->exact)
 		ml__exact_clip(t);
-	if (slice->task->own_interval != 0)
+	if (slice->task->own_interval != 0 || t->own_interval)
 		ml__thread_reinterval(t);
 }
 
@@ -507,7 +510,7 @@ static ML__COLD void slice_leave_slow(struct ml__thread *t,
 	if (t->exact)
 		slice_exact_end(t, slice);
 	t->top = slice->outer;
-	if (slice->task->own_interval != 0)
+	if (slice->task->own_interval != 0 || t->own_interval)
 		ml__thread_reinterval(t);
 }
 
@@ -541,7 +544,8 @@ slice_returned(struct ml__thread *t, const struct ml__slice *slice)
 		(slice)->res = 0;                                             \
 		(slice)->credited = 0;                                        \
 		(slice)->frame = (uintptr_t)__builtin_frame_address(0);       \
-		if (ml__unlikely((t)->exact | (slice)->task->slow_slice))     \
+		if (ml__unlikely((t)->exact | (t)->own_interval |             \
+		                 (slice)->task->slow_slice))                  \
 			slice_enter_slow((t), (slice));                       \
 		else                                                          \
 			(t)->top = (slice);                                   \
@@ -558,7 +562,8 @@ slice_returned(struct ml__thread *t, const struct ml__slice *slice)
 			(ret) = NULL;                                         \
 		}                                                             \
 		pthread_cleanup_pop(0);                                       \
-		if (ml__unlikely((t)->exact | (slice)->task->slow_slice))     \
+		if (ml__unlikely((t)->exact | (t)->own_interval |             \
+		                 (slice)->task->slow_slice))                  \
 			slice_leave_slow((t), (slice));                       \
 		else                                                          \
 			(t)->top = (slice)->outer;                            \
