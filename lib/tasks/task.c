@@ -258,6 +258,25 @@ static bool refresh_seen(struct ml__thread *t)
 	return tripped;
 }
 
+static uint64_t samples_needed(uint64_t bytes, uint64_t s)
+{
+	if (bytes == ML_NO_LIMIT)
+		return UINT64_MAX;
+	return ml__samples_needed(bytes, s);
+}
+
+/* total >= k, with k computed at the task's first sample (0 until then:
+ * every thread that sees 0 computes the same value). */
+static ML__COLD bool alloc_reached(struct ml_task *task, uint64_t total)
+{
+	uint64_t k = atomic_load_explicit(&task->k, memory_order_relaxed);
+	if (k == 0) {
+		k = samples_needed(task->alloc_limit, task->interval);
+		atomic_store_explicit(&task->k, k, memory_order_relaxed);
+	}
+	return total >= k;
+}
+
 int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
                      unsigned hook)
 {
@@ -279,7 +298,10 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		if (atomic_load_explicit(&task->status, memory_order_relaxed) !=
 		    ML_OK)
 			continue;
-		if (total >= task->k)
+		if (ml__unlikely(
+		        total >=
+		        atomic_load_explicit(&task->k, memory_order_relaxed)) &&
+		    alloc_reached(task, total))
 			ml__task_trip_here(task, ML_ALLOC_LIMIT);
 		else if (held_limited(task->held_limit) &&
 		         ml__held_bytes(task) + w >= task->held_limit)
@@ -374,13 +396,6 @@ void ml__tasks_poll(struct ml__thread *t)
 }
 
 /* ---- Public API ------------------------------------------------------- */
-
-static uint64_t samples_needed(uint64_t bytes, uint64_t s)
-{
-	if (bytes == ML_NO_LIMIT)
-		return UINT64_MAX;
-	return ml__samples_needed(bytes, s);
-}
 
 /* Give back what a slice owns on its thread, as at its start: the cleanup
  * records pushed and not popped (discarded, not run), the holes above
@@ -599,8 +614,12 @@ finish(const struct ml__slice *slice, const struct ml_task *task, void *ret,
 		out->status = status;
 		out->ret = ret;
 		out->allocated = task_allocated(task);
-		out->held = ml__held_bytes(task);
-		out->held_peak = ml__held_peak(task);
+		/* Most tasks never held a sampled block: no account, no
+		 * calls. */
+		bool acct = atomic_load_explicit(&task->acct,
+		                                 memory_order_relaxed) != NULL;
+		out->held = acct ? ml__held_bytes(task) : 0;
+		out->held_peak = acct ? ml__held_peak(task) : 0;
 	}
 	return status;
 }
@@ -629,11 +648,11 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	 * counters are read only when exact. */
 	task->exact = limits->exact_alloc && limits->alloc_bytes != ML_NO_LIMIT;
 	if (ml__unlikely(task->exact)) {
-		task->k = UINT64_MAX;
+		atomic_init(&task->k, UINT64_MAX);
 		atomic_init(&task->exact_left, limits->alloc_bytes);
 		atomic_init(&task->exact_used, 0);
 	} else {
-		task->k = samples_needed(limits->alloc_bytes, interval);
+		atomic_init(&task->k, 0); /* at the first sample */
 	}
 	task->slow_slice = task->exact || limits->interval != 0;
 	task->held_limit = limits->held_bytes; /* 0 or ML_NO_LIMIT: none */

@@ -35,11 +35,14 @@ struct ml_task {
 	/* ML__TASK_*: ml_task_free changes it while slices may run on other
 	 * threads, whose end reads it (relaxed: it orders nothing). */
 	_Atomic uint32_t magic;
-	bool global;              /* subject to the global limit            */
-	bool internal;            /* a consumer's: ml_task_current skips it */
-	ml_delivery delivery;     /* how an interruption reaches a slice    */
-	ml_token *token;          /* borrowed: the caller owns it           */
-	uint64_t k;               /* samples that reach the allocation limit */
+	bool global;          /* subject to the global limit            */
+	bool internal;        /* a consumer's: ml_task_current skips it */
+	ml_delivery delivery; /* how an interruption reaches a slice    */
+	ml_token *token;      /* borrowed: the caller owns it           */
+	/* Samples that reach the allocation limit: 0 until the first sample
+	 * computes it (task.c, alloc_reached: the division is kept off
+	 * ml_run's path); UINT64_MAX for none. */
+	_Atomic uint64_t k;
 	uint64_t held_limit;      /* bytes; 0 or ML_NO_LIMIT = none          */
 	uint64_t alloc_limit;     /* bytes as given (k is what counts)       */
 	uint64_t interval;        /* S at creation: allocated = samples x S  */
