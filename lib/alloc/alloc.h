@@ -207,9 +207,12 @@ hit:
 enum { ML__WATCH_METER = 1, ML__WATCH_SAMPLED = 2 };
 extern _Atomic uint8_t ml__watch;
 #define ML__WATCH atomic_load_explicit(&ml__watch, memory_order_relaxed)
-/* Route free through the filter from now on (never off again: a recorded
- * block may be freed at any time). */
-void ml__sampled_switch_on(void);
+/* Route free (and realloc's old block) through the filter, or no longer.
+ * The caller holds ml__meter_switch_lock (after ml__allocator_resolve)
+ * and switches it off only when no block is recorded and none can be
+ * until it switches it on again (tasks/held.c says why that is safe
+ * with frees in flight).  ml__sampled_on changes under that lock only. */
+void ml__sampled_switch(bool on);
 extern _Atomic bool ml__sampled_on;
 
 #pragma GCC visibility pop

@@ -344,15 +344,12 @@ static void boot_free(void *p)
 	ml__free_tail(p);
 }
 
-void ml__sampled_switch_on(void)
+void ml__sampled_switch(bool on)
 {
-	if (atomic_load(&ml__sampled_on))
+	if (atomic_load_explicit(&ml__sampled_on, memory_order_relaxed) == on)
 		return;
-	ml__allocator_resolve();
-	ml__spin_lock(&ml__meter_switch_lock);
-	atomic_store(&ml__sampled_on, true);
+	atomic_store_explicit(&ml__sampled_on, on, memory_order_relaxed);
 	tails_update();
-	ml__spin_unlock(&ml__meter_switch_lock);
 }
 
 void ml__meter_set_limit(uint64_t bytes)
