@@ -6,7 +6,9 @@
  * bench/glibc-bench (BENCH_GLIBC) is not and measures plain glibc.
  *
  *   pairs CONFIG N REPS   N malloc/free pairs of 16-144 bytes, REPS times;
- *                         CONFIG = idle | task | global.  Prints the best
+ *                         CONFIG = idle | task | global | held |
+ *                         heldgone | gidle | exact | interval | after
+ *                         (main says what each is).  Prints the best
  *                         ns per pair.  Under callgrind run it with two N
  *                         and difference the totals: start-up cancels.
  *   slow DEPTH S N REPS   N pairs of malloc(1)/free inside DEPTH nested
@@ -99,8 +101,8 @@ static uint64_t arg_u64(const char *s)
 static void usage(void)
 {
 	fprintf(stderr,
-	        "usage: bench pairs idle|task|global|held|exact|interval|"
-	        "after N REPS\n"
+	        "usage: bench pairs idle|task|global|held|heldgone|gidle|"
+	        "exact|interval|after N REPS\n"
 #ifndef BENCH_GLIBC
 	        "       bench slow DEPTH S N REPS\n"
 	        "       bench slowheld|slowstack DEPTH S N REPS\n"
@@ -347,10 +349,24 @@ int main(int argc, char **argv)
 			job_interval = 0;
 			ns = time_best(pairs, n, reps);
 		} else if (strcmp(argv[2], "held") == 0) {
-			/* A task object turns held tracking on for good. */
+			/* A live task object keeps held tracking on. */
+			ml_limits l = ML_LIMITS_INIT;
+			ml_task *keep = ml_task_new(&l);
+			ns = in_tasks(pairs, n, reps, 1, false);
+			ml_task_free(keep);
+		} else if (strcmp(argv[2], "heldgone") == 0) {
+			/* Idle after the last task object is gone (it recorded
+			 * no block): tracking must not outlive it (issue 26).
+			 */
 			ml_limits l = ML_LIMITS_INIT;
 			ml_task_free(ml_task_new(&l));
-			ns = in_tasks(pairs, n, reps, 1, false);
+			ns = time_best(pairs, n, reps);
+		} else if (strcmp(argv[2], "gidle") == 0) {
+			/* A global limit set through the API, no task: the
+			 * meter runs, held tracking need not (issue 26). */
+			ml_set_global_limit(HUGE_BYTES);
+			ns = time_best(pairs, n, reps);
+			ml_set_global_limit(ML_NO_LIMIT);
 		}
 #endif
 		else

@@ -353,3 +353,58 @@ END {
 	    "half full)\n", heldmem
 }' "$tmp/ir" "$tmp/slow-ir" "$tmp/run-ir" "$tmp/slice-ir" "$tmp/wall" \
 	"$tmp/slow-wall" "$tmp/heldmem" "$tmp/allocs" "$tmp/precision"
+
+# The price of held tracking (issue 26): Ir per pair of the same loop
+# idle after a task object is gone (tracking off again), under a global
+# limit set through the API with no task (the meter alone, as run mode),
+# and in a task while a task object lives (the filter on every free);
+# wall clock in interleaved rounds, as ratios to idle (or to the task).
+# A block of its own, so that it merges apart from the table above.
+if [ -n "$VALGRIND" ]; then
+	for cfg in heldgone gidle; do
+		a=$(cg idle pairs $cfg $N1 1)
+		b=$(cg idle pairs $cfg $N2 1)
+		echo "$cfg $a $b" | awk -v n=$((N2 - N1)) \
+		    '{ printf "%s %.2f\n", $1, ($3 - $2) / n }'
+	done >"$tmp/held-ir"
+else
+	printf 'heldgone n/a\ngidle n/a\n' >"$tmp/held-ir"
+fi
+r=0
+while [ $r -lt $(((ROUNDS + 3) / 4)) ]; do
+	for cfg in idle heldgone gidle task held; do
+		echo "$r $cfg $(run idle pairs $cfg "$WALL_N" "$WALL_REPS")"
+	done
+	r=$((r + 1))
+done >"$tmp/held-wall"
+awk '
+function median(arr, n,    i, j, t) {
+	for (i = 2; i <= n; i++)
+		for (j = i; j > 1 && arr[j - 1] > arr[j]; j--) {
+			t = arr[j]; arr[j] = arr[j - 1]; arr[j - 1] = t
+		}
+	return n % 2 ? arr[(n + 1) / 2] : (arr[n / 2] + arr[n / 2 + 1]) / 2
+}
+FILENAME ~ /\/ir$/ { ir[$1] = $2; next }
+FILENAME ~ /held-ir$/ { ir[$1] = $2; next }
+FILENAME ~ /held-wall$/ { ns[$1, $2] = $3; if ($1 + 1 > nr) nr = $1 + 1; next }
+function row(c, base, what, target, lim,    k, n, q, inc, v) {
+	n = 0
+	for (k = 0; k < nr; k++)
+		q[++n] = ns[k, c] / ns[k, base]
+	inc = (ir[c] == "n/a" || ir[base] == "n/a") ? "n/a" : ir[c] - ir[base]
+	v = inc == "n/a" ? "?" : (inc <= lim ? "met" : "MISSED")
+	printf "%-44s %8s %9s %6.2fx  %-8s %s\n", what,
+	    ir[c] == "n/a" ? "n/a" : sprintf("%.2f", ir[c]),
+	    inc == "n/a" ? "n/a" : sprintf("%+.2f", inc), median(q, n),
+	    target, "Ir " v
+}
+END {
+	printf "\n%-44s %8s %9s %7s  %-8s %s\n", "held tracking (issue 26)",
+	    "Ir/pair", "+Ir", "ratio", "target", "verdict"
+	row("heldgone", "idle", "idle after the last task object (vs idle)",
+	    "<= +1", 1)
+	row("gidle", "idle", "API global limit, no task (vs idle)", "<= +20",
+	    20)
+	row("held", "task", "task + live task object (vs task)", "<= +4", 4)
+}' "$tmp/ir" "$tmp/held-ir" "$tmp/held-wall"

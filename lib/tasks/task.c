@@ -418,6 +418,7 @@ static ML__COLD void task_gone(struct ml_task *task)
 	if (task->global)
 		ml__global_unregister(task);
 	ml__held_task_end(task);
+	ml__held_unneed(); /* ml_task_new's */
 	atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
 	ml__pool_put(&task_pool, task);
 }
@@ -443,6 +444,8 @@ static void slice_end(struct ml__slice *slice)
 		if (task->global)
 			ml__global_unregister(task);
 		ml__held_task_end(task);
+		if (held_limited(task->held_limit))
+			ml__held_unneed();
 	} else if (atomic_load_explicit(&task->magic, memory_order_relaxed) ==
 	           ML__TASK_FRAME)
 		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
@@ -685,7 +688,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	void *ret;
 	task_init(&task, limits, ML__TASK_FRAME);
 	if (ml__unlikely(held_limited(task.held_limit)))
-		ml__held_start();
+		ml__held_need(); /* until slice_end */
 	slice.task = &task;
 	slice.owner = true;
 	if (task.global)
@@ -693,7 +696,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	wait_for_other_slices(&task);
 	ml_status status = finish(&slice, &task, ret, out);
-	if (task.global ||
+	if (task.global || held_limited(task.held_limit) ||
 	    atomic_load_explicit(&task.acct, memory_order_relaxed))
 		slice_end(&slice);
 	ml__pressure_check();
@@ -736,8 +739,9 @@ ML_EXPORT ml_task *ml_task_new(const ml_limits *limits)
 		return NULL;
 	}
 	/* A task object may outlive its slices and hold memory between
-	 * them: what it holds is tracked from now on. */
-	ml__held_start();
+	 * them: what it holds is tracked from now on, until its record goes
+	 * (task_unref). */
+	ml__held_need();
 	task_init(task, limits, ML__TASK_LIVE);
 	if (task->global)
 		ml__global_register(task);

@@ -283,6 +283,11 @@ uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp);
  * interrupt the live global task that holds the most (none while tasks
  * already interrupted for it still hold the overshoot). */
 void ml__global_choose(struct ml__thread *t, uint64_t n);
+/* The API's global limit is set (ml_set_global_limit, not run mode's). */
+extern _Atomic bool ml__api_limit;
+/* A program's task on t samples under it while tracking is off: the limit
+ * needs tracking from now on.  Whether tracking is on. */
+bool ml__global_held_need(struct ml__thread *t);
 
 /* A pressure crossing waits (alloc/alloc.h): call the user's function now
  * (at a safe point, never inside an allocation). */
@@ -297,10 +302,18 @@ static inline void ml__pressure_check(void)
 /* ---- Held memory (held.c) --------------------------------------------- */
 
 struct ml__account;
-/* Held tracking is on (sticky: ml__held_start). */
+/* Held tracking is on: samples are recorded (held.c, "When held
+ * tracking runs"). */
 extern _Atomic bool ml__held_on;
 #define ML__HELD_ON atomic_load_explicit(&ml__held_on, memory_order_relaxed)
-void ml__held_start(void);
+/* Something needs held tracking from now on / no longer (paired): a live
+ * task object, global task or held-limited ml_run, run mode, the API's
+ * global limit (global.c).  Tracking is on when ml__held_need returns. */
+void ml__held_need(void);
+void ml__held_unneed(void);
+/* Tests: whether tracking is on, and (*filtered) whether free goes
+ * through the sampled-block filter. */
+bool ml__held_tracking_test(bool *filtered);
 /* The block p, just allocated on t's slow path with s samples, is held
  * by the tasks on t's stack. */
 void ml__held_note(struct ml__thread *t, void *p, uint64_t s);
