@@ -120,7 +120,8 @@ struct ml__meter_local {
 };
 extern ML__TLS struct ml__meter_local ml__meter_self;
 void ml__meter_add(int64_t bytes);
-/* Fold this thread's delta into the total. */
+/* Fold this thread's delta into the total: at its exit (what it frees
+ * later is then folded call by call where the allocator counts). */
 void ml__meter_flush(void);
 uint64_t ml__meter_usage(void);
 /* The highest usage the meter has seen (with the meter on only). */

@@ -86,12 +86,21 @@ static void fold(int64_t d)
 
 static void counted_flush(void);
 
-void ml__meter_flush(void)
+/* Fold this thread's countdowns (glibc's blocks and the notes). */
+static void local_flush(void)
 {
 	struct ml__meter_local *t = &ml__meter_self;
 	fold((int64_t)(t->down - t->up));
 	t->up = t->down = ML__METER_BATCH;
+}
+
+static bool counted_exiting(void);
+
+void ml__meter_flush(void)
+{
+	local_flush();
 	counted_flush();
+	counted_exiting();
 }
 
 /* ---- An allocator that counts for us (jemalloc) ------------------------
@@ -116,6 +125,7 @@ struct counted {
 	uint64_t next_a, next_d; /* fold when *a or *d reaches these */
 	uint64_t pub_a, pub_d;   /* their values at the last fold */
 	uint32_t epoch;          /* the meter period pub_* belong to */
+	bool exited;             /* past its exit fold: fold every call */
 };
 /* Not zero-initialised: an unset thread reads never (0) >= next (0) at
  * its first call, which goes to counted_fold and sets it up. */
@@ -158,8 +168,8 @@ static ML__COLD void counted_fold(const void *fresh)
 		fold((int64_t)(a - c->pub_a) - (int64_t)(d - c->pub_d));
 	c->pub_a = a;
 	c->pub_d = d;
-	c->next_a = a + ML__METER_BATCH;
-	c->next_d = d + ML__METER_BATCH;
+	c->next_a = c->exited ? 0 : a + ML__METER_BATCH;
+	c->next_d = c->exited ? 0 : d + ML__METER_BATCH;
 }
 
 /* The family's other members (calloc, realloc, memalign...): their
@@ -189,6 +199,18 @@ static void counted_flush(void)
 		counted_fold(NULL);
 }
 
+/* At the thread's exit fold: what it frees later (the C library's and
+ * other destructors' blocks) is folded at each call, not lost. */
+static bool counted_exiting(void)
+{
+	struct counted *c = &counted;
+	if (!ML__METER_COUNTS || c->a == &never)
+		return false;
+	c->exited = true;
+	c->next_a = c->next_d = 0;
+	return true;
+}
+
 /* Set this thread up at its counters now: the thread that starts the
  * meter (at the start figure), and a thread whose first call in a period
  * frees or resizes a block (before the allocator's call, so that the
@@ -196,13 +218,21 @@ static void counted_flush(void)
 static ML__COLD void counted_begin(void)
 {
 	struct counted *c = &counted;
+	uint32_t e = atomic_load_explicit(&epoch, memory_order_relaxed);
+	if (c->exited && c->epoch == e) {
+		counted_fold(NULL); /* set up already: next_* stay 0 */
+		return;
+	}
 	if (c->a == &never)
 		counted_locate(c);
 	c->pub_a = *c->a;
 	c->pub_d = *c->d;
-	c->next_a = c->pub_a + ML__METER_BATCH;
-	c->next_d = c->pub_d + ML__METER_BATCH;
-	c->epoch = atomic_load_explicit(&epoch, memory_order_relaxed);
+	c->next_a = c->exited ? 0 : c->pub_a + ML__METER_BATCH;
+	/* The first free folds at once, as glibc's zeroed countdowns do:
+	 * a thread that only frees may never allocate through the library,
+	 * which would have seen it exit. */
+	c->next_d = c->pub_d;
+	c->epoch = e;
 }
 
 /* realloc, before the call: a thread's first call sets it up. */
@@ -230,10 +260,10 @@ void ml__meter_add(int64_t bytes)
 		 * first, then the note alone. */
 		if (ml__unlikely(b > (uint64_t)(INT64_MAX - ML__METER_BATCH))) {
 			*c += b;
-			ml__meter_flush();
+			local_flush();
 			*c -= b;
 		}
-		ml__meter_flush();
+		local_flush();
 	}
 }
 
@@ -261,7 +291,8 @@ uint64_t ml__meter_peak(void)
  * peak; its one thread's delta is folded first. */
 static void atfork_child(void)
 {
-	ml__meter_flush();
+	local_flush();
+	counted_flush();
 	atomic_store(&peak, atomic_load(&total));
 }
 
@@ -317,7 +348,7 @@ __attribute__((constructor(102))) static void meter_init(void)
 
 static ML__COLD void meter_fold(void)
 {
-	ml__meter_flush();
+	local_flush();
 }
 
 static void *malloc_metered(size_t n)
@@ -389,10 +420,19 @@ static inline __attribute__((always_inline)) void recount(void)
 /* A thread's first free (next_d still 0) sets it up before jemalloc
  * counts the block, which is then counted: the one test a free adds
  * before the call. */
+static ML__COLD void free_counted_first(void *p)
+{
+	counted_begin();
+	ml__real.free(p);
+	recount();
+}
+
 static void free_counted(void *p)
 {
-	if (ml__unlikely(counted.next_d == 0))
-		counted_begin();
+	if (ml__unlikely(counted.next_d == 0)) {
+		free_counted_first(p); /* p is not kept across the call */
+		return;
+	}
 	ml__real.free(p);
 	recount();
 }
@@ -594,8 +634,10 @@ void ml__meter_set_limit(uint64_t bytes)
 		                      memory_order_relaxed);
 		ml__meter_switch(true);
 		atomic_store(&total, (int64_t)ml__allocator_in_use());
-		if (ML__METER_COUNTS)
+		if (ML__METER_COUNTS) {
 			counted_begin();
+			counted.next_d += ML__METER_BATCH;
+		}
 		raise_peak(atomic_load(&total));
 	}
 	ml__spin_unlock(&ml__meter_switch_lock);
