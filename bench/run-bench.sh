@@ -113,11 +113,12 @@ done >"$tmp/slow-ir"
 
 # Over each allocator (issue 15): Ir per pair for the allocator alone, the
 # library idle over it (preloaded before it), and a task with an
-# allocation limit over it.
+# allocation limit over it; and (issue 26) run mode's heap limit over it
+# (MEMLIMITS_HEAP_LIMIT: the heap meter), against idle over it.
 cgp() { # cgp PRELOAD BINARY ARGS...: callgrind's total Ir
 	pre=$1
 	shift
-	LD_PRELOAD=$pre "$VALGRIND" --tool=callgrind \
+	LD_PRELOAD=$pre MEMLIMITS_HEAP_LIMIT=${HEAP-} "$VALGRIND" --tool=callgrind \
 	    --soname-synonyms=somalloc=nouserintercepts \
 	    --callgrind-out-file="$tmp/cgp.out" "$@" >/dev/null 2>"$tmp/cgp.err" ||
 		{ cat "$tmp/cgp.err" >&2; echo "bench: callgrind failed: $*" >&2; exit 1; }
@@ -128,15 +129,17 @@ libdir=$(dirname "$(/sbin/ldconfig -p 2>/dev/null |
 for so in libjemalloc.so.2 libtcmalloc_minimal.so.4 libmimalloc.so.2; do
 	lib=$libdir/$so
 	if [ -z "$VALGRIND" ] || ! [ -r "$lib" ]; then
-		echo "$so n/a n/a n/a"
+		echo "$so n/a n/a n/a n/a"
 		continue
 	fi
 	r=""
-	for cfg in alone idle task; do
+	for cfg in alone idle task heap; do
+		HEAP=
 		case $cfg in
 		alone) pre=$lib bin=$GLIBC_BENCH wl=idle ;;
 		idle) pre="$ML_LIB $lib" bin=$GLIBC_BENCH wl=idle ;;
 		task) pre="$ML_LIB $lib" bin=$ML_BENCH wl=task ;;
+		heap) pre="$ML_LIB $lib" bin=$GLIBC_BENCH wl=idle HEAP=64G ;;
 		esac
 		a=$(cgp "$pre" "$bin" pairs $wl $N1 1)
 		b=$(cgp "$pre" "$bin" pairs $wl $N2 1)
@@ -144,6 +147,20 @@ for so in libjemalloc.so.2 libtcmalloc_minimal.so.4 libmimalloc.so.2; do
 	done
 	echo "$so$r"
 done >"$tmp/allocs"
+# Run mode's heap limit over glibc, against idle (preloaded): the same
+# column for glibc (issue 26: at most +20).
+if [ -n "$VALGRIND" ]; then
+	r=""
+	for HEAP in "" 64G; do
+		a=$(cgp "$ML_LIB" "$GLIBC_BENCH" pairs idle $N1 1)
+		b=$(cgp "$ML_LIB" "$GLIBC_BENCH" pairs idle $N2 1)
+		r="$r $(echo "$a $b" | awk -v n=$((N2 - N1)) '{ printf "%.2f", ($2 - $1) / n }')"
+	done
+	echo "glibc$r"
+else
+	echo "glibc n/a n/a"
+fi >"$tmp/heap-glibc"
+HEAP=
 
 # Exact budgets and a task's own interval (issue 16): Ir per pair in an
 # exact task (the fast path unchanged), in a task at a tenth of the
@@ -231,6 +248,7 @@ FILENAME ~ /run-ir$/ { runir = $1; next }
 FILENAME ~ /slice-ir$/ { sliceir = $1; next }
 FILENAME ~ /heldmem$/ { heldmem = $1; next }
 FILENAME ~ /allocs$/ { alloc[++nalloc] = $0; next }
+FILENAME ~ /heap-glibc$/ { split($0, hg, " "); next }
 FILENAME ~ /precision$/ { pir[$1] = $2; pslow[$1] = $3; next }
 FILENAME ~ /\/wall$/ { ns[$1, $2] = $3; next }
 FILENAME ~ /slow-wall$/ {
@@ -332,6 +350,21 @@ END {
 		    f[1], f[2], f[3], f[3] - f[2], f[4], f[4] - f[2],
 		    (f[3] - f[2] <= 8 ? "met" : "MISSED")
 	}
+	# Issue 26: the heap limit (the heap meter of run mode) over idle on the
+	# same allocator.
+	printf "\n%-27s %8s %8s %8s  %s\n", "heap limit (issue 26)", "idle",
+	    "heap", "+Ir", "target"
+	for (k = 1; k <= nalloc; k++) {
+		split(alloc[k], f, " ")
+		if (f[5] == "n/a" || f[5] == "")
+			continue
+		printf "%-27s %8.2f %8.2f %+8.2f  <= +25: %s\n", f[1], f[3],
+		    f[5], f[5] - f[3], (f[5] - f[3] <= 25 ? "met" : "MISSED")
+	}
+	if (hg[2] != "n/a" && hg[2] != "")
+		printf "%-27s %8.2f %8.2f %+8.2f  <= +20: %s\n", "glibc",
+		    hg[2], hg[3], hg[3] - hg[2],
+		    (hg[3] - hg[2] <= 20 ? "met" : "MISSED")
 	printf "\n%-42s %10s %10s  %s\n", "precision (issue 16)", "Ir/pair",
 	    "+Ir", "slow paths per 10^6 pairs"
 	pname["exact"] = "exact budget (2^50 bytes)"
@@ -352,7 +385,8 @@ END {
 	    "(10^6 blocks held; a 56-byte record in a table kept at most " \
 	    "half full)\n", heldmem
 }' "$tmp/ir" "$tmp/slow-ir" "$tmp/run-ir" "$tmp/slice-ir" "$tmp/wall" \
-	"$tmp/slow-wall" "$tmp/heldmem" "$tmp/allocs" "$tmp/precision"
+	"$tmp/slow-wall" "$tmp/heldmem" "$tmp/allocs" "$tmp/precision" \
+	"$tmp/heap-glibc"
 
 # The price of held tracking (issue 26): Ir per pair of the same loop
 # idle after a task object is gone (tracking off again), under a global

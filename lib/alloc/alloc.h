@@ -69,6 +69,22 @@ static inline size_t ml__chunk_word(const void *p)
 {
 	return ((const size_t *)p)[-1];
 }
+/* The metered tails' size query (meter.c), set by ml__allocator_sizer:
+ * member(self, p) (tcmalloc's own member, skipping its two wrappers),
+ * else query(p) (the allocator's exported query), else neither (glibc's
+ * header, or valgrind's pad: ml__chunk_bytes). */
+struct ml__sizer {
+	size_t (*query)(void *p);
+	size_t (*member)(void *self, const void *p);
+	void *self;
+};
+void ml__allocator_sizer(struct ml__sizer *s);
+/* Where the allocator keeps per-thread cumulative counters of the bytes
+ * each thread allocated and freed (jemalloc's): their offsets from the
+ * thread pointer, the same in every thread; false where it keeps none or
+ * they are not there.  Allocates (jemalloc's mallctl): call it outside
+ * the allocator, on a live thread. */
+bool ml__allocator_thread_counters(intptr_t *allocated, intptr_t *deallocated);
 /* malloc_usable_size of a block of ours. */
 size_t ml__usable_size(void *p);
 /* Block sizes do not come from glibc's headers (another allocator, or
@@ -104,7 +120,8 @@ struct ml__meter_local {
 };
 extern ML__TLS struct ml__meter_local ml__meter_self;
 void ml__meter_add(int64_t bytes);
-/* Fold this thread's delta into the total. */
+/* Fold this thread's delta into the total: at its exit (what it frees
+ * later is then folded call by call where the allocator counts). */
 void ml__meter_flush(void);
 uint64_t ml__meter_usage(void);
 /* The highest usage the meter has seen (with the meter on only). */
@@ -125,11 +142,40 @@ extern _Atomic bool ml__pressure_pending;
 void ml__pressure_rearm(void);
 /* Route malloc and free through the metered tails, or not. */
 void ml__meter_switch(bool on);
+/* The allocator's per-thread counters count every block (jemalloc's,
+ * meter.c): the family's members then only fold when a counter has
+ * moved far enough (fresh: the block just allocated, or NULL). */
+extern _Atomic bool ml__meter_counts;
+#define ML__METER_COUNTS \
+	atomic_load_explicit(&ml__meter_counts, memory_order_relaxed)
+void ml__meter_poll(const void *fresh);
 /* Count a block of ours (sign +1) or its release (-1); NULL is nothing. */
 static inline void ml__meter_block(const void *p, int sign)
 {
-	if (p)
+	if (ML__METER_COUNTS)
+		ml__meter_poll(sign > 0 ? p : NULL);
+	else if (p)
 		ml__meter_add(sign * (int64_t)ml__chunk_bytes(p));
+}
+/* realloc: the old block's bytes before the call, and the settlement
+ * after it (q: the new block; freed: realloc(p, 0) freed p). */
+void ml__meter_prepare(void);
+static inline int64_t ml__meter_resize_old(const void *p)
+{
+	if (ML__METER_COUNTS) {
+		ml__meter_prepare();
+		return 0;
+	}
+	return p ? (int64_t)ml__chunk_bytes(p) : 0;
+}
+static inline void ml__meter_resized(const void *q, int64_t old, bool freed)
+{
+	if (ML__METER_COUNTS)
+		ml__meter_poll(q);
+	else if (q)
+		ml__meter_add((int64_t)ml__chunk_bytes(q) - old);
+	else if (freed)
+		ml__meter_add(-old);
 }
 extern struct ml__lock ml__meter_switch_lock;
 

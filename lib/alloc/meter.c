@@ -64,28 +64,182 @@ static void pressure_check(int64_t now)
 	}
 }
 
-void ml__meter_flush(void)
+/* Add d to the total: every fold of every kind of thread delta. */
+static void fold(int64_t d)
+{
+	if (!d)
+		return;
+	/* A sum that does not fit (absurd ml_note_* counts: a single note is
+	 * at most INT64_MAX) saturates: a wrapped total would read as an
+	 * empty heap.  A CAS costs a fold what the fetch-and-add did when
+	 * uncontended. */
+	int64_t now, old = atomic_load_explicit(&total, memory_order_relaxed);
+	do {
+		if (__builtin_add_overflow(old, d, &now))
+			now = d > 0 ? INT64_MAX : INT64_MIN;
+	} while (!atomic_compare_exchange_weak_explicit(
+	    &total, &old, now, memory_order_relaxed, memory_order_relaxed));
+	if (d > 0)
+		raise_peak(now);
+	pressure_check(now);
+}
+
+static void counted_flush(void);
+
+/* Fold this thread's countdowns (glibc's blocks and the notes). */
+static void local_flush(void)
 {
 	struct ml__meter_local *t = &ml__meter_self;
-	int64_t d = (int64_t)(t->down - t->up), now;
-	if (d) {
-		/* A sum that does not fit (absurd ml_note_* counts: a single
-		 * note is at most INT64_MAX) saturates: a wrapped total would
-		 * read as an empty heap.  A CAS costs a fold what the
-		 * fetch-and-add did when uncontended. */
-		int64_t old =
-		    atomic_load_explicit(&total, memory_order_relaxed);
-		do {
-			if (__builtin_add_overflow(old, d, &now))
-				now = d > 0 ? INT64_MAX : INT64_MIN;
-		} while (!atomic_compare_exchange_weak_explicit(
-		    &total, &old, now, memory_order_relaxed,
-		    memory_order_relaxed));
-		if (d > 0)
-			raise_peak(now);
-		pressure_check(now);
-	}
+	fold((int64_t)(t->down - t->up));
 	t->up = t->down = ML__METER_BATCH;
+}
+
+static bool counted_exiting(void);
+
+void ml__meter_flush(void)
+{
+	local_flush();
+	counted_flush();
+	counted_exiting();
+}
+
+/* ---- An allocator that counts for us (jemalloc) ------------------------
+ *
+ * jemalloc keeps two cumulative counters per thread, bytes allocated and
+ * bytes freed by it (its usable sizes, what sallocx answers), updated on
+ * its own fast paths; their place is found once (underlying.c).  The
+ * metered tails then ask jemalloc nothing about the block: after the call
+ * they compare one counter with the thread's next fold point (two loads,
+ * a compare, a branch) and fold (allocated - freed) since the last fold
+ * into the total once it has moved by ML__METER_BATCH either way.  The
+ * same slack as glibc's countdowns (docs/statistics.md, "The global
+ * meter"): per other thread less than B allocated and B freed unfolded.
+ * A thread's counters hold frees of blocks other threads allocated: the
+ * total is the sum over threads, exited ones folded at exit
+ * (ml__meter_flush). */
+static const uint64_t never; /* an unset thread's counters read this */
+/* The counters' offsets from the thread pointer (underlying.c). */
+static intptr_t off_a, off_d;
+struct counted {
+	const uint64_t *a, *d;   /* jemalloc's counters, or &never */
+	uint64_t next_a, next_d; /* fold when *a or *d reaches these */
+	uint64_t pub_a, pub_d;   /* their values at the last fold */
+	uint32_t epoch;          /* the meter period pub_* belong to */
+	bool exited;             /* past its exit fold: fold every call */
+};
+/* Not zero-initialised: an unset thread reads never (0) >= next (0) at
+ * its first call, which goes to counted_fold and sets it up. */
+static ML__TLS struct counted counted = {.a = &never, .d = &never};
+/* Bumped each time the meter starts: a thread's pub_* from an earlier
+ * period say nothing about the new start figure. */
+static _Atomic uint32_t epoch;
+_Atomic bool ml__meter_counts; /* the allocator's counters are used */
+
+static void counted_locate(struct counted *c)
+{
+	uintptr_t tp;
+#if defined(__x86_64__)
+	__asm__("movq %%fs:0, %0" : "=r"(tp));
+#else
+	tp = 0; /* never chosen (underlying.c) */
+#endif
+	c->a = (const uint64_t *)(tp + (uintptr_t)off_a);
+	c->d = (const uint64_t *)(tp + (uintptr_t)off_d);
+}
+
+/* Fold this thread's counters.  fresh: a block the call just allocated
+ * (or NULL): at a thread's first fold in a period the counters are taken
+ * as the start, less that block, which came after the start figure. */
+static ML__COLD void counted_fold(const void *fresh)
+{
+	struct counted *c = &counted;
+	if (c->a == &never)
+		counted_locate(c);
+	uint64_t a = *c->a, d = *c->d;
+	uint32_t e = atomic_load_explicit(&epoch, memory_order_relaxed);
+	if (c->epoch != e || a < c->pub_a || d < c->pub_d) {
+		/* The first fold of this period on this thread (or jemalloc
+		 * reset the counters of a thread it saw end) */
+		c->pub_a = a - (fresh ? ml__chunk_bytes(fresh) : 0);
+		c->pub_d = d;
+		c->epoch = e;
+	}
+	if (ML__METER_ON)
+		fold((int64_t)(a - c->pub_a) - (int64_t)(d - c->pub_d));
+	c->pub_a = a;
+	c->pub_d = d;
+	c->next_a = c->exited ? 0 : a + ML__METER_BATCH;
+	c->next_d = c->exited ? 0 : d + ML__METER_BATCH;
+}
+
+/* The family's other members (calloc, realloc, memalign...): their
+ * blocks are in the counters already; a large one must fold now. */
+void ml__meter_poll(const void *fresh)
+{
+	struct counted *c = &counted;
+	if (*c->a >= c->next_a || *c->d >= c->next_d)
+		counted_fold(fresh);
+}
+
+/* This thread's unfolded (allocated - freed), 0 outside a period. */
+static int64_t counted_delta(void)
+{
+	struct counted *c = &counted;
+	if (!ML__METER_COUNTS || c->a == &never ||
+	    c->epoch != atomic_load_explicit(&epoch, memory_order_relaxed))
+		return 0;
+	return (int64_t)(*c->a - c->pub_a) - (int64_t)(*c->d - c->pub_d);
+}
+
+/* Thread exit and forced folds: what the thread did since its last fold. */
+static void counted_flush(void)
+{
+	if (ML__METER_COUNTS && counted.a != &never &&
+	    counted.epoch == atomic_load_explicit(&epoch, memory_order_relaxed))
+		counted_fold(NULL);
+}
+
+/* At the thread's exit fold: what it frees later (the C library's and
+ * other destructors' blocks) is folded at each call, not lost. */
+static bool counted_exiting(void)
+{
+	struct counted *c = &counted;
+	if (!ML__METER_COUNTS || c->a == &never)
+		return false;
+	c->exited = true;
+	c->next_a = c->next_d = 0;
+	return true;
+}
+
+/* Set this thread up at its counters now: the thread that starts the
+ * meter (at the start figure), and a thread whose first call in a period
+ * frees or resizes a block (before the allocator's call, so that the
+ * block it gives back is counted). */
+static ML__COLD void counted_begin(void)
+{
+	struct counted *c = &counted;
+	uint32_t e = atomic_load_explicit(&epoch, memory_order_relaxed);
+	if (c->exited && c->epoch == e) {
+		counted_fold(NULL); /* set up already: next_* stay 0 */
+		return;
+	}
+	if (c->a == &never)
+		counted_locate(c);
+	c->pub_a = *c->a;
+	c->pub_d = *c->d;
+	c->next_a = c->exited ? 0 : c->pub_a + ML__METER_BATCH;
+	/* The first free folds at once, as glibc's zeroed countdowns do:
+	 * a thread that only frees may never allocate through the library,
+	 * which would have seen it exit. */
+	c->next_d = c->pub_d;
+	c->epoch = e;
+}
+
+/* realloc, before the call: a thread's first call sets it up. */
+void ml__meter_prepare(void)
+{
+	if (counted.next_d == 0)
+		counted_begin();
 }
 
 void ml__pressure_rearm(void)
@@ -106,10 +260,10 @@ void ml__meter_add(int64_t bytes)
 		 * first, then the note alone. */
 		if (ml__unlikely(b > (uint64_t)(INT64_MAX - ML__METER_BATCH))) {
 			*c += b;
-			ml__meter_flush();
+			local_flush();
 			*c -= b;
 		}
-		ml__meter_flush();
+		local_flush();
 	}
 }
 
@@ -117,7 +271,8 @@ uint64_t ml__meter_usage(void)
 {
 	if (!ML__METER_ON)
 		return ml__allocator_in_use();
-	int64_t v, d = (int64_t)(ml__meter_self.down - ml__meter_self.up);
+	int64_t v, d = (int64_t)(ml__meter_self.down - ml__meter_self.up) +
+	               counted_delta();
 	/* Saturated, as the total is at a fold. */
 	if (__builtin_add_overflow(
 	        atomic_load_explicit(&total, memory_order_relaxed), d, &v))
@@ -136,7 +291,8 @@ uint64_t ml__meter_peak(void)
  * peak; its one thread's delta is folded first. */
 static void atfork_child(void)
 {
-	ml__meter_flush();
+	local_flush();
+	counted_flush();
 	atomic_store(&peak, atomic_load(&total));
 }
 
@@ -192,7 +348,7 @@ __attribute__((constructor(102))) static void meter_init(void)
 
 static ML__COLD void meter_fold(void)
 {
-	ml__meter_flush();
+	local_flush();
 }
 
 static void *malloc_metered(size_t n)
@@ -243,6 +399,75 @@ static void free_metered_foreign(void *p)
 	uncount_foreign(p);
 	ml__real.free(p);
 }
+
+/* jemalloc: its counters (above).  The check comes after the call, so
+ * that a block's bytes, whatever their size, are folded by the call that
+ * moved the counter past the point. */
+static void *malloc_counted(size_t n)
+{
+	void *p = ml__real.malloc(n);
+	if (ml__unlikely(*counted.a >= counted.next_a))
+		counted_fold(p);
+	return p;
+}
+
+static inline __attribute__((always_inline)) void recount(void)
+{
+	if (ml__unlikely(*counted.d >= counted.next_d))
+		counted_fold(NULL);
+}
+
+/* A thread's first free (next_d still 0) sets it up before jemalloc
+ * counts the block, which is then counted: the one test a free adds
+ * before the call. */
+static ML__COLD void free_counted_first(void *p)
+{
+	counted_begin();
+	ml__real.free(p);
+	recount();
+}
+
+static void free_counted(void *p)
+{
+	if (ml__unlikely(counted.next_d == 0)) {
+		free_counted_first(p); /* p is not kept across the call */
+		return;
+	}
+	ml__real.free(p);
+	recount();
+}
+
+/* tcmalloc, mimalloc and others: one size query per block, the
+ * allocator's own function called directly (ml__allocator_sizer), the
+ * countdowns as glibc's.  The query is what these tails cost: neither
+ * keeps per-thread counters (docs/performance.md). */
+static struct ml__sizer sizer;
+
+#define SIZED_TAILS(suffix, size)                                         \
+	static void *malloc_##suffix(size_t n)                            \
+	{                                                                 \
+		void *p = ml__real.malloc(n);                             \
+		if (ml__likely(p != NULL) &&                              \
+		    ml__unlikely(METER_SUB(up, size(p))))                 \
+			meter_fold();                                     \
+		return p;                                                 \
+	}                                                                 \
+	static inline                                                     \
+	    __attribute__((always_inline)) void uncount_##suffix(void *p) \
+	{                                                                 \
+		if (ml__likely(p != NULL) &&                              \
+		    ml__unlikely(METER_SUB(down, size(p))))               \
+			meter_fold();                                     \
+	}                                                                 \
+	static void free_##suffix(void *p)                                \
+	{                                                                 \
+		uncount_##suffix(p);                                      \
+		ml__real.free(p);                                         \
+	}
+#define MEMBER_SIZE(p) sizer.member(sizer.self, (p))
+#define QUERY_SIZE(p) sizer.query(p)
+SIZED_TAILS(member, MEMBER_SIZE)
+SIZED_TAILS(query, QUERY_SIZE)
 
 /* ---- free through the sampled-block filter ---------------------------
  *
@@ -316,6 +541,28 @@ static void free_sampled_metered_foreign(void *p)
 	free_filtered(p);
 }
 
+static void free_sampled_member(void *p)
+{
+	uncount_member(p);
+	free_filtered(p);
+}
+
+static void free_sampled_query(void *p)
+{
+	uncount_query(p);
+	free_filtered(p);
+}
+
+/* The counters move inside the allocator's free: counted after it. */
+static void free_sampled_counted(void *p)
+{
+	if (ml__unlikely(counted.next_d == 0))
+		counted_begin();
+	ml__sampled_lose(p);
+	ml__real.free(p);
+	recount();
+}
+
 static bool meter_tails; /* the metered tails are chosen */
 _Atomic uint8_t ml__watch;
 
@@ -333,7 +580,16 @@ static void tails_update(void)
 	bool s = atomic_load_explicit(&ml__sampled_on, memory_order_relaxed);
 	void *(*m)(size_t) = plain;
 	void (*f)(void *) = s ? free_sampled : ml__real.free;
-	if (meter_tails) {
+	if (meter_tails && ML__METER_COUNTS) {
+		m = malloc_counted;
+		f = s ? free_sampled_counted : free_counted;
+	} else if (meter_tails && foreign && sizer.member) {
+		m = malloc_member;
+		f = s ? free_sampled_member : free_member;
+	} else if (meter_tails && foreign && sizer.query) {
+		m = malloc_query;
+		f = s ? free_sampled_query : free_query;
+	} else if (meter_tails) {
 		m = foreign ? malloc_metered_foreign : malloc_metered;
 		if (foreign)
 			f = s ? free_sampled_metered_foreign
@@ -384,8 +640,24 @@ void ml__sampled_switch(bool on)
 	tails_update();
 }
 
+/* How the metered tails will count, chosen once, before the first limit
+ * takes the lock (mallctl and tcmalloc's instance() may allocate). */
+static void meter_choose(void)
+{
+	static _Atomic bool chosen;
+	if (atomic_load(&chosen))
+		return;
+	ml__allocator_resolve();
+	ml__allocator_sizer(&sizer);
+	if (ml__allocator_thread_counters(&off_a, &off_d))
+		atomic_store(&ml__meter_counts, true);
+	atomic_store(&chosen, true);
+}
+
 void ml__meter_set_limit(uint64_t bytes)
 {
+	if (bytes != ML_NO_LIMIT)
+		meter_choose();
 	ml__spin_lock(&ml__meter_switch_lock);
 	atomic_store(&ml__global_limit, bytes);
 	if (bytes == ML_NO_LIMIT) {
@@ -396,10 +668,15 @@ void ml__meter_set_limit(uint64_t bytes)
 		/* Count from now on, starting from glibc's own figure.  Our
 		 * own delta is stale from an earlier period: drop it. */
 		ml__meter_self.up = ml__meter_self.down = ML__METER_BATCH;
+		atomic_fetch_add(&epoch, 1);
 		atomic_store_explicit(&ml__meter_on_, true,
 		                      memory_order_relaxed);
 		ml__meter_switch(true);
 		atomic_store(&total, (int64_t)ml__allocator_in_use());
+		if (ML__METER_COUNTS) {
+			counted_begin();
+			counted.next_d += ML__METER_BATCH;
+		}
 		raise_peak(atomic_load(&total));
 	}
 	ml__spin_unlock(&ml__meter_switch_lock);

@@ -171,6 +171,17 @@ static size_t jemalloc_size(void *p)
 	return je_sallocx(p, 0);
 }
 
+/* tcmalloc's size query without its wrappers: tc_malloc_size calls
+ * MallocExtension::instance() through the PLT, then GetAllocatedSize
+ * through the vtable (10 instructions before the 16 of the lookup).  The
+ * member is exported; called directly with the instance as `this` (the
+ * Itanium ABI: this, then p), once the instance's vtable is known to be
+ * TCMallocImplementation's (set in ml__allocator_sizer, off the fast
+ * path). */
+static size_t (*tc_size_member)(void *self, const void *p);
+static void *(*tc_instance)(void);
+static const void *tc_vtable;
+
 struct search {
 	uintptr_t self;
 	bool past_self;
@@ -248,6 +259,11 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data)
 		s->kind = "tcmalloc";
 		*(void **)&tc_property =
 		    SYM(info, "MallocExtension_GetNumericProperty");
+		*(void **)&tc_size_member = SYM(
+		    info, "_ZN22TCMallocImplementation16GetAllocatedSizeEPKv");
+		*(void **)&tc_instance =
+		    SYM(info, "_ZN15MallocExtension8instanceEv");
+		tc_vtable = SYM(info, "_ZTV22TCMallocImplementation");
 		void *q = SYM(info, "tc_malloc_size");
 		if (q)
 			*(void **)&r->usable = q;
@@ -566,6 +582,77 @@ size_t ml__chunk_bytes(const void *p)
 bool ml__allocator_foreign(void)
 {
 	return ml__real.usable != NULL;
+}
+
+/* The cheapest exact size query for the metered tails (meter.c): what
+ * ml__chunk_bytes answers, without its tests and its call.  Where a
+ * block's bytes need more than one call into the allocator (valgrind's
+ * pad), or none (glibc's header), the tails use ml__chunk_bytes. */
+void ml__allocator_sizer(struct ml__sizer *s)
+{
+	ml__allocator_resolve();
+	s->query = NULL;
+	s->member = NULL;
+	s->self = NULL;
+	if (ml__real.usable == NULL || usable_pad != 0)
+		return;
+	if (!strcmp(kind_name, "tcmalloc") && tc_size_member && tc_instance &&
+	    tc_vtable) {
+		/* Only if the instance is TCMallocImplementation itself (not
+		 * a MallocExtension registered by the program): its vtable
+		 * pointer points two words into the vtable object (the
+		 * offset-to-top and the typeinfo come first). */
+		void *self = tc_instance();
+		if (self && *(const void *const *)self ==
+		                (const void *)((const char *)tc_vtable +
+		                               2 * sizeof(void *))) {
+			s->member = tc_size_member;
+			s->self = self;
+			return;
+		}
+	}
+	s->query = ml__real.usable;
+}
+
+/* jemalloc keeps, per thread, the bytes it has handed out and taken back
+ * since the thread began (thread.allocatedp / thread.deallocatedp: the
+ * addresses of the two counters in the thread's own data, updated on its
+ * fast paths).  mallctl may initialise jemalloc's control tree and must
+ * not run inside the allocator; at a thread's end, after jemalloc's own
+ * thread data is torn down, it crashes.  So it is asked once, by the
+ * thread that starts the meter, and the answer is kept as two offsets
+ * from the thread pointer: jemalloc's thread data is a thread-local of an
+ * object loaded at start (preloaded or linked: it is the process's
+ * malloc), so it lies in the static TLS block, at the same offset from
+ * every thread's pointer (x86-64: just below it).  Where that does not
+ * hold, the meter queries each block's size instead. */
+bool ml__allocator_thread_counters(intptr_t *allocated, intptr_t *deallocated)
+{
+#if defined(__x86_64__)
+	ml__allocator_resolve();
+	if (!je_mallctl || strcmp(kind_name, "jemalloc") != 0)
+		return false;
+	uint64_t *a = NULL, *d = NULL;
+	size_t len = sizeof a;
+	if (je_mallctl("thread.allocatedp", &a, &len, NULL, 0) != 0 || !a)
+		return false;
+	len = sizeof d;
+	if (je_mallctl("thread.deallocatedp", &d, &len, NULL, 0) != 0 || !d)
+		return false;
+	uintptr_t tp;
+	__asm__("movq %%fs:0, %0" : "=r"(tp));
+	const uintptr_t span = (uintptr_t)1 << 20; /* static TLS, generously */
+	if ((uintptr_t)a >= tp || tp - (uintptr_t)a > span ||
+	    (uintptr_t)d >= tp || tp - (uintptr_t)d > span)
+		return false;
+	*allocated = (intptr_t)((uintptr_t)a - tp);
+	*deallocated = (intptr_t)((uintptr_t)d - tp);
+	return true;
+#else
+	(void)allocated;
+	(void)deallocated;
+	return false;
+#endif
 }
 
 /* Mirrors glibc's musable(): no __libc_ entry point exists for it. */

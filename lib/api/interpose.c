@@ -123,12 +123,9 @@ static inline void *resize_real(void *p, size_t n, size_t a, size_t b)
 		ml__sampled_lose(p);
 	if (!(watch & ML__WATCH_METER))
 		return resize_call(p, a, b);
-	int64_t old = p ? (int64_t)ml__chunk_bytes(p) : 0;
+	int64_t old = ml__meter_resize_old(p);
 	void *q = resize_call(p, a, b);
-	if (q)
-		ml__meter_add((int64_t)ml__chunk_bytes(q) - old);
-	else if (p && n == 0)
-		ml__meter_add(-old);
+	ml__meter_resized(q, old, p && n == 0);
 	return q;
 }
 

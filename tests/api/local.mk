@@ -178,6 +178,16 @@ tests_api_test_pressure_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_pressure_LDADD = $(ML_TEST_LIBS)
 tests_api_test_pressure_LDFLAGS = $(ML_TEST_LINK)
 
+# The heap meter against the blocks held and the allocator's own figures,
+# across threads (issue 26); test-allocators.sh runs it over each
+# allocator.
+check_PROGRAMS += tests/api/test-meter-threads
+TESTS += tests/api/test-meter-threads
+tests_api_test_meter_threads_SOURCES = tests/api/test-meter-threads.c
+tests_api_test_meter_threads_CFLAGS = $(ML_TEST_CFLAGS) -pthread
+tests_api_test_meter_threads_LDADD = $(ML_TEST_LIBS) -ldl
+tests_api_test_meter_threads_LDFLAGS = $(ML_TEST_LINK) -pthread
+
 # The library over jemalloc, tcmalloc and mimalloc (issue 15): the family,
 # tasks, held memory and the global limit over each one installed.
 check_PROGRAMS += tests/api/allocator-name

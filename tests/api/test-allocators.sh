@@ -31,8 +31,8 @@ libpath() { # the path of a shared library the loader knows, or nothing
 
 programs="api/test-family api/test-refused api/test-tasks api/test-held
 	api/test-task-objects api/test-pressure api/test-jump-safety
-	api/test-describe api/test-held-profile concurrency/test-threads
-	concurrency/test-fork"
+	api/test-describe api/test-held-profile api/test-meter-threads
+	concurrency/test-threads concurrency/test-fork"
 
 for entry in jemalloc:libjemalloc.so.2 tcmalloc:libtcmalloc_minimal.so.4 \
 	tcmalloc:libtcmalloc.so.4 mimalloc:libmimalloc.so.2; do
