@@ -115,8 +115,10 @@ typedef struct ml_outcome {
 	/* Estimated bytes allocated by the task (samples x interval). */
 	uint64_t allocated;
 	/* Since 0.2.  Estimated bytes the task allocated and had not freed
-	 * when the call ended (0 while held memory is not tracked: see
-	 * ml_capabilities), and the largest such estimate so far. */
+	 * when the call ended, counting the blocks allocated while held
+	 * memory is tracked (only while something needs it: see
+	 * ml_task_held(3) and ml_capabilities(3)), and the largest such
+	 * estimate so far. */
 	uint64_t held;
 	uint64_t held_peak;
 } ml_outcome;
@@ -394,7 +396,8 @@ ML_EXPORT unsigned ml_capabilities(void);
 /* Call stacks can be captured. */
 #define ML_CAP_STACKS 4u
 /* Held memory can be tracked (ml_task_held, held_bytes): set whenever
- * ML_CAP_INTERPOSED is, as it is recorded at the allocations that reach us. */
+ * ML_CAP_INTERPOSED is, as it is recorded at the allocations that reach us.
+ * Tracking itself runs only while something needs it (memlimits(3)). */
 #define ML_CAP_HELD 8u
 
 /* The allocator the library forwards to, the one after it in the lookup
