@@ -471,7 +471,7 @@ SIZED_TAILS(query, QUERY_SIZE)
 
 /* ---- free through the sampled-block filter ---------------------------
  *
- * Once blocks are recorded (ml__sampled_switch_on), free tests the filter
+ * While blocks are recorded (ml__sampled_switch), free tests the filter
  * before the allocator's free (ml__sampled_lose, alloc.h). */
 
 /* A marked bit was set after the hook was stored, but nothing orders
