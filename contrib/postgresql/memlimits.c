@@ -218,7 +218,8 @@ static void limit_error(ml_task *task)
 	case ML_ALLOC_LIMIT:
 		what = "statement allocation limit";
 		name = "memlimits.statement_alloc_limit";
-		size_text(limit, sizeof(limit), kb_bytes(statement_alloc_limit_kb));
+		size_text(limit, sizeof(limit),
+		          kb_bytes(statement_alloc_limit_kb));
 		break;
 	case ML_GLOBAL_LIMIT:
 		what = "cluster memory limit";
@@ -347,8 +348,9 @@ static void call_planner(void *p)
 		c->result = prev_planner(c->parse, c->query_string,
 		                         c->cursor_options, c->bound_params);
 	else
-		c->result = standard_planner(c->parse, c->query_string,
-		                             c->cursor_options, c->bound_params);
+		c->result =
+		    standard_planner(c->parse, c->query_string,
+		                     c->cursor_options, c->bound_params);
 }
 
 static PlannedStmt *ml_planner(Query *parse, const char *query_string,
@@ -401,7 +403,8 @@ static void call_run(void *p)
 {
 	executor_call *c = p;
 	if (prev_ExecutorRun)
-		prev_ExecutorRun(c->qd, c->direction, c->count, c->execute_once);
+		prev_ExecutorRun(c->qd, c->direction, c->count,
+		                 c->execute_once);
 	else
 		standard_ExecutorRun(c->qd, c->direction, c->count,
 		                     c->execute_once);
@@ -426,8 +429,8 @@ static void call_end(void *p)
 }
 
 /* A top-level executor call of qd's statement; its error ends it. */
-static void executor_slice(QueryDesc *qd, void (*fn)(void *),
-                           executor_call *c, bool ends)
+static void executor_slice(QueryDesc *qd, void (*fn)(void *), executor_call *c,
+                           bool ends)
 {
 	ml_task *task = stmt_task(qd);
 	if (!task) {
@@ -473,8 +476,8 @@ static void ml_ExecutorStart(QueryDesc *qd, int eflags)
 	executor_slice(qd, call_start, &c, false);
 }
 
-static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction,
-                           uint64 count, bool execute_once)
+static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
+                           bool execute_once)
 {
 	executor_call c = {qd, 0, direction, count, execute_once};
 	if (nesting_level > 0)
@@ -516,20 +519,19 @@ static void call_utility(void *p)
 {
 	utility_call *c = p;
 	if (prev_ProcessUtility)
-		prev_ProcessUtility(c->pstmt, c->query_string, c->read_only_tree,
-		                    c->context, c->params, c->query_env, c->dest,
-		                    c->qc);
+		prev_ProcessUtility(c->pstmt, c->query_string,
+		                    c->read_only_tree, c->context, c->params,
+		                    c->query_env, c->dest, c->qc);
 	else
-		standard_ProcessUtility(c->pstmt, c->query_string,
-		                        c->read_only_tree, c->context, c->params,
-		                        c->query_env, c->dest, c->qc);
+		standard_ProcessUtility(
+		    c->pstmt, c->query_string, c->read_only_tree, c->context,
+		    c->params, c->query_env, c->dest, c->qc);
 }
 
 static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
                               bool read_only_tree,
                               ProcessUtilityContext context,
-                              ParamListInfo params,
-                              QueryEnvironment *query_env,
+                              ParamListInfo params, QueryEnvironment *query_env,
                               DestReceiver *dest, QueryCompletion *qc)
 {
 	utility_call c = {pstmt,  query_string, read_only_tree, context,
@@ -576,8 +578,8 @@ static void ml_shmem_startup(void)
 	if (prev_shmem_startup)
 		prev_shmem_startup();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	activity = ShmemInitStruct("memlimits activity", activity_size(),
-	                           &found);
+	activity =
+	    ShmemInitStruct("memlimits activity", activity_size(), &found);
 	if (!found)
 		for (int i = 0; i < MaxBackends; i++) {
 			pg_atomic_init_u32(&activity[i].pid, 0);
@@ -620,10 +622,11 @@ static void cluster_join(void)
 	cluster_budget_name(name, sizeof(name));
 	int rc = ml_shared_join(name, kb_bytes(cluster_limit_kb));
 	if (rc != ML_OK)
-		ereport(FATAL,
-		        (errmsg("memlimits: could not join the shared budget "
-		                "\"%s\" for memlimits.cluster_limit (ml_status %d)",
-		                name, rc)));
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: could not join the shared budget "
+		            "\"%s\" for memlimits.cluster_limit (ml_status %d)",
+		            name, rc)));
 }
 
 /* ---- Start ------------------------------------------------------------ */
@@ -631,21 +634,24 @@ static void cluster_join(void)
 void _PG_init(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
-		ereport(ERROR,
-		        (errmsg("memlimits: load it with shared_preload_libraries "
-		                "= 'memlimits' (postgresql.conf) and restart")));
+		ereport(
+		    ERROR,
+		    (errmsg("memlimits: load it with shared_preload_libraries "
+		            "= 'memlimits' (postgresql.conf) and restart")));
 	if (!ml_capabilities || !(ml_capabilities() & ML_CAP_INTERPOSED))
-		ereport(FATAL,
-		        (errmsg("memlimits: libmemlimits is not the server's "
-		                "allocator%s: start postgres with "
-		                "LD_PRELOAD=libmemlimits.so.0 or use the systemd "
-		                "drop-in memlimits.conf (docs/postgresql.md)",
-		                ml_capabilities ? "" : " (not loaded)")));
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: libmemlimits is not the server's "
+		            "allocator%s: start postgres with "
+		            "LD_PRELOAD=libmemlimits.so.0 or use the systemd "
+		            "drop-in memlimits.conf (docs/postgresql.md)",
+		            ml_capabilities ? "" : " (not loaded)")));
 	if (!ml_set_refusal_guard)
-		ereport(FATAL,
-		        (errmsg("memlimits: the preloaded libmemlimits is older "
-		                "than 0.3 (no ml_set_refusal_guard): preload "
-		                "libmemlimits 0.3 or newer")));
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: the preloaded libmemlimits is older "
+		            "than 0.3 (no ml_set_refusal_guard): preload "
+		            "libmemlimits 0.3 or newer")));
 
 	DefineCustomIntVariable(
 	    "memlimits.statement_limit",
@@ -717,12 +723,13 @@ Datum memlimits_activity(PG_FUNCTION_ARGS)
 			continue;
 		bool self = (int)pid == MyProcPid;
 		values[0] = Int32GetDatum((int32)pid);
-		values[1] = Int64GetDatum(
-		    (int64)(self ? ml_global_memory_usage()
-		                 : pg_atomic_read_u64(&s->heap)));
-		values[2] = Int64GetDatum(
-		    (int64)(self ? (current_task ? ml_task_held(current_task) : 0)
-		                 : pg_atomic_read_u64(&s->held)));
+		values[1] =
+		    Int64GetDatum((int64)(self ? ml_global_memory_usage()
+		                               : pg_atomic_read_u64(&s->heap)));
+		values[2] = Int64GetDatum((
+		    int64)(self
+		               ? (current_task ? ml_task_held(current_task) : 0)
+		               : pg_atomic_read_u64(&s->held)));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
 		                     nulls);
 	}
