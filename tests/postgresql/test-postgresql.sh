@@ -248,6 +248,28 @@ if ! ${NM:-nm} -D --defined-only "$LIB" | grep -q ' ml_shared_join'; then
 	skip "memlimits.cluster_limit: this libmemlimits has no shared budgets (ml_shared_join) yet"
 fi
 
+# ---- the systemd drop-in ---------------------------------------------------------
+# Debian's postgresql@.service with contrib/postgresql/memlimits.conf as
+# its drop-in: systemd-analyze verify finds nothing to say.
+unit=/lib/systemd/system/postgresql@.service
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+	skip "the systemd drop-in: no systemd-analyze"
+elif [ ! -f "$unit" ]; then
+	skip "the systemd drop-in: no $unit (Debian's postgresql-common)"
+else
+	mkdir -p "$tmp/units/postgresql@.service.d"
+	cp "$unit" "$tmp/units/"
+	cp "$top_srcdir/contrib/postgresql/memlimits.conf" "$tmp/units/postgresql@.service.d/"
+	if SYSTEMD_UNIT_PATH="$tmp/units:" systemd-analyze verify \
+		postgresql@15-main.service >"$tmp/verify.out" 2>&1 &&
+		! grep -qi 'memlimits.conf' "$tmp/verify.out"; then
+		ok "systemd-analyze verify: postgresql@.service with the drop-in memlimits.conf"
+	else
+		notok "systemd-analyze verify of the drop-in"
+		diag "$tmp/verify.out"
+	fi
+fi
+
 # ---- the log ---------------------------------------------------------------------
 if grep -E 'terminated by signal|terminating any other active server processes|PANIC' "$log" >"$tmp/bad"; then
 	notok "the server log shows a crash or a restart"
