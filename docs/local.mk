@@ -15,7 +15,7 @@ man_MANS += docs/gen/ml_bound_alloc.3 docs/gen/ml_bound_global.3 \
 	docs/gen/ml_bound_safe_bytes.3 docs/gen/ml_bound_limit_for.3 \
 	docs/gen/ml_bound_held.3 docs/gen/ml_bound_interval_for.3
 # The nginx module (issue 18; the module is contrib/nginx).
-EXTRA_DIST += docs/nginx.md
+EXTRA_DIST += docs/nginx.md docs/postgresql.md
 # memlimits(1) and memlimits(3) (issue 5)
 man_MANS += docs/gen/memlimits.1 docs/gen/memlimits.3
 include docs/man3.mk

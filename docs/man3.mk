@@ -29,6 +29,7 @@ man_MANS += \
 	docs/gen/ml_set_global_limit.3 \
 	docs/gen/ml_set_global_memory_limit.3 \
 	docs/gen/ml_set_pressure_callback.3 \
+	docs/gen/ml_set_refusal_guard.3 \
 	docs/gen/ml_set_sample_interval.3 \
 	docs/gen/ml_set_seed.3 \
 	docs/gen/ml_set_stack_capture.3 \

@@ -30,9 +30,9 @@ extern "C" {
  * (so that -Iinclude works from a checkout): configure.ac's AC_INIT is the
  * one source, tests/api/test-version.sh holds these to it. */
 #define ML_VERSION_MAJOR 0
-#define ML_VERSION_MINOR 2
+#define ML_VERSION_MINOR 3
 #define ML_VERSION_PATCH 0
-#define ML_VERSION_STRING "0.2.0"
+#define ML_VERSION_STRING "0.3.0"
 
 /* How a task ended (ml_run's result), or why a call was refused. */
 typedef enum ml_status {
@@ -265,7 +265,8 @@ ML_EXPORT void ml_token_free(ml_token *t);
  * domain, and then changes nothing.  A getter ml_X returns the value in
  * force and cannot fail.  Exceptions, said at each: ml_set_seed returns
  * nothing; ml_set_stack_capture's ML_EINVAL comes with errno ENOTSUP;
- * ml_set_global_limit accepts every value (always ML_OK). */
+ * ml_set_global_limit and ml_set_refusal_guard accept every value (always
+ * ML_OK). */
 
 /* Mean bytes between samples, >= 1.  ML_OK, or ML_EINVAL for 0. */
 ML_EXPORT int ml_set_sample_interval(uint64_t bytes);
@@ -309,6 +310,17 @@ ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,
  * (ml_capabilities() lacks ML_CAP_STACKS): every value is valid, the
  * process cannot, and errno says so.  No getter.  Since 0.2. */
 ML_EXPORT int ml_set_stack_capture(bool on);
+
+/* Asked, on the slow path, before an allocation of an interrupted task is
+ * refused (FAIL delivery, or a JUMP that cannot be delivered), on the
+ * allocating thread: true lets the refusal happen, false lets this one
+ * allocation through (the task stays interrupted and its next allocation
+ * is asked again).  For regions where a failed allocation is fatal
+ * (PostgreSQL's critical sections).  It runs inside malloc: it must not
+ * allocate, take locks malloc may hold, or call ml_ functions.  Since 0.3. */
+typedef bool (*ml_refusal_guard_fn)(void *arg);
+/* fn NULL removes it.  Every value is valid: always ML_OK.  No getter. */
+ML_EXPORT int ml_set_refusal_guard(ml_refusal_guard_fn fn, void *arg);
 
 /* ---- Custom allocators ---------------------------------------------------
  *

@@ -22,7 +22,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/core/stacks.c \
 	lib/tasks/tasks.h \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/global.c \
-	lib/tasks/task.c lib/tasks/exact.c \
+	lib/tasks/task.c lib/tasks/exact.c lib/tasks/guard.c \
 	lib/tasks/slow.c \
 	lib/api/api.h \
 	lib/api/interpose.c lib/api/note.c lib/api/init.c lib/api/version.c \

@@ -35,3 +35,4 @@ include tests/concurrency/local.mk
 include tests/stats/local.mk
 include tests/cli/local.mk
 include tests/nginx/local.mk
+include tests/postgresql/local.mk

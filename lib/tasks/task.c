@@ -171,13 +171,15 @@ static int deliver(struct ml__thread *t, uint64_t n, bool alloc)
 		uint64_t cap =
 		    PENDING_CAP_INTERVALS * (uint64_t)t->sampler.interval;
 		if (alloc && f != ML__FRAMES_LOADER &&
-		    target->pending_bytes > cap)
+		    target->pending_bytes > cap && ml__refusal_allowed())
 			return -1;
 		return 0;
 	}
 	if (failing && alloc) {
-		/* Only a loader frame matters here: the short walk. */
-		if (frames_check(t, 0) == ML__FRAMES_LOADER)
+		/* Only a loader frame matters here: the short walk.  Then
+		 * the embedder's refusal guard (guard.c). */
+		if (frames_check(t, 0) == ML__FRAMES_LOADER ||
+		    !ml__refusal_allowed())
 			return 0;
 		return -1;
 	}

@@ -241,6 +241,9 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 void ml__tasks_unsample(struct ml__thread *t);
 /* An allocation while an interruption is pending. */
 int ml__tasks_pending(struct ml__thread *t, uint64_t n);
+/* May an interrupted task's allocation be refused now?  Asks the
+ * embedder's refusal guard (guard.c; true without one).  Slow path only. */
+bool ml__refusal_allowed(void);
 /* Statuses changed outside a sample (fork, a consumer): recompute what is
  * pending. */
 void ml__tasks_recheck(struct ml__thread *t);

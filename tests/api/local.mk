@@ -204,3 +204,12 @@ tests_api_test_exact_SOURCES = tests/api/test-exact.c
 tests_api_test_exact_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_exact_LDADD = $(ML_TEST_LIBS)
 tests_api_test_exact_LDFLAGS = $(ML_TEST_LINK)
+
+# The refusal guard (issue 28): allocations let through where a refusal
+# would be fatal, and only refusals asked.
+check_PROGRAMS += tests/api/test-refusal-guard
+TESTS += tests/api/test-refusal-guard
+tests_api_test_refusal_guard_SOURCES = tests/api/test-refusal-guard.c
+tests_api_test_refusal_guard_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_refusal_guard_LDADD = $(ML_TEST_LIBS)
+tests_api_test_refusal_guard_LDFLAGS = $(ML_TEST_LINK)

@@ -1,0 +1,737 @@
+/* memlimits: a memory limit per statement, and one for the whole cluster,
+ * for PostgreSQL (docs/postgresql.md).
+ *
+ * Loaded with shared_preload_libraries = 'memlimits' into a server whose
+ * allocator is libmemlimits (LD_PRELOAD, or the systemd drop-in
+ * contrib/postgresql/memlimits.conf): _PG_init refuses to start the
+ * server otherwise.  The library is not linked in: the ml_ functions are
+ * weak references, bound to the preloaded library (as the nginx module
+ * does), so that a server started without it gets one FATAL line naming
+ * the fix instead of a loader error.
+ *
+ * A statement is a task (FAIL delivery: its allocations fail once it is
+ * over its limit, and PostgreSQL turns the failure into its own "out of
+ * memory" ERROR, which is replaced here by one that names the limit).
+ * Every top-level hook call of the statement (planner, ExecutorStart, Run,
+ * Finish, End, ProcessUtility) runs as a slice of its task; everything
+ * they call (functions, SPI, nested statements, utility commands) is
+ * inside the slice.  What a statement is, for the simple and the extended
+ * protocol, portals and cursors: docs/postgresql.md, "What a statement is".
+ *
+ * ereport(ERROR) leaves by siglongjmp: it must never cross ml_task_run's
+ * frame (the library ends a slice only by returning, or by its own jump).
+ * So each slice's body catches the error (PG_TRY/PG_CATCH), returns, and
+ * the error is thrown again once ml_task_run has returned. */
+#include "postgres.h"
+
+#include <sys/stat.h>
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "executor/executor.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "optimizer/planner.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/tuplestore.h"
+
+#include <memlimits.h>
+
+PG_MODULE_MAGIC;
+
+/* Bound to the preloaded libmemlimits, NULL without it. */
+#pragma weak ml_capabilities
+#pragma weak ml_global_memory_usage
+#pragma weak ml_set_refusal_guard
+#pragma weak ml_task_allocated
+#pragma weak ml_task_free
+#pragma weak ml_task_held
+#pragma weak ml_task_new
+#pragma weak ml_task_run
+#pragma weak ml_task_status
+/* The shared budget (0.3, lib/shared): declared here too, so that this
+ * builds against a header that does not have it yet; NULL where the
+ * library lacks it, and then memlimits.cluster_limit refuses to start. */
+extern int ml_shared_join(const char *name, uint64_t limit);
+#pragma weak ml_shared_join
+
+void _PG_init(void);
+PG_FUNCTION_INFO_V1(memlimits_activity);
+
+/* ---- Settings ------------------------------------------------------- */
+
+static int statement_limit_kb;       /* memlimits.statement_limit */
+static int statement_alloc_limit_kb; /* memlimits.statement_alloc_limit */
+static int cluster_limit_kb;         /* memlimits.cluster_limit */
+
+/* ---- Statements ------------------------------------------------------ */
+
+/* Depth of our slices on the stack: 0 = no statement code is running, the
+ * next hook call is a top-level one. */
+static int nesting_level;
+
+/* The task of a statement that was planned and has not started to
+ * execute yet (planning at the top level, then ExecutorStart or
+ * ProcessUtility adopt it). */
+static ml_task *pending_task;
+
+/* The running portals' tasks: each top-level QueryDesc, from its
+ * ExecutorStart to its ExecutorEnd (a portal fetched over several Execute
+ * messages is one statement).  Kept in TopMemoryContext; freed at
+ * ExecutorEnd, at the statement's error, and at the end of the
+ * transaction (an aborted transaction drops its portals without
+ * ExecutorEnd). */
+typedef struct stmt_entry {
+	struct stmt_entry *next;
+	QueryDesc *qd;
+	ml_task *task;
+} stmt_entry;
+static stmt_entry *stmts;
+
+/* The task running now (for memlimits_activity). */
+static ml_task *current_task;
+
+static planner_hook_type prev_planner;
+static ExecutorStart_hook_type prev_ExecutorStart;
+static ExecutorRun_hook_type prev_ExecutorRun;
+static ExecutorFinish_hook_type prev_ExecutorFinish;
+static ExecutorEnd_hook_type prev_ExecutorEnd;
+static ProcessUtility_hook_type prev_ProcessUtility;
+static shmem_request_hook_type prev_shmem_request;
+static shmem_startup_hook_type prev_shmem_startup;
+
+/* ---- Activity, shared between backends (cluster_limit > 0) ------------ */
+
+typedef struct activity_slot {
+	pg_atomic_uint32 pid;
+	pg_atomic_uint64 heap;
+	pg_atomic_uint64 held;
+} activity_slot;
+static activity_slot *activity; /* MaxBackends slots, by MyBackendId */
+
+static bool statements_limited(void)
+{
+	return statement_limit_kb > 0 || statement_alloc_limit_kb > 0 ||
+	       cluster_limit_kb > 0;
+}
+
+static uint64_t kb_bytes(int kb)
+{
+	return kb > 0 ? (uint64_t)kb * 1024 : ML_NO_LIMIT;
+}
+
+static ml_task *statement_task_new(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.delivery = ML_DELIVER_FAIL;
+	l.held_bytes = kb_bytes(statement_limit_kb);
+	l.alloc_bytes = kb_bytes(statement_alloc_limit_kb);
+	l.global = cluster_limit_kb > 0;
+	return ml_task_new(&l); /* NULL (no memory): the statement runs free */
+}
+
+static activity_slot *my_slot(void)
+{
+	if (!activity || MyBackendId == InvalidBackendId ||
+	    MyBackendId > MaxBackends)
+		return NULL;
+	return &activity[MyBackendId - 1];
+}
+
+static void activity_clear(int code, Datum arg)
+{
+	activity_slot *s = my_slot();
+	if (s)
+		pg_atomic_write_u32(&s->pid, 0);
+}
+
+/* Publish this backend's heap and its statement's held estimate: at each
+ * top-level hook's start and end (docs/postgresql.md says how stale). */
+static void publish(ml_task *task)
+{
+	static bool registered;
+	activity_slot *s = my_slot();
+	if (!s)
+		return;
+	if (!registered) {
+		before_shmem_exit(activity_clear, 0);
+		registered = true;
+	}
+	pg_atomic_write_u64(&s->heap, ml_global_memory_usage());
+	pg_atomic_write_u64(&s->held, task ? ml_task_held(task) : 0);
+	pg_atomic_write_u32(&s->pid, (uint32)MyProcPid);
+}
+
+/* ---- Slices ----------------------------------------------------------- */
+
+typedef struct slice_call {
+	void (*fn)(void *);
+	void *arg;
+	bool failed; /* fn left by an ERROR: thrown again after the slice */
+} slice_call;
+
+static void *slice_body(void *p)
+{
+	slice_call *c = p;
+	nesting_level++;
+	PG_TRY();
+	{
+		c->fn(c->arg);
+	}
+	PG_CATCH();
+	{
+		/* Caught only to leave ml_task_run by returning: the error
+		 * stays on the error stack, thrown again by run_slice. */
+		c->failed = true;
+	}
+	PG_END_TRY();
+	nesting_level--;
+	return NULL;
+}
+
+static void size_text(char *buf, size_t len, uint64_t b)
+{
+	if (b >= (uint64_t)10 << 30)
+		snprintf(buf, len, "%.1f GB", (double)b / (1 << 30));
+	else if (b >= (uint64_t)10 << 20)
+		snprintf(buf, len, "%.1f MB", (double)b / (1 << 20));
+	else
+		snprintf(buf, len, "%.1f kB", (double)b / 1024);
+}
+
+/* The statement's ERROR for its task's interruption; frees the task. */
+static void limit_error(ml_task *task) pg_attribute_noreturn();
+static void limit_error(ml_task *task)
+{
+	ml_status st = ml_task_status(task);
+	uint64_t held = ml_task_held(task), allocated = ml_task_allocated(task);
+	char limit[32], h[32], a[32];
+	const char *what, *name;
+	switch (st) {
+	case ML_ALLOC_LIMIT:
+		what = "statement allocation limit";
+		name = "memlimits.statement_alloc_limit";
+		size_text(limit, sizeof(limit),
+		          kb_bytes(statement_alloc_limit_kb));
+		break;
+	case ML_GLOBAL_LIMIT:
+		what = "cluster memory limit";
+		name = "memlimits.cluster_limit";
+		size_text(limit, sizeof(limit), kb_bytes(cluster_limit_kb));
+		break;
+	case ML_HELD_LIMIT:
+	default:
+		what = "statement memory limit";
+		name = "memlimits.statement_limit";
+		size_text(limit, sizeof(limit), kb_bytes(statement_limit_kb));
+		break;
+	}
+	size_text(h, sizeof(h), held);
+	size_text(a, sizeof(a), allocated);
+	ml_task_free(task);
+	ereport(ERROR,
+	        (errcode(ERRCODE_OUT_OF_MEMORY),
+	         errmsg("memlimits: %s reached", what),
+	         errdetail("%s is %s; the statement held about %s and had "
+	                   "allocated about %s.",
+	                   name, limit, h, a)));
+}
+
+/* Run fn(arg) as a slice of task; task NULL: plainly.  On an ERROR the
+ * task is freed (the statement ends there) and the error thrown again,
+ * or replaced by the limit's when the task was interrupted and the error
+ * is PostgreSQL's out of memory.  ends: the statement ends with this
+ * call (the task is freed).  Returns normally only when the statement
+ * goes on or ended well. */
+static void run_slice(ml_task *task, void (*fn)(void *), void *arg, bool ends)
+{
+	if (!task) {
+		fn(arg);
+		return;
+	}
+	if (ml_task_status(task) != ML_OK) {
+		/* Interrupted while its refusals were let through (a
+		 * critical section, an allocation that handles NULL): the
+		 * statement stops at its next step; its end runs plainly. */
+		if (ends) {
+			fn(arg);
+			ml_task_free(task);
+			return;
+		}
+		limit_error(task);
+	}
+	slice_call c = {fn, arg, false};
+	MemoryContext cxt = CurrentMemoryContext;
+	ml_task *outer = current_task;
+	current_task = task;
+	if (activity)
+		publish(task);
+	ml_status st = ml_task_run(task, slice_body, &c, NULL);
+	current_task = outer;
+	if (activity)
+		publish(ends || c.failed ? NULL : task);
+	if (c.failed) {
+		/* In ErrorContext, with the error on the stack. */
+		if (st != ML_OK && geterrcode() == ERRCODE_OUT_OF_MEMORY) {
+			MemoryContextSwitchTo(cxt);
+			FlushErrorState();
+			limit_error(task);
+		}
+		ml_task_free(task);
+		PG_RE_THROW();
+	}
+	if (st != ML_OK && !ends)
+		limit_error(task);
+	if (ends)
+		ml_task_free(task);
+}
+
+static void forget_stmt(QueryDesc *qd, ml_task **task)
+{
+	for (stmt_entry **p = &stmts; *p; p = &(*p)->next)
+		if ((*p)->qd == qd) {
+			stmt_entry *e = *p;
+			*p = e->next;
+			if (task)
+				*task = e->task;
+			else
+				ml_task_free(e->task);
+			pfree(e);
+			return;
+		}
+	if (task)
+		*task = NULL;
+}
+
+static ml_task *stmt_task(QueryDesc *qd)
+{
+	for (stmt_entry *e = stmts; e; e = e->next)
+		if (e->qd == qd)
+			return e->task;
+	return NULL;
+}
+
+/* The end of the transaction: every portal's executor is gone. */
+static void xact_end(XactEvent event, void *arg)
+{
+	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+	    event != XACT_EVENT_PARALLEL_COMMIT &&
+	    event != XACT_EVENT_PARALLEL_ABORT && event != XACT_EVENT_PREPARE)
+		return;
+	while (stmts)
+		forget_stmt(stmts->qd, NULL);
+	ml_task_free(pending_task);
+	pending_task = NULL;
+}
+
+/* ---- Hooks ----------------------------------------------------------- */
+
+typedef struct planner_call {
+	Query *parse;
+	const char *query_string;
+	int cursor_options;
+	ParamListInfo bound_params;
+	PlannedStmt *result;
+} planner_call;
+
+static void call_planner(void *p)
+{
+	planner_call *c = p;
+	if (prev_planner)
+		c->result = prev_planner(c->parse, c->query_string,
+		                         c->cursor_options, c->bound_params);
+	else
+		c->result =
+		    standard_planner(c->parse, c->query_string,
+		                     c->cursor_options, c->bound_params);
+}
+
+static PlannedStmt *ml_planner(Query *parse, const char *query_string,
+                               int cursor_options, ParamListInfo bound_params)
+{
+	planner_call c = {parse, query_string, cursor_options, bound_params,
+	                  NULL};
+	if (nesting_level > 0 || !statements_limited()) {
+		call_planner(&c);
+		return c.result;
+	}
+	/* A statement planned and never started (a Bind whose portal
+	 * was not executed) ends here. */
+	ml_task_free(pending_task);
+	pending_task = statement_task_new();
+	ml_task *task = pending_task;
+	PG_TRY();
+	{
+		run_slice(task, call_planner, &c, false);
+	}
+	PG_CATCH();
+	{
+		/* run_slice freed it */
+		if (pending_task == task)
+			pending_task = NULL;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	return c.result;
+}
+
+typedef struct executor_call {
+	QueryDesc *qd;
+	int eflags;
+	ScanDirection direction;
+	uint64 count;
+	bool execute_once;
+} executor_call;
+
+static void call_start(void *p)
+{
+	executor_call *c = p;
+	if (prev_ExecutorStart)
+		prev_ExecutorStart(c->qd, c->eflags);
+	else
+		standard_ExecutorStart(c->qd, c->eflags);
+}
+
+static void call_run(void *p)
+{
+	executor_call *c = p;
+	if (prev_ExecutorRun)
+		prev_ExecutorRun(c->qd, c->direction, c->count,
+		                 c->execute_once);
+	else
+		standard_ExecutorRun(c->qd, c->direction, c->count,
+		                     c->execute_once);
+}
+
+static void call_finish(void *p)
+{
+	executor_call *c = p;
+	if (prev_ExecutorFinish)
+		prev_ExecutorFinish(c->qd);
+	else
+		standard_ExecutorFinish(c->qd);
+}
+
+static void call_end(void *p)
+{
+	executor_call *c = p;
+	if (prev_ExecutorEnd)
+		prev_ExecutorEnd(c->qd);
+	else
+		standard_ExecutorEnd(c->qd);
+}
+
+/* A top-level executor call of qd's statement; its error ends it. */
+static void executor_slice(QueryDesc *qd, void (*fn)(void *), executor_call *c,
+                           bool ends)
+{
+	ml_task *task = stmt_task(qd);
+	if (!task) {
+		fn(c);
+		return;
+	}
+	if (ends) {
+		forget_stmt(qd, &task);
+		run_slice(task, fn, c, true);
+		return;
+	}
+	PG_TRY();
+	{
+		run_slice(task, fn, c, false);
+	}
+	PG_CATCH();
+	{
+		forget_stmt(qd, &task); /* run_slice freed the task */
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+static void ml_ExecutorStart(QueryDesc *qd, int eflags)
+{
+	executor_call c = {qd, eflags};
+	if (nesting_level > 0 || !statements_limited()) {
+		call_start(&c);
+		return;
+	}
+	ml_task *task = pending_task ? pending_task : statement_task_new();
+	pending_task = NULL;
+	if (!task) {
+		call_start(&c);
+		return;
+	}
+	forget_stmt(qd, NULL); /* a stale entry at a reused address */
+	stmt_entry *e = MemoryContextAlloc(TopMemoryContext, sizeof(*e));
+	e->qd = qd;
+	e->task = task;
+	e->next = stmts;
+	stmts = e;
+	executor_slice(qd, call_start, &c, false);
+}
+
+static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
+                           bool execute_once)
+{
+	executor_call c = {qd, 0, direction, count, execute_once};
+	if (nesting_level > 0)
+		call_run(&c);
+	else
+		executor_slice(qd, call_run, &c, false);
+}
+
+static void ml_ExecutorFinish(QueryDesc *qd)
+{
+	executor_call c = {qd};
+	if (nesting_level > 0)
+		call_finish(&c);
+	else
+		executor_slice(qd, call_finish, &c, false);
+}
+
+static void ml_ExecutorEnd(QueryDesc *qd)
+{
+	executor_call c = {qd};
+	if (nesting_level > 0)
+		call_end(&c);
+	else
+		executor_slice(qd, call_end, &c, true);
+}
+
+typedef struct utility_call {
+	PlannedStmt *pstmt;
+	const char *query_string;
+	bool read_only_tree;
+	ProcessUtilityContext context;
+	ParamListInfo params;
+	QueryEnvironment *query_env;
+	DestReceiver *dest;
+	QueryCompletion *qc;
+} utility_call;
+
+static void call_utility(void *p)
+{
+	utility_call *c = p;
+	if (prev_ProcessUtility)
+		prev_ProcessUtility(c->pstmt, c->query_string,
+		                    c->read_only_tree, c->context, c->params,
+		                    c->query_env, c->dest, c->qc);
+	else
+		standard_ProcessUtility(
+		    c->pstmt, c->query_string, c->read_only_tree, c->context,
+		    c->params, c->query_env, c->dest, c->qc);
+}
+
+static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
+                              bool read_only_tree,
+                              ProcessUtilityContext context,
+                              ParamListInfo params, QueryEnvironment *query_env,
+                              DestReceiver *dest, QueryCompletion *qc)
+{
+	utility_call c = {pstmt,  query_string, read_only_tree, context,
+	                  params, query_env,    dest,           qc};
+	if (nesting_level > 0 || !statements_limited()) {
+		call_utility(&c);
+		return;
+	}
+	/* A utility command is a statement of its own: from here to its
+	 * return (COMMIT, ROLLBACK and the like included: they run in a
+	 * slice, and end the transaction inside it). */
+	ml_task *task = pending_task ? pending_task : statement_task_new();
+	pending_task = NULL;
+	run_slice(task, call_utility, &c, true);
+}
+
+/* ---- Refusals --------------------------------------------------------- */
+
+/* Asked inside malloc before a statement's allocation is refused: never in
+ * a critical section, where PostgreSQL turns any ERROR into a PANIC (a
+ * restart of the whole cluster), nor while the backend exits. */
+static bool refusal_ok(void *arg)
+{
+	return CritSectionCount == 0 && !proc_exit_inprogress;
+}
+
+/* ---- Shared memory and the cluster's budget ----------------------------- */
+
+static Size activity_size(void)
+{
+	return mul_size(MaxBackends, sizeof(activity_slot));
+}
+
+static void ml_shmem_request(void)
+{
+	if (prev_shmem_request)
+		prev_shmem_request();
+	RequestAddinShmemSpace(activity_size());
+}
+
+static void ml_shmem_startup(void)
+{
+	bool found;
+	if (prev_shmem_startup)
+		prev_shmem_startup();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	activity =
+	    ShmemInitStruct("memlimits activity", activity_size(), &found);
+	if (!found)
+		for (int i = 0; i < MaxBackends; i++) {
+			pg_atomic_init_u32(&activity[i].pid, 0);
+			pg_atomic_init_u64(&activity[i].heap, 0);
+			pg_atomic_init_u64(&activity[i].held, 0);
+		}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* The shared budget's name: this cluster's identity, the system
+ * identifier from pg_control (a standby has its primary's) and the data
+ * directory's device and inode (so that a primary and its standby on one
+ * machine have a budget each). */
+static void cluster_budget_name(char *buf, size_t len)
+{
+	struct stat st;
+	if (stat(DataDir, &st) != 0)
+		ereport(FATAL, (errcode_for_file_access(),
+		                errmsg("memlimits: could not stat the data "
+		                       "directory \"%s\": %m",
+		                       DataDir)));
+	snprintf(buf, len, "pg.%llu.%llx.%llx",
+	         (unsigned long long)GetSystemIdentifier(),
+	         (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+}
+
+/* In the postmaster, before it forks anything: every backend is then a
+ * member of the budget from its start (a fork stays a member). */
+static void cluster_join(void)
+{
+	char name[80];
+	if (cluster_limit_kb <= 0)
+		return;
+	if (!ml_shared_join)
+		ereport(FATAL,
+		        (errmsg("memlimits: memlimits.cluster_limit needs "
+		                "libmemlimits 0.3 with shared budgets "
+		                "(ml_shared_join); set memlimits.cluster_limit "
+		                "= 0 or preload a newer libmemlimits")));
+	cluster_budget_name(name, sizeof(name));
+	int rc = ml_shared_join(name, kb_bytes(cluster_limit_kb));
+	if (rc != ML_OK)
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: could not join the shared budget "
+		            "\"%s\" for memlimits.cluster_limit (ml_status %d)",
+		            name, rc)));
+}
+
+/* ---- Start ------------------------------------------------------------ */
+
+void _PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(
+		    ERROR,
+		    (errmsg("memlimits: load it with shared_preload_libraries "
+		            "= 'memlimits' (postgresql.conf) and restart")));
+	if (!ml_capabilities || !(ml_capabilities() & ML_CAP_INTERPOSED))
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: libmemlimits is not the server's "
+		            "allocator%s: start postgres with "
+		            "LD_PRELOAD=libmemlimits.so.0 or use the systemd "
+		            "drop-in memlimits.conf (docs/postgresql.md)",
+		            ml_capabilities ? "" : " (not loaded)")));
+	if (!ml_set_refusal_guard)
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: the preloaded libmemlimits is older "
+		            "than 0.3 (no ml_set_refusal_guard): preload "
+		            "libmemlimits 0.3 or newer")));
+
+	DefineCustomIntVariable(
+	    "memlimits.statement_limit",
+	    "The memory one top-level statement may hold, with everything "
+	    "it runs; 0 = none.",
+	    NULL, &statement_limit_kb, 0, 0, MAX_KILOBYTES, PGC_SUSET,
+	    GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable(
+	    "memlimits.statement_alloc_limit",
+	    "The bytes one top-level statement may allocate through malloc in "
+	    "total; 0 = none.",
+	    NULL, &statement_alloc_limit_kb, 0, 0, MAX_KILOBYTES, PGC_SUSET,
+	    GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable(
+	    "memlimits.cluster_limit",
+	    "The memory all backends of the cluster may hold together: over "
+	    "it, the statement that holds the most is stopped; 0 = none.",
+	    NULL, &cluster_limit_kb, 0, 0, MAX_KILOBYTES, PGC_POSTMASTER,
+	    GUC_UNIT_KB, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("memlimits");
+
+	ml_set_refusal_guard(refusal_ok, NULL);
+	cluster_join();
+
+	if (cluster_limit_kb > 0) {
+		prev_shmem_request = shmem_request_hook;
+		shmem_request_hook = ml_shmem_request;
+		prev_shmem_startup = shmem_startup_hook;
+		shmem_startup_hook = ml_shmem_startup;
+	}
+	prev_planner = planner_hook;
+	planner_hook = ml_planner;
+	prev_ExecutorStart = ExecutorStart_hook;
+	ExecutorStart_hook = ml_ExecutorStart;
+	prev_ExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = ml_ExecutorRun;
+	prev_ExecutorFinish = ExecutorFinish_hook;
+	ExecutorFinish_hook = ml_ExecutorFinish;
+	prev_ExecutorEnd = ExecutorEnd_hook;
+	ExecutorEnd_hook = ml_ExecutorEnd;
+	prev_ProcessUtility = ProcessUtility_hook;
+	ProcessUtility_hook = ml_ProcessUtility;
+	RegisterXactCallback(xact_end, NULL);
+}
+
+/* ---- memlimits_activity() --------------------------------------------- */
+
+Datum memlimits_activity(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+	Datum values[3];
+	bool nulls[3] = {false, false, false};
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!activity) {
+		/* No cluster limit: this backend only, read now. */
+		values[0] = Int32GetDatum(MyProcPid);
+		values[1] = Int64GetDatum((int64)ml_global_memory_usage());
+		values[2] = Int64GetDatum(
+		    (int64)(current_task ? ml_task_held(current_task) : 0));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+		                     nulls);
+		return (Datum)0;
+	}
+	for (int i = 0; i < MaxBackends; i++) {
+		activity_slot *s = &activity[i];
+		uint32 pid = pg_atomic_read_u32(&s->pid);
+		if (pid == 0)
+			continue;
+		bool self = (int)pid == MyProcPid;
+		values[0] = Int32GetDatum((int32)pid);
+		values[1] =
+		    Int64GetDatum((int64)(self ? ml_global_memory_usage()
+		                               : pg_atomic_read_u64(&s->heap)));
+		values[2] = Int64GetDatum((
+		    int64)(self
+		               ? (current_task ? ml_task_held(current_task) : 0)
+		               : pg_atomic_read_u64(&s->held)));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
+		                     nulls);
+	}
+	return (Datum)0;
+}

@@ -1,0 +1,287 @@
+#!/bin/sh
+# PostgreSQL with the memlimits extension (issue 28, docs/postgresql.md):
+# a cluster made by initdb in a temporary directory (as the postgres user
+# when run as root: initdb and postgres refuse root), its socket there,
+# the library and the extension copied there (nothing is installed).
+#  - without libmemlimits preloaded the server refuses to start, with one
+#    FATAL line naming the fix (LD_PRELOAD, the systemd drop-in);
+#  - with it and memlimits.statement_limit = '256MB', five runaway
+#    statements (array_agg, string_agg, jsonb_agg, a PL/pgSQL string
+#    doubled, a hash aggregate under work_mem = '4GB') each fail with
+#    SQLSTATE 53200 and a message starting "memlimits:", and the session's
+#    next statement runs; pgbench -S runs beside them with 0 failed
+#    transactions;
+#  - a statement that streams gigabytes through small rows, and one that
+#    allocates 3 GB through malloc in 1 MB pieces, are not stopped; the
+#    latter is under memlimits.statement_alloc_limit = '512MB';
+#  - the server log never shows a backend killed by a signal or the
+#    cluster restarting;
+#  - a non-superuser cannot SET memlimits.statement_limit; ALTER ROLE ...
+#    SET gives it a limit, which SHOW shows, and which stops its
+#    statements;
+#  - memlimits_activity() (the extension's SQL script) returns the calling
+#    backend's row.
+# The cluster limit (memlimits.cluster_limit) needs the library's shared
+# budgets (ml_shared_join): skipped, with the reason, where the library
+# lacks them.
+# Probabilities: a held limit of 256 MiB needs 3355 samples at the default
+# interval (80000 bytes); the statements that should go on hold under
+# 1 MiB (13 samples on average): stopped with probability below 1e-300.
+# The runaways keep what they allocate: stopped with certainty.
+: "${top_builddir:?}" "${top_srcdir:?}"
+. "$top_srcdir/tests/tap/tap.sh"
+export LC_ALL=C
+unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
+	MEMLIMITS_PROFILE MEMLIMITS_HELD_LIMIT MEMLIMITS_SAMPLE_INTERVAL \
+	PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS
+EXT=$top_builddir/contrib/postgresql/build/memlimits.so
+LIB=${MEMLIMITS_LIB:-$top_builddir/lib/.libs/libmemlimits.so}
+bindir=${PG_BINDIR:-}
+why=
+if [ ! -f "$EXT" ]; then
+	why="the extension is not built (configure found no pg_config: Debian's postgresql-server-dev-15)"
+elif [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ] || [ ! -x "$bindir/pg_ctl" ]; then
+	why="no initdb/pg_ctl in '$bindir' (Debian: apt-get install postgresql-15)"
+elif [ ! -x "$bindir/pgbench" ] || [ ! -x "$bindir/psql" ]; then
+	why="no psql/pgbench in $bindir (Debian: postgresql-client-15)"
+elif [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; then
+	why="running as root and there is no postgres user to run the server"
+elif [ "$(id -u)" = 0 ] && ! command -v runuser >/dev/null 2>&1; then
+	why="running as root without runuser"
+fi
+if [ -n "$why" ]; then
+	echo "1..0 # SKIP $why"
+	exit 0
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-pg.XXXXXX") || exit 1
+chmod 755 "$tmp"
+# as CMD...: run as the server's user.
+if [ "$(id -u)" = 0 ]; then
+	as() { runuser -u postgres -- "$@"; }
+	chown postgres "$tmp"
+else
+	as() { "$@"; }
+fi
+data=$tmp/data log=$tmp/server.log
+started=
+stop_server() {
+	[ -n "$started" ] && as "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
+	started=
+}
+trap 'stop_server; rm -rf "$tmp"' EXIT INT TERM
+as mkdir -p "$tmp/lib" "$tmp/sock"
+as cp "$LIB" "$tmp/lib/libmemlimits.so"
+as cp "$EXT" "$tmp/lib/memlimits.so"
+if ! as "$bindir/initdb" -D "$data" -A trust -U postgres -E UTF8 --locale=C \
+	--no-sync >"$tmp/initdb.out" 2>&1; then
+	echo "Bail out! initdb failed"
+	cat "$tmp/initdb.out"
+	exit 1
+fi
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 54329)
+as sh -c "cat >>'$data/postgresql.conf'" <<CONF
+listen_addresses = ''
+port = $port
+unix_socket_directories = '$tmp/sock'
+shared_preload_libraries = '$tmp/lib/memlimits.so'
+memlimits.statement_limit = '256MB'
+fsync = off
+max_connections = 20
+shared_buffers = 32MB
+CONF
+
+start() { # start [PRELOAD]
+	: >"$tmp/start.out"
+	as env ${1:+LD_PRELOAD=$1} "$bindir/pg_ctl" -D "$data" -l "$log" -w -t 60 \
+		start >"$tmp/start.out" 2>&1
+}
+q() { # q [psql options...] -c SQL: as postgres, messages with SQLSTATEs
+	"$bindir/psql" -X -h "$tmp/sock" -p "$port" -U postgres -d postgres \
+		-v VERBOSITY=verbose -qAt "$@" 2>&1
+}
+
+# ---- without the preload: refused ------------------------------------------
+as sh -c ": >'$log'"
+if start; then
+	started=1
+	notok "without libmemlimits preloaded the server starts"
+	stop_server
+else
+	ok "without libmemlimits preloaded the server refuses to start"
+fi
+fatal=$(grep -c 'FATAL:.*memlimits:' "$log")
+if [ "$fatal" = 1 ] && grep 'FATAL:.*memlimits:' "$log" | grep -q 'LD_PRELOAD' &&
+	grep 'FATAL:.*memlimits:' "$log" | grep -q 'drop-in'; then
+	ok "one FATAL line names the fix: $(grep 'FATAL:.*memlimits:' "$log" | sed 's/.*FATAL: *//' | cut -c1-100)..."
+else
+	notok "no single FATAL line naming LD_PRELOAD and the drop-in"
+	diag "$log"
+fi
+
+# ---- with it ----------------------------------------------------------------
+as sh -c ": >'$log'"
+if start "$tmp/lib/libmemlimits.so"; then
+	started=1
+	ok "with libmemlimits preloaded the server starts"
+else
+	notok "with libmemlimits preloaded the server does not start"
+	diag "$tmp/start.out"
+	diag "$log"
+	echo "Bail out! no server"
+	exit 1
+fi
+if [ "$(q -c 'show memlimits.statement_limit')" = 256MB ]; then
+	ok "SHOW memlimits.statement_limit: 256MB"
+else
+	notok "SHOW memlimits.statement_limit: $(q -c 'show memlimits.statement_limit')"
+fi
+
+# pgbench -S beside the runaways, in rounds of 2 x 200 transactions until
+# they are done (no duration to guess).
+"$bindir/pgbench" -h "$tmp/sock" -p "$port" -U postgres -i -s 1 -q postgres \
+	>"$tmp/pgbench-init.out" 2>&1
+(
+	while [ ! -f "$tmp/done" ]; do
+		"$bindir/pgbench" -h "$tmp/sock" -p "$port" -U postgres -S -c 2 -j 1 \
+			-t 200 postgres >>"$tmp/pgbench.out" 2>&1 ||
+			echo "pgbench exited with status $?" >>"$tmp/pgbench.out"
+	done
+) &
+bench=$!
+
+# runaway NAME SQL: fails with 53200 "memlimits:", and the next statement of
+# the same session runs.
+runaway() {
+	out=$(q -c "$2" -c "select 'next ' || 42")
+	if printf '%s\n' "$out" | grep -q '^ERROR:  53200: memlimits: statement memory limit reached' &&
+		printf '%s\n' "$out" | grep -q '^next 42$'; then
+		ok "$1: 53200 memlimits: statement memory limit reached; the session goes on"
+	else
+		notok "$1: not stopped by the statement limit, or the session did not go on"
+		printf '%s\n' "$out" | head -n 20 | sed 's/^/# /'
+	fi
+	printf '%s\n' "$out" | grep -q '^DETAIL:.*memlimits.statement_limit is 256.0 MB' ||
+		{ notok "$1: the DETAIL names the limit"; printf '%s\n' "$out" | sed 's/^/# /'; }
+}
+runaway array_agg "select array_agg(repeat('x', 1000)) from generate_series(1, 10000000)"
+runaway string_agg "select length(string_agg(repeat('x', 1000), ',')) from generate_series(1, 10000000)"
+runaway jsonb_agg "select jsonb_agg(repeat('x', 1000)) from generate_series(1, 10000000)"
+runaway plpgsql "do \$\$ declare s text := 'x'; begin for i in 1..40 loop s := s || s; end loop; raise notice '%', length(s); end \$\$"
+runaway hashagg "set work_mem = '4GB'; select count(*) from (select g, count(*) from generate_series(1, 50000000) g group by g) s"
+
+# Streams, which hold little: 1 GB through small rows (each freed with its
+# row, in a block PostgreSQL reuses), and 600 MB through malloc in 1 MB
+# pieces (each malloc'd and freed: past the statement limit's bytes).
+# "g % 2" keeps the planner from folding repeat() into one constant.
+out=$(q -c "select sum(length(repeat('x', 1000 + g % 2))) from generate_series(1, 1000000) g")
+if [ "$out" = 1000500000 ]; then
+	ok "a statement streaming 1 GB through small rows is not stopped"
+else
+	notok "the streaming statement: $out"
+fi
+big="select sum(length(repeat('x', 1000000 + g % 2))) from generate_series(1, 600) g"
+out=$(q -c "$big")
+if [ "$out" = 600000300 ]; then
+	ok "600 MB through malloc in 1 MB pieces, holding little: not stopped by the 256MB statement limit"
+else
+	notok "600 MB in 1 MB pieces: $out"
+fi
+# The allocation limit stops it: it allocates, without holding.
+out=$(q -c "set memlimits.statement_alloc_limit = '128MB'" -c "$big" \
+	-c "select 'next ' || 42")
+if printf '%s\n' "$out" | grep -q '^ERROR:  53200: memlimits: statement allocation limit reached' &&
+	printf '%s\n' "$out" | grep -q '^next 42$'; then
+	ok "statement_alloc_limit 128MB stops the same statement (allocating, not holding)"
+else
+	notok "statement_alloc_limit did not stop it"
+	printf '%s\n' "$out" | head -n 20 | sed 's/^/# /'
+fi
+
+: >"$tmp/done"
+wait "$bench"
+rounds=$(grep -c '^number of transactions actually processed: 400/400$' "$tmp/pgbench.out")
+if [ "$rounds" -ge 1 ] &&
+	[ "$(grep -c '^number of failed transactions: 0 ' "$tmp/pgbench.out")" = "$rounds" ] &&
+	! grep -q 'pgbench exited' "$tmp/pgbench.out"; then
+	ok "pgbench -S beside them: $rounds rounds of 400 transactions, 0 failed"
+else
+	notok "pgbench -S beside them failed transactions"
+	diag "$tmp/pgbench.out"
+fi
+
+# ---- settings: superuser only, ALTER ROLE -------------------------------------
+q -c "create role alice login" >/dev/null
+out=$("$bindir/psql" -X -h "$tmp/sock" -p "$port" -U alice -d postgres -qAt \
+	-c "set memlimits.statement_limit = '1GB'" 2>&1)
+if printf '%s\n' "$out" | grep -q 'permission denied to set parameter "memlimits.statement_limit"'; then
+	ok "a non-superuser cannot SET memlimits.statement_limit"
+else
+	notok "a non-superuser's SET memlimits.statement_limit: $out"
+fi
+q -c "alter role alice set memlimits.statement_limit = '64MB'" >/dev/null
+out=$("$bindir/psql" -X -h "$tmp/sock" -p "$port" -U alice -d postgres -qAt \
+	-c "show memlimits.statement_limit" \
+	-c "select array_agg(repeat('x', 1000)) from generate_series(1, 10000000)" 2>&1)
+if printf '%s\n' "$out" | grep -q '^64MB$' &&
+	printf '%s\n' "$out" | grep -q 'memlimits: statement memory limit reached'; then
+	ok "ALTER ROLE alice SET memlimits.statement_limit = '64MB': SHOW says 64MB, and it stops her runaway"
+else
+	notok "ALTER ROLE ... SET memlimits.statement_limit"
+	printf '%s\n' "$out" | head | sed 's/^/# /'
+fi
+
+# ---- memlimits_activity() -------------------------------------------------------
+sed -e '/^\\echo/d' -e "s|MODULE_PATHNAME|$tmp/lib/memlimits.so|" \
+	"$top_srcdir/contrib/postgresql/memlimits--0.3.sql" >"$tmp/ext.sql"
+chmod 644 "$tmp/ext.sql"
+q -f "$tmp/ext.sql" >/dev/null
+out=$(q -c "select pid = pg_backend_pid(), heap_bytes > 1000000, statement_held_bytes >= 0 from memlimits_activity()")
+if [ "$out" = "t|t|t" ]; then
+	ok "memlimits_activity(): the calling backend's row (pid, heap, statement held)"
+else
+	notok "memlimits_activity(): $out"
+fi
+
+# ---- the cluster limit ----------------------------------------------------------
+if ! ${NM:-nm} -D --defined-only "$LIB" | grep -q ' ml_shared_join'; then
+	skip "memlimits.cluster_limit: this libmemlimits has no shared budgets (ml_shared_join) yet"
+fi
+
+# ---- the systemd drop-in ---------------------------------------------------------
+# Debian's postgresql@.service with contrib/postgresql/memlimits.conf as
+# its drop-in: systemd-analyze verify finds nothing to say.
+unit=/lib/systemd/system/postgresql@.service
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+	skip "the systemd drop-in: no systemd-analyze"
+elif [ ! -f "$unit" ]; then
+	skip "the systemd drop-in: no $unit (Debian's postgresql-common)"
+else
+	mkdir -p "$tmp/units/postgresql@.service.d"
+	cp "$unit" "$tmp/units/"
+	cp "$top_srcdir/contrib/postgresql/memlimits.conf" "$tmp/units/postgresql@.service.d/"
+	if SYSTEMD_UNIT_PATH="$tmp/units:" systemd-analyze verify \
+		postgresql@15-main.service >"$tmp/verify.out" 2>&1 &&
+		! grep -qi 'memlimits.conf' "$tmp/verify.out"; then
+		ok "systemd-analyze verify: postgresql@.service with the drop-in memlimits.conf"
+	else
+		notok "systemd-analyze verify of the drop-in"
+		diag "$tmp/verify.out"
+	fi
+fi
+
+# ---- the log ---------------------------------------------------------------------
+if grep -E 'terminated by signal|terminating any other active server processes|PANIC' "$log" >"$tmp/bad"; then
+	notok "the server log shows a crash or a restart"
+	diag "$tmp/bad"
+else
+	ok "the server log shows no backend killed by a signal and no restart"
+fi
+if grep -q 'FATAL' "$log"; then
+	notok "the server log shows a FATAL error"
+	grep FATAL "$log" | head | sed 's/^/# /'
+else
+	ok "no backend exited with FATAL"
+fi
+stop_server
+echo "1..$n"
