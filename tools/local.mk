@@ -21,5 +21,5 @@ tools_memlimits_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib -DML_LIBDIR='"$(li
 
 # memlimits plot / flamegraph (issue 29): pictures of a run, as standalone
 # SVG drawn by the command's own writer (tools/svg.c).
-tools_memlimits_SOURCES += tools/svg.c tools/svg.h \
+tools_memlimits_SOURCES += tools/svg.c tools/svg.h tools/cmd-plot.c \
 	tools/cmd-flamegraph.c
