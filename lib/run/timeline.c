@@ -22,7 +22,8 @@
  * all appending to the one file, never interleave.  The descriptor is
  * close-on-exec and above 9; a program that closes it (daemons close
  * everything) is noticed (fstat before each row: another file there is
- * left alone) and the file opened again.
+ * left alone) and the file opened again (once it cannot be, the rows
+ * stop, said once).
  *
  * The origin is MEMLIMITS_TIMELINE_START (set by memlimits run when it
  * starts, so that the program and its children share it); without it,
@@ -53,6 +54,8 @@ static _Atomic int64_t last_ns;     /* the last heap row's time */
 static _Atomic uint64_t last_heap;  /* and its heap */
 static _Atomic int64_t event_ns[3]; /* the last row of each limit */
 static _Atomic bool exit_written;
+/* The file could not be opened again (said once): no more rows. */
+static _Atomic bool gave_up;
 
 static int64_t clock_ns(clockid_t c)
 {
@@ -130,9 +133,13 @@ static int get_fd(void)
 	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == tl_dev &&
 	    st.st_ino == tl_ino)
 		return fd;
-	int nfd = ml__out_open("timeline", tl_path, O_APPEND);
-	if (nfd < 0)
+	if (atomic_load(&gave_up))
 		return -1;
+	int nfd = ml__out_open("timeline", tl_path, O_APPEND);
+	if (nfd < 0) {
+		atomic_store(&gave_up, true);
+		return -1;
+	}
 	if (nfd < 10) {
 		int high = fcntl(nfd, F_DUPFD_CLOEXEC, 10);
 		close(nfd);
