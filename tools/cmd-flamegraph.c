@@ -208,6 +208,8 @@ static void read_profile(const char *file, FILE *f)
 			sp = tab;
 		if (!sp)
 			bad_line(file, line, "no count");
+		/* bad_line does not return (cppcheck misses it). */
+		// cppcheck-suppress nullPointerArithmeticRedundantCheck
 		const char *c = sp + 1;
 		if (!*c || strspn(c, "0123456789") != strlen(c))
 			bad_line(file, line,

@@ -310,9 +310,11 @@ static void markers(FILE *f, const struct row *r, size_t n, bool *labelled)
 		             limit_colour[e], 2, NULL);
 		if (!labelled[e]) {
 			/* The first of each kind says what it is, on the
-			 * side with room. */
+			 * side with room: left of it in the right half. */
 			bool left = x > LEFT + (WIDTH - LEFT - RIGHT) / 2;
-			ml__svg_text(f, left ? x - 10 : x + 10, y + 18,
+			/* Above the marker: the heap seldom passes the
+			 * limit it reached. */
+			ml__svg_text(f, left ? x - 10 : x + 10, y - 10,
 			             left ? "end" : "start", 12,
 			             limit_colour[e], "bold", "%s reached",
 			             ev_text[e]);
