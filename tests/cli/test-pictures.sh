@@ -164,6 +164,35 @@ if tap_case timeline-alone; then
 	fi
 fi
 
+# ---- Our descriptor: above 9, close-on-exec, opened again when closed ----
+if tap_case descriptors; then
+	$T "$M" run --timeline "$tmp/F" -- sh -c 'ls -l /proc/self/fd' \
+		>"$tmp/fds" 2>"$tmp/fds.err"
+	low=$(awk -v f="$tmp/F" '$NF == f && $(NF - 2) + 0 < 10' "$tmp/fds")
+	if test -z "$low" && grep -q "^pid" "$tmp/F"; then
+		ok "--timeline: no descriptor of ours below 10 in the program"
+	else
+		notok "--timeline: a low descriptor on the timeline: $low"
+		diag "$tmp/fds" "$tmp/fds.err"
+	fi
+	if test -n "$py" && test -x "$py"; then
+		# A daemon closes every descriptor, then allocates.
+		$T "$M" run --timeline "$tmp/D" -- "$py" -c '
+import os
+os.closerange(3, 4096)
+x = [bytearray(1 << 20) for _ in range(80)]' 2>"$tmp/d.err"
+		max=$(awk -F'\t' '!/^#/ && !/^pid/ && $3 > m { m = $3 } END { print m + 0 }' "$tmp/D")
+		if test "$max" -ge 80000000; then
+			ok "--timeline: rows go on after the program closed every descriptor (peak $max)"
+		else
+			notok "--timeline after closerange: peak '$max'"
+			diag "$tmp/D" "$tmp/d.err"
+		fi
+	else
+		skip "python3 not found"
+	fi
+fi
+
 # ---- Two processes: two lines --------------------------------------------
 if tap_case two-processes; then
 	if test -n "$py" && test -x "$py"; then
