@@ -152,8 +152,10 @@ if tap_case timeline-alone; then
 	if test -n "$py" && test -x "$py"; then
 		$T "$M" run --timeline "$tmp/A" -- "$py" -c \
 			'x=[bytearray(1<<20) for _ in range(100)]' 2>"$tmp/a.err"
+		# 100 MiB allocated: rows come at most every 10 ms, so the
+		# last one before the end may be well short of it.
 		max=$(awk -F'\t' '!/^#/ && !/^pid/ && $3 > m { m = $3 } END { print m + 0 }' "$tmp/A")
-		if test "$max" -ge 100000000 && ! grep -q '_limit' "$tmp/A"; then
+		if test "$max" -ge 50000000 && ! grep -q '_limit' "$tmp/A"; then
 			ok "--timeline alone: the heap is metered (peak $max bytes), no limit"
 		else
 			notok "--timeline alone: peak '$max'"
@@ -182,7 +184,7 @@ import os
 os.closerange(3, 4096)
 x = [bytearray(1 << 20) for _ in range(80)]' 2>"$tmp/d.err"
 		max=$(awk -F'\t' '!/^#/ && !/^pid/ && $3 > m { m = $3 } END { print m + 0 }' "$tmp/D")
-		if test "$max" -ge 80000000; then
+		if test "$max" -ge 40000000; then
 			ok "--timeline: rows go on after the program closed every descriptor (peak $max)"
 		else
 			notok "--timeline after closerange: peak '$max'"
@@ -201,11 +203,11 @@ if tap_case two-processes; then
 			"\"$py\" -c '$prog' & \"$py\" -c '$prog'; wait" 2>"$tmp/t2.err"
 		"$M" plot "$tmp/T2" -o "$tmp/T2.svg" 2>>"$tmp/t2.err"
 		st=$?
-		pypids=$(awk -F'\t' '!/^#/ && !/^pid/ && $3 > 50000000 { print $1 }' "$tmp/T2" | sort -u | wc -l)
+		pypids=$(awk -F'\t' '!/^#/ && !/^pid/ && $3 > 30000000 { print $1 }' "$tmp/T2" | sort -u | wc -l)
 		lines=$(grep -o '<polyline ' "$tmp/T2.svg" | wc -l)
 		if test "$st" = 0 && valid_svg "$tmp/T2.svg" && test "$pypids" = 2 &&
 			test "$lines" -ge 2; then
-			ok "two python processes: two pids of 50 MiB+ in one file, $lines lines drawn"
+			ok "two python processes: two pids of 30 MB+ in one file, $lines lines drawn"
 		else
 			notok "two processes: status $st, $pypids big pids, $lines lines"
 			diag "$tmp/T2" "$tmp/t2.err"
