@@ -6,6 +6,10 @@ EXTRA_DIST += docs/internals.md docs/design.md
 # and the script that regenerates them from `memlimits bounds --format=tsv`.
 EXTRA_DIST += docs/statistics.md docs/plots/make-plots.sh \
 	docs/plots/interruption.png docs/plots/accuracy.png
+# The README's pictures of a run (issue 29) and the script that makes them
+# again with memlimits plot and memlimits flamegraph.
+EXTRA_DIST += docs/plots/timeline.png docs/plots/flamegraph.png \
+	scripts/make-plots.sh
 # The man pages: the sources in docs/ say memlimits @PACKAGE_VERSION@ in
 # their footer; configure writes each to docs/gen/ with the version (one
 # version, configure.ac's), and those copies are what make install installs.

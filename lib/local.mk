@@ -34,7 +34,7 @@ lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_SOURCES = \
 	lib/run/run.h \
 	lib/run/settings.c lib/run/symbols.c lib/run/report.c lib/run/describe.c \
-	lib/run/stats.c lib/run/counts.c \
+	lib/run/stats.c lib/run/counts.c lib/run/timeline.c \
 	lib/run/runmode.c
 lib_libmemlimits_la_CPPFLAGS = $(lib_libmlcore_la_CPPFLAGS)
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)

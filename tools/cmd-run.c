@@ -32,7 +32,9 @@ static int run_main(int argc, char **argv)
 	char *report = o.report ? ml__run_out_file("--report", o.report) : NULL;
 	char *profile =
 	    o.profile ? ml__run_out_file("--profile", o.profile) : NULL;
-	ml__run_set_limits(&o, report, profile, stats);
+	char *timeline =
+	    o.timeline ? ml__run_out_file("--timeline", o.timeline) : NULL;
+	ml__run_set_limits(&o, report, profile, stats, timeline);
 
 	char *alloc = o.allocator ? ml__run_find_allocator(o.allocator) : NULL;
 	/* Another allocator than the one the program links: it runs as

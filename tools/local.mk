@@ -18,3 +18,8 @@ tools_memlimits_SOURCES += tools/cmd-run.c tools/run.h tools/run-options.c \
 	tools/run-library.c tools/run-env.c tools/cmd-stats.c
 tools_memlimits_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib -DML_LIBDIR='"$(libdir)"' \
 	-DML_BINDIR='"$(bindir)"'
+
+# memlimits plot / flamegraph (issue 29): pictures of a run, as standalone
+# SVG drawn by the command's own writer (tools/svg.c).
+tools_memlimits_SOURCES += tools/svg.c tools/svg.h tools/cmd-plot.c \
+	tools/cmd-flamegraph.c

@@ -17,12 +17,11 @@
 #include "tool.h"
 
 extern const struct ml__tool_cmd ml__tool_cmd_bounds, ml__tool_cmd_run,
-    ml__tool_cmd_stats;
+    ml__tool_cmd_stats, ml__tool_cmd_plot, ml__tool_cmd_flamegraph;
 
 static const struct ml__tool_cmd *const commands[] = {
-    &ml__tool_cmd_run,
-    &ml__tool_cmd_bounds,
-    &ml__tool_cmd_stats,
+    &ml__tool_cmd_run,  &ml__tool_cmd_bounds,     &ml__tool_cmd_stats,
+    &ml__tool_cmd_plot, &ml__tool_cmd_flamegraph,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -63,7 +62,7 @@ static void usage(FILE *to)
 	fprintf(to, "Usage: memlimits COMMAND [OPTION]...\n"
 	            "       memlimits --help | --version\n\nCommands:\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)
-		fprintf(to, "  %-7s %s\n", commands[i]->name,
+		fprintf(to, "  %-10s %s\n", commands[i]->name,
 		        commands[i]->summary);
 	fprintf(to, "\n");
 	for (size_t i = 0; i < NCOMMANDS; i++)

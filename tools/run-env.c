@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../lib/util/util.h"
@@ -67,7 +68,8 @@ static void set(const char *name, const char *v)
 /* The run's settings are exactly these: nothing inherited from an
  * enclosing run. */
 void ml__run_set_limits(const struct ml__run_opts *o, const char *report,
-                        const char *profile, const char *stats)
+                        const char *profile, const char *stats,
+                        const char *timeline)
 {
 	set("MEMLIMITS_ALLOC_LIMIT",
 	    o->alloc ? ml__run_size_env(o->alloc) : NULL);
@@ -88,6 +90,14 @@ void ml__run_set_limits(const struct ml__run_opts *o, const char *report,
 	set("MEMLIMITS_REPORT_PID", report && !o->report_all ? pid : NULL);
 	set("MEMLIMITS_PROFILE", profile);
 	set("MEMLIMITS_STATS_DIR", stats);
+	set("MEMLIMITS_TIMELINE", timeline);
+	/* One origin for the program and its children: now. */
+	char start[48] = "";
+	struct timespec ts;
+	if (timeline && clock_gettime(CLOCK_REALTIME, &ts) == 0)
+		snprintf(start, sizeof start, "%lld.%09ld",
+		         (long long)ts.tv_sec, ts.tv_nsec);
+	set("MEMLIMITS_TIMELINE_START", *start ? start : NULL);
 }
 
 /* The allocator right after the library: the one it forwards to. */
@@ -171,6 +181,11 @@ void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
 	    o->profile ? "--profile" : "default");
 	say("statistics", o->stats ? o->stats : "none",
 	    o->stats ? "--stats" : "default");
+	say("timeline", o->timeline ? o->timeline : "none",
+	    o->timeline ? "--timeline" : "default");
+	if (o->timeline && !o->heap)
+		say("heap meter", "on, for the timeline (no heap limit)",
+		    "--timeline");
 	const char *d = getenv("MEMLIMITS_DELIVERY");
 	if (!d)
 		say("default delivery", "jump", "default");
@@ -184,12 +199,13 @@ void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
 		    "the library ignores it");
 	extern char **environ;
 	static const char *const own[] = {
-	    "MEMLIMITS_ALLOC_LIMIT=", "MEMLIMITS_HEAP_LIMIT=",
-	    "MEMLIMITS_HELD_LIMIT=",  "MEMLIMITS_SAMPLE_INTERVAL=",
-	    "MEMLIMITS_SEED=",        "MEMLIMITS_ON_LIMIT=",
-	    "MEMLIMITS_REPORT=",      "MEMLIMITS_PROFILE=",
-	    "MEMLIMITS_STATS_DIR=",   "MEMLIMITS_DELIVERY=",
-	    "MEMLIMITS_REPORT_PID="};
+	    "MEMLIMITS_ALLOC_LIMIT=",   "MEMLIMITS_HEAP_LIMIT=",
+	    "MEMLIMITS_HELD_LIMIT=",    "MEMLIMITS_SAMPLE_INTERVAL=",
+	    "MEMLIMITS_SEED=",          "MEMLIMITS_ON_LIMIT=",
+	    "MEMLIMITS_REPORT=",        "MEMLIMITS_PROFILE=",
+	    "MEMLIMITS_STATS_DIR=",     "MEMLIMITS_DELIVERY=",
+	    "MEMLIMITS_REPORT_PID=",    "MEMLIMITS_TIMELINE=",
+	    "MEMLIMITS_TIMELINE_START="};
 	for (char **e = environ; e && *e; e++) {
 		if (strncmp(*e, "MEMLIMITS_", 10))
 			continue;

@@ -26,7 +26,7 @@ const char ml__run_synopsis[] =
     "[--alloc-limit SIZE] [--heap-limit SIZE|P%] [--held-limit SIZE] "
     "[--interval SIZE] [--seed N] [--allocator NAME] "
     "[--on-limit fail|abort] [--report FILE] [--report-all] [--profile FILE] "
-    "[--stats DIR] "
+    "[--stats DIR] [--timeline FILE] "
     "[--verbose] -- PROGRAM [ARG...]";
 
 static void help(void)
@@ -74,7 +74,12 @@ static void help(void)
 	    "its report\n"
 	    "  --profile FILE      write a heap profile of sampled bytes in "
 	    "collapsed-stack\n"
-	    "                      format (flamegraph.pl, speedscope)\n"
+	    "                      format; draw it with 'memlimits flamegraph "
+	    "FILE'\n"
+	    "  --timeline FILE     write the heap over time to FILE (TSV; "
+	    "turns the heap\n"
+	    "                      meter on); draw it with 'memlimits plot "
+	    "FILE'\n"
 	    "  --stats DIR         write sampling statistics to "
 	    "DIR/memlimits.PID.json\n"
 	    "                      (merge them with 'memlimits stats DIR')\n"
@@ -202,6 +207,7 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 		O_REPORT,
 		O_PROFILE,
 		O_STATS,
+		O_TIMELINE,
 		O_VERBOSE,
 		O_REPORT_ALL,
 		O_HELP
@@ -218,6 +224,7 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 	    {"report-all", no_argument, NULL, O_REPORT_ALL},
 	    {"profile", required_argument, NULL, O_PROFILE},
 	    {"stats", required_argument, NULL, O_STATS},
+	    {"timeline", required_argument, NULL, O_TIMELINE},
 	    {"verbose", no_argument, NULL, O_VERBOSE},
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
@@ -289,6 +296,9 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 			break;
 		case O_STATS:
 			o->stats = optarg;
+			break;
+		case O_TIMELINE:
+			o->timeline = optarg;
 			break;
 		case O_VERBOSE:
 			o->verbose = true;

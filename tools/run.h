@@ -24,7 +24,7 @@ extern const char ml__run_synopsis[];
 /* The options as given; NULL where left out. */
 struct ml__run_opts {
 	const char *alloc, *heap, *held, *interval, *seed, *on_limit;
-	const char *report, *profile, *stats;
+	const char *report, *profile, *stats, *timeline;
 	const char *allocator;
 	bool verbose, report_all;
 };
@@ -34,8 +34,8 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o);
 /* A size option's value in plain bytes, for the environment (one of a few
  * static buffers: up to three live at once). */
 char *ml__run_size_env(const char *v);
-/* --report, --profile FILE: made absolute and started empty (unless it
- * names a per-process file, with %p). */
+/* --report, --profile, --timeline FILE: made absolute and started empty (unless
+ * it names a per-process file, with %p). */
 char *ml__run_out_file(const char *opt, const char *v);
 /* --stats DIR: a writable directory, made absolute. */
 char *ml__run_stats_dir(const char *v);
@@ -84,7 +84,8 @@ char *ml__run_find_library(void);
 void ml__run_warn_env_drops_library(const char *path, char **argv);
 /* Set the run's MEMLIMITS_* variables, and nothing inherited of them. */
 void ml__run_set_limits(const struct ml__run_opts *o, const char *report,
-                        const char *profile, const char *stats);
+                        const char *profile, const char *stats,
+                        const char *timeline);
 /* Put the library (and the allocator, if any) first in LD_PRELOAD. */
 void ml__run_set_preload(const char *lib, const char *alloc);
 /* --verbose: the settings in force, each with where it comes from. */

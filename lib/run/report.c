@@ -101,7 +101,7 @@ static void finish(struct ml__out *o, const char *what, const char *path,
 
 /* Paths may hold "%p": the process id, for one file per process.  A name
  * that does not fit in buf is refused, never cut short. */
-static int open_out(const char *what, const char *path, char *buf, size_t cap)
+bool ml__run_expand(const char *path, char *buf, size_t cap, const char *what)
 {
 	struct ml__out n = {.buf = buf, .cap = cap - 1, .fd = -1};
 	for (const char *p = path; *p && !n.cut; p++) {
@@ -116,9 +116,16 @@ static int open_out(const char *what, const char *path, char *buf, size_t cap)
 		ml__diag("cannot write the %s to %s: the name is longer than "
 		         "%zu bytes",
 		         what, path, cap - 1);
-		return -1;
+		return false;
 	}
 	buf[n.len] = 0;
+	return true;
+}
+
+static int open_out(const char *what, const char *path, char *buf, size_t cap)
+{
+	if (!ml__run_expand(path, buf, cap, what))
+		return -1;
 	/* Appended: processes of one run share the file, memlimits run
 	 * empties it first. */
 	return ml__out_open(what, buf, O_CREAT | O_APPEND);
@@ -361,6 +368,26 @@ static void put_held(struct ml__out *o, struct ml__symbols *sy,
 	put_sites(o, sy, held, NULL, total, "held bytes");
 }
 
+/* Where the pictures can be made from: the profile and timeline files. */
+static void put_pictures(struct ml__out *o)
+{
+	char path[ML__PATH_MAX];
+	const char *p = ml__run.profile_path, *t = ml__run.timeline_path;
+	if (!p && !t)
+		return;
+	ml__out_puts(o, "pictures:");
+	if (p && ml__run_expand(p, path, sizeof path, "profile")) {
+		ml__out_puts(o, " memlimits flamegraph ");
+		ml__out_puts(o, path);
+	}
+	if (t && ml__run_expand(t, path, sizeof path, "timeline")) {
+		ml__out_puts(o, p ? ";" : "");
+		ml__out_puts(o, " memlimits plot ");
+		ml__out_puts(o, path);
+	}
+	ml__out_puts(o, "\n");
+}
+
 static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 {
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
@@ -453,6 +480,7 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		else
 			put_no_frames(&o);
 	}
+	put_pictures(&o);
 end:
 	ml__out_puts(&o, "==== end of memlimits report\n");
 	finish(&o, "report", path, ml__run.report_path != NULL);

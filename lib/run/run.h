@@ -44,8 +44,9 @@ struct ml__run {
 	/* With a report file and no limit reached, only this process
 	 * writes its report (MEMLIMITS_REPORT_PID); 0: every process. */
 	uint64_t report_pid;
-	const char *profile_path; /* NULL: none                     */
-	const char *stats_dir;    /* NULL: none                     */
+	const char *profile_path;  /* NULL: none                     */
+	const char *stats_dir;     /* NULL: none                     */
+	const char *timeline_path; /* NULL: none (timeline.c)       */
 };
 extern struct ml__run ml__run;
 void ml__run_configure(void); /* reads MEMLIMITS_* run variables */
@@ -107,6 +108,21 @@ void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total);
  * the count. */
 void ml__profile_trip_refused(void);
 void ml__report_write(void); /* report and profile */
+
+/* path with %p made this process's id, in buf[cap]; false (said, naming
+ * what) when it does not fit. */
+bool ml__run_expand(const char *path, char *buf, size_t cap, const char *what);
+
+/* ---- Timeline (timeline.c) -------------------------------------------- */
+
+/* The held bytes of all root tasks, ML_NO_LIMIT where not tracked
+ * (runmode.c). */
+uint64_t ml__run_held_now(void);
+void ml__timeline_start(void);  /* the file, its header, the first row */
+void ml__timeline_sample(void); /* at a sample: a row if due */
+void ml__timeline_event(ml_status why); /* a limit reached */
+void ml__timeline_exit(void);
+void ml__timeline_fork_child(void);
 
 /* ---- Symbols (symbols.c) ---------------------------------------------- */
 

@@ -32,6 +32,11 @@ static struct ml_task process;
 static bool held_tracked; /* run mode keeps held memory (run_start) */
 #define HELD_BATCH_MAX (4u << 20)
 
+uint64_t ml__run_held_now(void)
+{
+	return held_tracked ? ml__held_bytes(&process) : ML_NO_LIMIT;
+}
+
 static struct root *root_of(const struct ml__thread *t)
 {
 	return t->hook_local[ML__RUN_ROOT];
@@ -93,7 +98,11 @@ static bool fire(ml_status why, uint64_t n, uint64_t s, uint64_t total)
 		ml__diag_keep(); /* the report on stderr is due at exit */
 		ml__profile_trip(why, n, s, total);
 	}
+	if (ml__run.timeline_path)
+		ml__timeline_event(why);
 	if (ml__run.on_limit == ML__ON_LIMIT_ABORT) {
+		if (ml__run.timeline_path)
+			ml__timeline_exit();
 		ml__report_write();
 		if (ml__run.stats)
 			ml__stats_write();
@@ -108,6 +117,8 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (!root)
 		return 0;
 	root->tripped_here = false;
+	if (ml__run.timeline_path)
+		ml__timeline_sample();
 	/* Still counted after the trip, as the profile counts it: the
 	 * report's totals agree. */
 	uint64_t total = ml__counts_sample(
@@ -173,6 +184,8 @@ static void fork_child(struct ml__thread *t)
 		root->slice.seen = ML_OK;
 		ml__tasks_recheck(t);
 	}
+	if (ml__run.timeline_path)
+		ml__timeline_fork_child();
 }
 
 static struct ml__hooks hooks = {
@@ -225,6 +238,8 @@ __attribute__((constructor(110))) static void run_start(void)
 	struct ml__thread *t = &ml__self;
 	if (t->state == ML__T_LIVE)
 		thread_start(t);
+	if (ml__run.timeline_path)
+		ml__timeline_start();
 }
 
 /* Reports and statistics are written when the process exits normally. */
@@ -237,6 +252,8 @@ __attribute__((destructor)) static void run_exit(void)
 		ml__report_write();
 	if (ml__run.stats)
 		ml__stats_write();
+	if (ml__run.timeline_path)
+		ml__timeline_exit();
 	t->busy = 0;
 	ml__unforce(t);
 }

@@ -68,7 +68,7 @@ static bool read_percent(const char *name, uint64_t *out)
  * strings (setproctitle: redis, nginx) before we write at exit.  A path
  * that does not fit is refused, never cut short. */
 static char report_path[ML__PATH_MAX], profile_path[ML__PATH_MAX],
-    stats_dir[ML__PATH_MAX];
+    stats_dir[ML__PATH_MAX], timeline_path[ML__PATH_MAX];
 
 static const char *read_path(const char *name, char *buf)
 {
@@ -118,15 +118,19 @@ void ml__run_configure(void)
 		r->report_pid = x;
 	r->profile_path = read_path("MEMLIMITS_PROFILE", profile_path);
 	r->stats_dir = read_path("MEMLIMITS_STATS_DIR", stats_dir);
+	r->timeline_path = read_path("MEMLIMITS_TIMELINE", timeline_path);
 	/* A report or profile on stderr is sure to be written: keep a copy
 	 * of stderr from now on (diag.c). */
 	if (ml__names_stderr(r->report_path) ||
-	    ml__names_stderr(r->profile_path))
+	    ml__names_stderr(r->profile_path) ||
+	    ml__names_stderr(r->timeline_path))
 		ml__diag_keep();
 	r->active = r->alloc_limit != ML_NO_LIMIT ||
 	            r->heap_limit != ML_NO_LIMIT ||
 	            r->held_limit != ML_NO_LIMIT;
-	r->profiling = r->active || r->profile_path || r->report_path;
+	/* The timeline's rows are written at samples: root tasks. */
+	r->profiling =
+	    r->active || r->profile_path || r->report_path || r->timeline_path;
 	r->stats = r->stats_dir != NULL;
 	if (!r->active && !r->profiling && !r->stats)
 		return;
@@ -150,6 +154,10 @@ void ml__run_configure(void)
 		               : "");
 	else if (r->heap_limit != ML_NO_LIMIT)
 		ml__global_limit_set(r->heap_limit);
+	else if (r->timeline_path && !front)
+		/* The timeline turns the meter on (memlimits(1), "TIMELINE"):
+		 * a limit no heap reaches, as ml_set_global_limit would. */
+		ml__global_limit_set(ML_NO_LIMIT - 1);
 	if (front && r->heap_limit == ML_NO_LIMIT)
 		ml__diag("the malloc of %s comes before the library's: no "
 		         "allocation is seen, no limit applies",

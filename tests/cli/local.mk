@@ -108,3 +108,9 @@ check-cpython: tools/memlimits$(EXEEXT) lib/libmemlimits.la
 		tee cpython-suite.log; ! grep -q '^not ok' cpython-suite.log
 CLEANFILES += cpython-suite.log
 .PHONY: check-cpython
+
+# Pictures of a run (issue 29): --timeline, memlimits plot and memlimits
+# flamegraph give valid, small SVG showing the limits, the trips and the
+# frames; bad input is one line and status 2.
+TESTS += tests/cli/test-pictures.sh
+EXTRA_DIST += tests/cli/test-pictures.sh

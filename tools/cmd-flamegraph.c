@@ -1,0 +1,492 @@
+/* memlimits flamegraph PROFILE [-o OUT.svg]: a collapsed-stack profile as
+ * a standalone SVG flame graph (tools/svg.c draws it).
+ *
+ * The input is any collapsed-stack file: `memlimits run --profile`'s, or
+ * another tool's (flamegraph.pl's stackcollapse-*, perf's or heaptrack's
+ * exports): one stack a line, "outer;...;inner COUNT", COUNT an unsigned
+ * integer after the last blank.  Blank lines are skipped; anything else
+ * that is not such a line stops the command with its line number (exit
+ * status 2, nothing written).  Widths are by COUNT (bytes, in our
+ * profiles); the root is at the bottom, callees above their callers,
+ * siblings in name order.  A frame narrower than 0.1 % of the total is
+ * merged with its narrow siblings into one grey "[N frames under 0.1 %]"
+ * block (its callees not drawn), so that a profile of 10 000 stacks stays
+ * a few hundred KB.  Colours come from a hash of the name (the warm
+ * palette of flamegraph.pl): one function, one colour, in every picture. */
+#include "config.h"
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "svg.h"
+#include "tool.h"
+
+#define CMD "flamegraph"
+
+static const char synopsis[] = "[-o OUT.svg] [--title TEXT] PROFILE";
+
+/* The picture's geometry, in pixels. */
+#define WIDTH 1200.0
+#define SIDE 10.0      /* margin left and right */
+#define FRAME_H 16.0   /* one frame's height, a pixel of it a gap */
+#define TOP 58.0       /* title and subtitle */
+#define BOTTOM 24.0    /* the note under the root */
+#define FONT 11.0      /* frame labels */
+#define CHAR_W 6.4     /* their mean advance, for cutting names */
+#define MIN_SHARE 1000 /* frames under total/MIN_SHARE are merged */
+
+static void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p)
+		ml__tool_usage_error(CMD, "out of memory");
+	return p;
+}
+
+/* ---- Names, interned -------------------------------------------------- */
+
+struct name {
+	char *s;
+	size_t len;
+	uint32_t hash;
+};
+static struct name *names;
+static uint32_t nnames, names_cap;
+static uint32_t *name_tab; /* open addressing: name index + 1, 0 empty */
+static uint32_t name_tab_size;
+
+static void name_tab_put(uint32_t id)
+{
+	uint32_t m = name_tab_size - 1, i = names[id].hash & m;
+	while (name_tab[i])
+		i = (i + 1) & m;
+	name_tab[i] = id + 1;
+}
+
+static uint32_t intern(const char *s, size_t len)
+{
+	uint32_t h = ml__svg_hash(s, len);
+	if (name_tab_size) {
+		uint32_t m = name_tab_size - 1;
+		for (uint32_t i = h & m; name_tab[i]; i = (i + 1) & m) {
+			struct name *n = &names[name_tab[i] - 1];
+			if (n->hash == h && n->len == len &&
+			    !memcmp(n->s, s, len))
+				return name_tab[i] - 1;
+		}
+	}
+	if (nnames == names_cap) {
+		names_cap = names_cap ? 2 * names_cap : 1024;
+		names = xrealloc(names, names_cap * sizeof *names);
+	}
+	if (2 * (nnames + 1) > name_tab_size) {
+		free(name_tab);
+		name_tab_size = name_tab_size ? 2 * name_tab_size : 4096;
+		name_tab = calloc(name_tab_size, sizeof *name_tab);
+		if (!name_tab)
+			ml__tool_usage_error(CMD, "out of memory");
+		for (uint32_t i = 0; i < nnames; i++)
+			name_tab_put(i);
+	}
+	struct name *n = &names[nnames];
+	n->s = xrealloc(NULL, len + 1);
+	memcpy(n->s, s, len);
+	n->s[len] = 0;
+	n->len = len;
+	n->hash = h;
+	name_tab_put(nnames);
+	return nnames++;
+}
+
+/* ---- The tree of frames ----------------------------------------------- */
+
+struct node {
+	uint64_t value; /* the counts of the stacks through this frame */
+	uint32_t name, parent, child, next;
+	uint32_t nkids;
+};
+#define NONE UINT32_MAX
+static struct node *nodes;
+static uint32_t nnodes, nodes_cap;
+/* (parent, name) -> child: open addressing, node index + 1. */
+static uint32_t *kid_tab;
+static uint32_t kid_tab_size;
+
+static uint32_t kid_hash(uint32_t parent, uint32_t name)
+{
+	uint64_t k = (uint64_t)parent << 32 | name;
+	k *= 0x9e3779b97f4a7c15ull;
+	return (uint32_t)(k >> 32);
+}
+
+static void kid_tab_put(uint32_t id)
+{
+	uint32_t m = kid_tab_size - 1;
+	uint32_t i = kid_hash(nodes[id].parent, nodes[id].name) & m;
+	while (kid_tab[i])
+		i = (i + 1) & m;
+	kid_tab[i] = id + 1;
+}
+
+static uint32_t new_node(uint32_t parent, uint32_t name)
+{
+	if (nnodes == nodes_cap) {
+		nodes_cap = nodes_cap ? 2 * nodes_cap : 4096;
+		nodes = xrealloc(nodes, nodes_cap * sizeof *nodes);
+	}
+	if (2 * (nnodes + 1) > kid_tab_size) {
+		free(kid_tab);
+		kid_tab_size = kid_tab_size ? 2 * kid_tab_size : 8192;
+		kid_tab = calloc(kid_tab_size, sizeof *kid_tab);
+		if (!kid_tab)
+			ml__tool_usage_error(CMD, "out of memory");
+		for (uint32_t i = 1; i < nnodes; i++)
+			kid_tab_put(i);
+	}
+	uint32_t id = nnodes++;
+	nodes[id] = (struct node){
+	    .name = name, .parent = parent, .child = NONE, .next = NONE};
+	if (parent != NONE) {
+		nodes[id].next = nodes[parent].child;
+		nodes[parent].child = id;
+		nodes[parent].nkids++;
+		kid_tab_put(id);
+	}
+	return id;
+}
+
+static uint32_t child(uint32_t parent, uint32_t name)
+{
+	uint32_t m = kid_tab_size - 1;
+	for (uint32_t i = kid_hash(parent, name) & m; kid_tab[i];
+	     i = (i + 1) & m) {
+		struct node *n = &nodes[kid_tab[i] - 1];
+		if (n->parent == parent && n->name == name)
+			return kid_tab[i] - 1;
+	}
+	return new_node(parent, name);
+}
+
+/* ---- Reading ---------------------------------------------------------- */
+
+static uint64_t nstacks;
+
+static _Noreturn void bad_line(const char *file, uint64_t line, const char *why)
+{
+	ml__tool_usage_error(CMD,
+	                     "%s: line %" PRIu64 ": %s (expected "
+	                     "'frame;frame;... COUNT')",
+	                     file, line, why);
+}
+
+static void read_profile(const char *file, FILE *f)
+{
+	char *s = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	uint64_t line = 0;
+	new_node(NONE, intern("all", 3));
+	while ((len = getline(&s, &cap, f)) >= 0) {
+		line++;
+		while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r'))
+			len--;
+		if ((size_t)len != strlen(s) && memchr(s, 0, (size_t)len))
+			bad_line(file, line, "a NUL byte");
+		s[len] = 0;
+		size_t b = strspn(s, " \t");
+		if (s[b] == 0)
+			continue;
+		char *sp = strrchr(s, ' '), *tab = strrchr(s, '\t');
+		if (!sp || (tab && tab > sp))
+			sp = tab;
+		if (!sp)
+			bad_line(file, line, "no count");
+		/* bad_line does not return (cppcheck misses it). */
+		// cppcheck-suppress nullPointerArithmeticRedundantCheck
+		const char *c = sp + 1;
+		if (!*c || strspn(c, "0123456789") != strlen(c))
+			bad_line(file, line,
+			         "the count is not an unsigned integer");
+		uint64_t count = 0;
+		for (; *c; c++)
+			if (__builtin_mul_overflow(count, 10, &count) ||
+			    __builtin_add_overflow(count, (uint64_t)(*c - '0'),
+			                           &count))
+				bad_line(file, line, "a count beyond 2^64-1");
+		char *end = sp;
+		while (end > s + b && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if (end == s + b)
+			bad_line(file, line, "no frames before the count");
+		if (!count)
+			continue;
+		if (__builtin_add_overflow(nodes[0].value, count,
+		                           &nodes[0].value))
+			bad_line(file, line, "the counts add up beyond 2^64-1");
+		nstacks++;
+		uint32_t at = 0;
+		for (char *p = s + b; p < end;) {
+			char *semi = memchr(p, ';', (size_t)(end - p));
+			char *e = semi ? semi : end;
+			uint32_t nm = e > p ? intern(p, (size_t)(e - p))
+			                    : intern("[empty]", 7);
+			at = child(at, nm);
+			nodes[at].value += count; /* <= the root's: no wrap */
+			p = semi ? semi + 1 : end;
+		}
+	}
+	if (ferror(f))
+		ml__tool_usage_error(CMD, "cannot read '%s': %s", file,
+		                     strerror(errno));
+	free(s);
+	if (!nodes[0].value)
+		ml__tool_usage_error(CMD,
+		                     "%s: no stacks (an empty profile, or "
+		                     "every count 0)",
+		                     file);
+}
+
+/* ---- Drawing ---------------------------------------------------------- */
+
+static uint64_t total, min_value;
+static double scale; /* pixels per count */
+static uint64_t drawn, merged_blocks;
+
+static int by_name(const void *a, const void *b)
+{
+	const struct name *x = &names[nodes[*(const uint32_t *)a].name];
+	const struct name *y = &names[nodes[*(const uint32_t *)b].name];
+	return strcmp(x->s, y->s);
+}
+
+/* The deepest level drawn (the root is 0). */
+static uint32_t depth_of(uint32_t id)
+{
+	uint32_t d = 0;
+	for (uint32_t k = nodes[id].child; k != NONE; k = nodes[k].next)
+		if (nodes[k].value >= min_value) {
+			uint32_t dk = depth_of(k) + 1;
+			d = dk > d ? dk : d;
+		}
+	/* A merged block of narrow frames is one level more. */
+	uint64_t small = 0;
+	for (uint32_t k = nodes[id].child; k != NONE; k = nodes[k].next)
+		if (nodes[k].value < min_value)
+			small += nodes[k].value;
+	if (small >= min_value && d < 1)
+		d = 1;
+	return d;
+}
+
+static double base_y; /* the root's top */
+
+static void share(char *buf, size_t cap, uint64_t v)
+{
+	double p = 100.0 * (double)v / (double)total;
+	snprintf(buf, cap, p >= 10 ? "%.1f %%" : "%.2f %%", p);
+}
+
+/* The label that fits w pixels: the name, or its start and "..", or
+ * nothing. */
+static void label(FILE *f, double x, double y, double w, const struct name *n)
+{
+	size_t fit = (size_t)((w - 6) / CHAR_W);
+	if (fit < 3)
+		return;
+	/* Characters, not bytes: UTF-8 continuation bytes are free. */
+	size_t chars = 0, cut = n->len;
+	bool longer = false;
+	for (size_t i = 0; i < n->len; i++) {
+		if (((unsigned char)n->s[i] & 0xc0) == 0x80)
+			continue;
+		if (chars == fit - 2 && cut == n->len)
+			cut = i;
+		if (++chars > fit) {
+			longer = true;
+			break;
+		}
+	}
+	fputs("<text x=\"", f);
+	fprintf(f, "%.1f\" y=\"%.1f\" font-size=\"%g\">", x + 3, y + FONT,
+	        FONT);
+	ml__svg_escape(f, n->s, longer ? cut : n->len);
+	if (longer)
+		fputs("..", f);
+	fputs("</text>", f);
+}
+
+static void frame(FILE *f, double x, uint32_t depth, uint64_t value,
+                  const struct name *n, const char *fill)
+{
+	double y = base_y - depth * FRAME_H, w = value * scale;
+	char b[32], s[32];
+	ml__svg_bytes(b, sizeof b, (double)value);
+	share(s, sizeof s, value);
+	ml__svg_group(f, "%s\n%s (%" PRIu64 " bytes), %s", n->s, b, value, s);
+	ml__svg_rect(f, x, y, w, FRAME_H - 1, fill, NULL);
+	label(f, x, y, w, n);
+	ml__svg_group_end(f);
+	drawn++;
+}
+
+static void colour(char *buf, size_t cap, const struct name *n)
+{
+	uint32_t h = n->hash;
+	/* flamegraph.pl's "hot": red high, green from none to most, a
+	 * little blue. */
+	unsigned r = 205 + (h & 0xff) * 50 / 255;
+	unsigned g = ((h >> 8) & 0xff) * 230 / 255;
+	unsigned b = ((h >> 16) & 0xff) * 55 / 255;
+	snprintf(buf, cap, "#%02x%02x%02x", r, g, b);
+}
+
+static void draw(FILE *f, uint32_t id, double x, uint32_t depth)
+{
+	const struct node *nd = &nodes[id];
+	char fill[8];
+	colour(fill, sizeof fill, &names[nd->name]);
+	frame(f, x, depth, nd->value, &names[nd->name],
+	      id == 0 ? "#e8a050" : fill);
+	if (!nd->nkids)
+		return;
+	uint32_t *kids = xrealloc(NULL, nd->nkids * sizeof *kids), k = 0;
+	for (uint32_t c = nd->child; c != NONE; c = nodes[c].next)
+		kids[k++] = c;
+	qsort(kids, k, sizeof *kids, by_name);
+	uint64_t small = 0, nsmall = 0;
+	double cx = x;
+	for (uint32_t i = 0; i < k; i++) {
+		if (nodes[kids[i]].value < min_value) {
+			small += nodes[kids[i]].value;
+			nsmall++;
+			continue;
+		}
+		draw(f, kids[i], cx, depth + 1);
+		cx += nodes[kids[i]].value * scale;
+	}
+	free(kids);
+	if (small >= min_value) {
+		char text[64];
+		snprintf(text, sizeof text,
+		         "[%" PRIu64 " frame%s under 0.1 %%]", nsmall,
+		         nsmall == 1 ? "" : "s");
+		struct name n = {.s = text, .len = strlen(text)};
+		frame(f, cx, depth + 1, small, &n, "#c8c8c8");
+		merged_blocks++;
+	}
+}
+
+static void help(void)
+{
+	printf("Usage: memlimits flamegraph %s\n\n", synopsis);
+	printf("Draw a collapsed-stack profile (memlimits run --profile FILE, "
+	       "or another\ntool's: 'frame;frame;... COUNT' a line) as a "
+	       "standalone SVG flame graph:\nwidths by COUNT (bytes), frames "
+	       "under 0.1 %% of the total merged, hover a\nframe for its "
+	       "name, bytes and share (memlimits(1)).\n\n"
+	       "  -o, --output FILE  write the SVG to FILE (default: "
+	       "PROFILE.svg; '-': stdout,\n"
+	       "                     the default when PROFILE is '-', "
+	       "stdin)\n"
+	       "  --title TEXT       the picture's title (default: "
+	       "\"Flame graph: PROFILE\")\n\n"
+	       "Exit status: 0; 2 on bad usage or bad input (one line on "
+	       "stderr, nothing\nwritten).\n");
+}
+
+static int flamegraph_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"output", required_argument, NULL, 'o'},
+	    {"title", required_argument, NULL, 'T'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	const char *out = NULL, *title = NULL;
+	opterr = 0;
+	optind = 1;
+	for (;;) {
+		int prev = optind;
+		int c = getopt_long(argc, argv, ":o:h", longopts, NULL);
+		if (c == -1)
+			break;
+		switch (c) {
+		case 'o':
+			out = optarg;
+			break;
+		case 'T':
+			title = optarg;
+			break;
+		case 'h':
+			help();
+			return ML__TOOL_OK;
+		case ':':
+			ml__tool_usage_error(CMD, "option '%s' needs a value",
+			                     argv[optind - 1]);
+		default:
+			ml__tool_usage_error(
+			    CMD,
+			    "unknown option '%s' (see memlimits %s --help)",
+			    argv[prev < argc ? prev : argc - 1], CMD);
+		}
+	}
+	if (optind >= argc)
+		ml__tool_usage_error(CMD, "missing PROFILE (memlimits "
+		                          "flamegraph [-o OUT.svg] PROFILE)");
+	if (optind + 1 < argc)
+		ml__tool_usage_error(CMD, "one PROFILE only (got '%s' too)",
+		                     argv[optind + 1]);
+	const char *in = argv[optind];
+	FILE *f = ml__svg_open_in(CMD, in);
+	read_profile(strcmp(in, "-") ? in : "stdin", f);
+	if (f != stdin)
+		fclose(f);
+
+	total = nodes[0].value;
+	min_value = total / MIN_SHARE + (total % MIN_SHARE != 0);
+	scale = (WIDTH - 2 * SIDE) / (double)total;
+	uint32_t depth = depth_of(0);
+	double height = TOP + (depth + 1) * FRAME_H + BOTTOM;
+	base_y = TOP + depth * FRAME_H;
+
+	const char *outname = ml__svg_out_name(in, out);
+	FILE *o = ml__svg_open_out(CMD, outname);
+	char *t = NULL;
+	if (!title &&
+	    asprintf(&t, "Flame graph: %s", strcmp(in, "-") ? in : "stdin") < 0)
+		ml__tool_usage_error(CMD, "out of memory");
+	if (!title)
+		title = t;
+	ml__svg_begin(o, WIDTH, height, title);
+	ml__svg_text(o, WIDTH / 2, 24, "middle", 17, "#000000", "bold", "%s",
+	             title);
+	char tb[32];
+	ml__svg_bytes(tb, sizeof tb, (double)total);
+	ml__svg_text(o, WIDTH / 2, 44, "middle", 12, "#444444", NULL,
+	             "%" PRIu64 " stacks, %s in all; widths by bytes, callers "
+	             "below their callees; hover a frame for its figures",
+	             nstacks, tb);
+	draw(o, 0, SIDE, 0);
+	ml__svg_text(o, SIDE, height - 8, "start", 11, "#666666", NULL,
+	             "Frames under 0.1 %% of the total are merged into grey "
+	             "blocks (%" PRIu64 " of them); %" PRIu64 " frames drawn.",
+	             merged_blocks, drawn);
+	ml__svg_end(o);
+	ml__svg_close_out(CMD, o, outname);
+	free(t);
+	return ML__TOOL_OK;
+}
+
+const struct ml__tool_cmd ml__tool_cmd_flamegraph = {
+    .name = "flamegraph",
+    .synopsis = synopsis,
+    .summary = "draw a collapsed-stack profile as an SVG flame graph",
+    .main = flamegraph_main,
+};

@@ -1,0 +1,70 @@
+/* The memlimits command's SVG writer, shared by `memlimits plot` and
+ * `memlimits flamegraph` (Debian packages no flame graph renderer, so the
+ * pictures are drawn here).  Standalone SVG 1.1: no script, no external
+ * file, no font that must be installed (generic families only).
+ *
+ * Every piece of text from outside (frame names, file names, the
+ * program's name) reaches the file through ml__svg_escape and nothing
+ * else: <, >, &, quotes escaped; control characters and bytes that are
+ * not UTF-8 replaced (XML 1.0 allows neither, even escaped). */
+#ifndef ML_TOOLS_SVG_H
+#define ML_TOOLS_SVG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The XML declaration, <svg> of w x h pixels with a white background, and
+ * its <title> (shown by viewers as the document's name). */
+void ml__svg_begin(FILE *f, double w, double h, const char *title);
+void ml__svg_end(FILE *f);
+
+/* s (n bytes), escaped for an attribute or text node. */
+void ml__svg_escape(FILE *f, const char *s, size_t n);
+
+/* A group whose hover text is title (printf format; NULL: no title), and
+ * its end. */
+void ml__svg_group(FILE *f, const char *title, ...)
+    __attribute__((format(printf, 2, 3)));
+void ml__svg_group_end(FILE *f);
+
+/* A rectangle, filled with fill ("#e08030"); stroke NULL for none. */
+void ml__svg_rect(FILE *f, double x, double y, double w, double h,
+                  const char *fill, const char *stroke);
+/* A line; dash NULL for solid, else a dasharray ("6 4"). */
+void ml__svg_line(FILE *f, double x1, double y1, double x2, double y2,
+                  const char *stroke, double width, const char *dash);
+/* A polyline through n points (x[i], y[i]). */
+void ml__svg_polyline(FILE *f, const double *x, const double *y, size_t n,
+                      const char *stroke, double width, const char *dash);
+/* A circle (markers). */
+void ml__svg_circle(FILE *f, double cx, double cy, double r, const char *fill,
+                    const char *stroke);
+
+/* Text at (x, y), the baseline: anchor "start", "middle" or "end"; size
+ * in pixels; weight "bold" or NULL.  The text is a printf format. */
+void ml__svg_text(FILE *f, double x, double y, const char *anchor, double size,
+                  const char *fill, const char *weight, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+
+/* ---- Shared by the pictures ---- */
+
+/* Bytes in binary units, 3 significant digits: "512 B", "1.50 KiB",
+ * "200 MiB", "1.25 GiB". */
+void ml__svg_bytes(char *buf, size_t cap, double v);
+/* A "nice" step (1, 2 or 5 times a power of ten) for about n ticks over
+ * [0, span]. */
+double ml__svg_step(double span, int n);
+/* FNV-1a of s[0, n): colours by name. */
+uint32_t ml__svg_hash(const char *s, size_t n);
+
+/* The input file ("-": stdin), or one line and status 2. */
+FILE *ml__svg_open_in(const char *cmd, const char *path);
+/* The output's name: out, else IN.svg ("-", stdout, for an input "-"). */
+const char *ml__svg_out_name(const char *in, const char *out);
+/* Opened for writing ("-": stdout), or one line and status 2. */
+FILE *ml__svg_open_out(const char *cmd, const char *out);
+/* Closed; a write error is one line and status 2. */
+void ml__svg_close_out(const char *cmd, FILE *f, const char *out);
+
+#endif
