@@ -25,6 +25,7 @@ struct ml_task {
 	_Atomic uint32_t magic;
 	bool global;              /* subject to the global limit            */
 	bool internal;            /* a consumer's: ml_task_current skips it */
+	bool shared_trip; /* interrupted for a shared budget (lib/shared) */
 	ml_delivery delivery;     /* how an interruption reaches a slice    */
 	ml_token *token;          /* borrowed: the caller owns it           */
 	uint64_t k;               /* samples that reach the allocation limit */
@@ -265,6 +266,15 @@ uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp);
  * already interrupted for it still hold the overshoot). */
 void ml__global_choose(struct ml__thread *t, uint64_t n);
 
+/* Issue 27, shared budgets (lib/shared): fn(task, arg) for every live
+ * global task, under the list's lock (fn takes no lock, allocates
+ * nothing); the pressure callback, its fraction in millionths. */
+void ml__global_visit(void (*fn)(struct ml_task *task, void *arg), void *arg);
+ml_pressure_fn ml__pressure_get(uint64_t *ppm, void **arg);
+/* A consumer's work at every safe point (lib/shared's stop requests),
+ * NULL: none. */
+extern void (*_Atomic ml__safe_point_hook)(void);
+
 /* A pressure crossing waits (alloc/alloc.h): call the user's function now
  * (at a safe point, never inside an allocation). */
 void ml__pressure_poll(void);
@@ -273,6 +283,10 @@ static inline void ml__pressure_check(void)
 	if (ml__unlikely(atomic_load_explicit(&ml__pressure_pending,
 	                                      memory_order_relaxed)))
 		ml__pressure_poll();
+	void (*hook)(void) =
+	    atomic_load_explicit(&ml__safe_point_hook, memory_order_relaxed);
+	if (ml__unlikely(hook != NULL))
+		hook();
 }
 
 /* ---- Held memory (held.c) --------------------------------------------- */
