@@ -829,7 +829,9 @@ void ml__shared_from_env(void)
 	int rc = ml__shared_join(name, limit);
 	if (rc != ML_OK)
 		ml__diag("MEMLIMITS_SHARED=%s: not joined (%s)", v,
-		         ml_status_str((ml_status)rc));
+		         rc == ML_ENOMEM ? "no memory, or no free slot"
+		                         : "bad name, no such budget, or not "
+		                           "this user's");
 }
 
 /* ---- The public functions ---------------------------------------------- */
