@@ -88,7 +88,6 @@ _Static_assert(sizeof(struct slot) == 64, "a slot is one cache line");
  * leave; the hooks use it only while holding `pub` (a try-lock: a thread
  * that finds it taken skips, nobody waits on the allocation path). */
 static struct table *_Atomic tab;
-static atomic_flag pub = ATOMIC_FLAG_INIT;
 static int my_slot = -1;    /* -1: none yet (a fork child claims lazily) */
 static uint64_t my_tag;     /* the tag our slot has while it is ours */
 static uint64_t my_start;   /* our start time */
@@ -105,7 +104,9 @@ static char my_name[ML__SHARED_NAME_MAX + 1];
 static _Atomic bool shared_above, shared_pressure;
 static _Atomic uint64_t pressure_total;
 
+/* join_lock first, then pub (both before the global list's lock). */
 ML__LOCK(static, join_lock, ML__RANK_UNWIND)
+ML__LOCK(static, pub, ML__RANK_UNWIND)
 
 /* ---- Names ------------------------------------------------------------- */
 
@@ -525,7 +526,7 @@ static uint64_t batch_of(struct table *t)
 static void on_fold(void)
 {
 	if (!atomic_load_explicit(&tab, memory_order_relaxed) ||
-	    atomic_flag_test_and_set_explicit(&pub, memory_order_acquire))
+	    !ml__spin_trylock(&pub))
 		return;
 	struct table *t = atomic_load(&tab);
 	if (t && my_lineage == ml__lineage) {
@@ -547,7 +548,7 @@ static void on_fold(void)
 			}
 		}
 	}
-	atomic_flag_clear_explicit(&pub, memory_order_release);
+	ml__spin_unlock(&pub);
 }
 
 /* At every safe point (ml_check, ml_is_interrupted, the end of ml_run
@@ -558,7 +559,7 @@ static void on_safe_point(void)
 	if (!atomic_load_explicit(&tab, memory_order_relaxed))
 		return;
 	/* The table is read only under `pub`: a leave unmaps it. */
-	if (!atomic_flag_test_and_set_explicit(&pub, memory_order_acquire)) {
+	if (ml__spin_trylock(&pub)) {
 		struct table *t = atomic_load(&tab);
 		if (t && (slot_ours(t) || !claim_failed) && have_slot(t)) {
 			if (atomic_load(&t->slot[my_slot].request))
@@ -568,7 +569,7 @@ static void on_safe_point(void)
 				check(t, false);
 			}
 		}
-		atomic_flag_clear_explicit(&pub, memory_order_release);
+		ml__spin_unlock(&pub);
 	}
 	if (atomic_load_explicit(&shared_pressure, memory_order_relaxed) &&
 	    atomic_exchange(&shared_pressure, false)) {
@@ -585,7 +586,6 @@ static void on_safe_point(void)
  * fold or safe point); the heap it inherited is its parent's. */
 static void atfork_child(void)
 {
-	atomic_flag_clear(&pub);
 	if (!atomic_load(&tab))
 		return;
 	my_slot = -1;
@@ -608,12 +608,11 @@ __attribute__((constructor(103))) static void shared_init(void)
 /* Wait for the publisher of the moment (short: it never blocks). */
 static void pub_lock(void)
 {
-	while (atomic_flag_test_and_set_explicit(&pub, memory_order_acquire))
-		sched_yield();
+	ml__spin_lock(&pub);
 }
 static void pub_unlock(void)
 {
-	atomic_flag_clear_explicit(&pub, memory_order_release);
+	ml__spin_unlock(&pub);
 }
 
 /* ---- Joining and leaving ------------------------------------------------ */
@@ -782,11 +781,11 @@ bool ml__shared_member(void)
 uint64_t ml__shared_overshoot(uint64_t n)
 {
 	if (!atomic_load_explicit(&tab, memory_order_relaxed) ||
-	    atomic_flag_test_and_set_explicit(&pub, memory_order_acquire))
+	    !ml__spin_trylock(&pub))
 		return 0; /* busy: another thread is publishing */
 	struct table *t = atomic_load(&tab);
 	if (!t) {
-		atomic_flag_clear_explicit(&pub, memory_order_release);
+		ml__spin_unlock(&pub);
 		return 0;
 	}
 	uint64_t total = 0, limit = atomic_load(&t->head.limit);
@@ -797,7 +796,7 @@ uint64_t ml__shared_overshoot(uint64_t n)
 			total = add_sat(total,
 			                clamp(atomic_load(&t->slot[i].heap)));
 	}
-	atomic_flag_clear_explicit(&pub, memory_order_release);
+	ml__spin_unlock(&pub);
 	total = add_sat(add_sat(total, heap_now()), n);
 	return total > limit ? total - limit : 0;
 }

@@ -630,8 +630,47 @@ static void test_leave(void)
 	unlink_budget();
 }
 
-int main(void)
+/* ---- exec: membership through MEMLIMITS_SHARED --------------------------- */
+
+static char *self_path;
+
+static void test_exec_env(void)
 {
+	make_name("exec");
+	tap_is(ml_shared_join(name, 512 * MiB), ML_OK, "joined");
+	char env[128];
+	snprintf(env, sizeof env, "MEMLIMITS_SHARED=%s", name);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char *argv[] = {self_path, "--exec-child", NULL};
+		char *envp[] = {env, NULL};
+		execve(self_path, argv, envp);
+		_exit(99);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "an exec'd child with MEMLIMITS_SHARED is a member of the "
+	       "budget (status %d)",
+	       st);
+	ml_shared_leave();
+	unlink_budget();
+}
+
+static int exec_child(void)
+{
+	if (ml_shared_limit() != 512 * MiB)
+		return 1;
+	for (int i = 0; i < 4; i++)
+		sink = malloc(MiB);
+	return ml_shared_usage() >= 4 * MiB ? 0 : 2;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--exec-child"))
+		return exec_child();
+	self_path = argv[0];
 	tap_case("test_bad_names", test_bad_names, 30);
 	if (tap_under_valgrind()) {
 		tap_skip(1, "member processes under valgrind (see the top of "
@@ -645,5 +684,6 @@ int main(void)
 	tap_case("test_corrupt_table", test_corrupt_table, 120);
 	tap_case("test_fork_child", test_fork_child, 60);
 	tap_case("test_leave", test_leave, 60);
+	tap_case("test_exec_env", test_exec_env, 60);
 	return tap_done();
 }
