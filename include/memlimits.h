@@ -391,6 +391,33 @@ ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
 ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
                                       uint64_t interval);
 
+/* ---- Budgets shared by processes (since 0.3) ----------------------------
+ *
+ * Convention: as the process-wide settings: ML_OK, or ML_EINVAL (or
+ * ML_ENOMEM) and nothing changes; the getters cannot fail and return 0
+ * when this process is not a member. */
+
+/* Join this process to the shared budget `name` (1 to 64 characters of
+ * [A-Za-z0-9._-], per user): the heap of all its members together is
+ * bounded by the budget's limit, and when their total exceeds it the
+ * global task holding the most, in any member, is interrupted with
+ * ML_GLOBAL_LIMIT.  limit > 0 creates the budget or sets its limit for
+ * every member; limit == 0 joins with the limit in force.  A child made
+ * by fork() is a member too.  Returns ML_OK, ML_EINVAL (bad name, already
+ * a member of another budget, limit 0 and no such budget, or an object
+ * of that name that is not this user's) or ML_ENOMEM (no memory, or the
+ * budget has 1024 members already).  See ml_shared_join(3).  Since 0.3. */
+ML_EXPORT int ml_shared_join(const char *name, uint64_t limit);
+/* Leave it: this process's heap no longer counts.  ML_OK or ML_EINVAL
+ * (not a member).  Since 0.3. */
+ML_EXPORT int ml_shared_leave(void);
+/* The members' total heap as last published by each live member (the
+ * dead swept first, this process's own heap as of now); 0 when this
+ * process is not a member.  Since 0.3. */
+ML_EXPORT uint64_t ml_shared_usage(void);
+/* The budget's limit; 0 when this process is not a member.  Since 0.3. */
+ML_EXPORT uint64_t ml_shared_limit(void);
+
 /* ---- Version and capabilities --------------------------------------------
  *
  * Convention: facts about the library and the running process; they cannot

@@ -32,6 +32,7 @@ ML_TEST_CFLAGS = $(AM_CFLAGS) -fno-builtin-malloc -fno-builtin-calloc -fno-built
 include tests/unit/local.mk
 include tests/api/local.mk
 include tests/concurrency/local.mk
+include tests/shared/local.mk
 include tests/stats/local.mk
 include tests/cli/local.mk
 include tests/nginx/local.mk

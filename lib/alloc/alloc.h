@@ -133,6 +133,11 @@ extern void (*ml__free_tail)(void *);
 /* Set the global limit (ML_NO_LIMIT: none): the meter runs while one is
  * set. */
 void ml__meter_set_limit(uint64_t bytes);
+/* Issue 27, shared budgets (lib/shared): keep the meter running without
+ * a limit (true) or no longer (false); and a function called after every
+ * fold, on the folding thread, inside malloc (NULL: none). */
+void ml__meter_keep(bool keep);
+extern void (*_Atomic ml__meter_fold_hook)(void);
 /* Memory pressure: ml__pressure_bytes is the threshold (0: none); a fold
  * that takes usage to it sets ml__pressure_pending once per upward
  * crossing (damped: see meter.c).  The layer above calls the user's

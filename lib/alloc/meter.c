@@ -20,6 +20,7 @@
 
 _Atomic bool ml__meter_on_;
 _Atomic uint64_t ml__global_limit = ML_NO_LIMIT;
+void (*_Atomic ml__meter_fold_hook)(void);
 static _Atomic int64_t total;
 /* The highest total seen at a fold while the meter ran: as exact as the
  * total (ML__METER_BATCH per other thread), and it costs one comparison
@@ -92,6 +93,11 @@ static void local_flush(void)
 	struct ml__meter_local *t = &ml__meter_self;
 	fold((int64_t)(t->down - t->up));
 	t->up = t->down = ML__METER_BATCH;
+	/* Issue 27: a shared budget's member publishes (lib/shared). */
+	void (*fold)(void) =
+	    atomic_load_explicit(&ml__meter_fold_hook, memory_order_relaxed);
+	if (ml__unlikely(fold != NULL))
+		fold();
 }
 
 static bool counted_exiting(void);
@@ -654,13 +660,32 @@ static void meter_choose(void)
 	atomic_store(&chosen, true);
 }
 
+/* Issue 27: the meter also runs, without a limit, while a shared
+ * budget's member keeps it (ml__meter_keep; under the switch lock). */
+static bool meter_kept;
+static void meter_run(bool on);
+
 void ml__meter_set_limit(uint64_t bytes)
 {
 	if (bytes != ML_NO_LIMIT)
 		meter_choose();
 	ml__spin_lock(&ml__meter_switch_lock);
 	atomic_store(&ml__global_limit, bytes);
-	if (bytes == ML_NO_LIMIT) {
+	meter_run(bytes != ML_NO_LIMIT || meter_kept);
+	ml__spin_unlock(&ml__meter_switch_lock);
+}
+
+void ml__meter_keep(bool keep)
+{
+	ml__spin_lock(&ml__meter_switch_lock);
+	meter_kept = keep;
+	meter_run(keep || atomic_load(&ml__global_limit) != ML_NO_LIMIT);
+	ml__spin_unlock(&ml__meter_switch_lock);
+}
+
+static void meter_run(bool on)
+{
+	if (!on) {
 		ml__meter_switch(false);
 		atomic_store_explicit(&ml__meter_on_, false,
 		                      memory_order_relaxed);
@@ -679,7 +704,6 @@ void ml__meter_set_limit(uint64_t bytes)
 		}
 		raise_peak(atomic_load(&total));
 	}
-	ml__spin_unlock(&ml__meter_switch_lock);
 }
 
 ML_EXPORT uint64_t ml_global_memory_usage(void)

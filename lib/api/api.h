@@ -5,7 +5,7 @@
 #ifndef ML_API_H
 #define ML_API_H
 
-#include "tasks/tasks.h"
+#include "shared/shared.h"
 
 /* The malloc family's definitions: exported, as ML_EXPORT makes the
  * public API. */

@@ -51,6 +51,7 @@ __attribute__((constructor(101))) static void ml_constructor(void)
 	uint32_t epochs =
 	    atomic_load(&ml__seed_epoch) + atomic_load(&ml__interval_epoch);
 	ml__settings_read_env();
+	ml__shared_from_env(); /* issue 27: MEMLIMITS_SHARED */
 	if (epochs !=
 	    atomic_load(&ml__seed_epoch) + atomic_load(&ml__interval_epoch))
 		apply_here();

@@ -36,10 +36,12 @@ static void describe(struct ml__out *o, const struct ml_task *task,
 	else if (st == ML_HELD_LIMIT)
 		limit = task->held_limit;
 	else if (st == ML_GLOBAL_LIMIT)
-		limit = ml_global_limit();
+		limit = task->shared_trip ? ml__shared_limit()
+		                          : ml_global_limit();
 	if (limit != ML_NO_LIMIT) {
-		ml__out_puts(o, st == ML_GLOBAL_LIMIT ? "global limit "
-		                                      : "limit ");
+		ml__out_puts(o, st != ML_GLOBAL_LIMIT ? "limit "
+		                : task->shared_trip ? "shared budget "
+		                                    : "global limit ");
 		ml__out_human(o, limit);
 		ml__out_puts(o, ", ");
 	}
@@ -54,7 +56,10 @@ static void describe(struct ml__out *o, const struct ml_task *task,
 	uint32_t depth = where ? where->depth & ~ML__STACK_TRUNCATED : 0;
 	if (!depth) {
 		if (st == ML_GLOBAL_LIMIT)
-			ml__out_puts(o, ", chosen as the largest holder");
+			ml__out_puts(o, task->shared_trip
+			                    ? ", chosen as the largest holder "
+			                      "of the shared budget's processes"
+			                    : ", chosen as the largest holder");
 		return;
 	}
 	ml__out_puts(o, ", at ");

@@ -244,3 +244,22 @@ ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes)
     __attribute__((alias("ml_set_global_limit")));
 ML_EXPORT uint64_t ml_global_memory_limit(void)
     __attribute__((alias("ml_global_limit")));
+
+/* ---- Issue 27: for shared budgets (lib/shared) ------------------------- */
+
+void (*_Atomic ml__safe_point_hook)(void);
+
+void ml__global_visit(void (*fn)(struct ml_task *task, void *arg), void *arg)
+{
+	ml__spin_lock(&list_lock);
+	for (struct ml_task *task = head; task; task = task->gnext)
+		fn(task, arg);
+	ml__spin_unlock(&list_lock);
+}
+
+ml_pressure_fn ml__pressure_get(uint64_t *ppm, void **arg)
+{
+	*ppm = atomic_load(&pressure_ppm);
+	*arg = atomic_load(&pressure_arg);
+	return atomic_load(&pressure_fn);
+}

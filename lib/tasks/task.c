@@ -647,6 +647,7 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	atomic_init(&task->magic, magic);
 	task->global = limits->global;
 	task->internal = false;
+	task->shared_trip = false; /* issue 27 */
 	task->delivery = limits->delivery;
 	task->token = limits->token;
 	/* An exact budget is counted by exact.c, not by samples; its two

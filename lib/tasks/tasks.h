@@ -37,6 +37,7 @@ struct ml_task {
 	_Atomic uint32_t magic;
 	bool global;          /* subject to the global limit            */
 	bool internal;        /* a consumer's: ml_task_current skips it */
+	bool shared_trip;     /* interrupted for a shared budget (lib/shared) */
 	ml_delivery delivery; /* how an interruption reaches a slice    */
 	ml_token *token;      /* borrowed: the caller owns it           */
 	/* Samples that reach the allocation limit: 0 until the first sample
@@ -292,6 +293,15 @@ extern _Atomic bool ml__api_limit;
  * needs tracking from now on.  Whether tracking is on. */
 bool ml__global_held_need(struct ml__thread *t);
 
+/* Issue 27, shared budgets (lib/shared): fn(task, arg) for every live
+ * global task, under the list's lock (fn takes no lock, allocates
+ * nothing); the pressure callback, its fraction in millionths. */
+void ml__global_visit(void (*fn)(struct ml_task *task, void *arg), void *arg);
+ml_pressure_fn ml__pressure_get(uint64_t *ppm, void **arg);
+/* A consumer's work at every safe point (lib/shared's stop requests),
+ * NULL: none. */
+extern void (*_Atomic ml__safe_point_hook)(void);
+
 /* A pressure crossing waits (alloc/alloc.h): call the user's function now
  * (at a safe point, never inside an allocation). */
 void ml__pressure_poll(void);
@@ -300,6 +310,10 @@ static inline void ml__pressure_check(void)
 	if (ml__unlikely(atomic_load_explicit(&ml__pressure_pending,
 	                                      memory_order_relaxed)))
 		ml__pressure_poll();
+	void (*hook)(void) =
+	    atomic_load_explicit(&ml__safe_point_hook, memory_order_relaxed);
+	if (ml__unlikely(hook != NULL))
+		hook();
 }
 
 /* ---- Held memory (held.c) --------------------------------------------- */

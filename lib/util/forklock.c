@@ -29,6 +29,14 @@ void ml__spin_lock(struct ml__lock *l)
 		sched_yield();
 }
 
+/* Issue 27: take it only if free (lib/shared's publisher: nobody waits on
+ * the allocation path). */
+bool ml__spin_trylock(struct ml__lock *l)
+{
+	return !atomic_flag_test_and_set_explicit(&l->flag,
+	                                          memory_order_acquire);
+}
+
 void ml__spin_unlock(struct ml__lock *l)
 {
 	atomic_flag_clear_explicit(&l->flag, memory_order_release);

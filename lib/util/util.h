@@ -60,6 +60,7 @@ struct ml__lock {
 };
 void ml__spin_lock(struct ml__lock *l);
 void ml__spin_unlock(struct ml__lock *l);
+bool ml__spin_trylock(struct ml__lock *l); /* true: taken */
 /* Called before main by the constructors ML__LOCK and ML__POOL make. */
 void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank);
 void ml__fork_locks_acquire(void); /* fork: prepare */

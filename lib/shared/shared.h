@@ -1,0 +1,53 @@
+/* Layer 6, shared (docs/internals.md, "Shared budgets"): budgets shared by
+ * several processes (ml_shared_join).  One shared-memory table per budget
+ * and user; each member publishes its heap and its largest eligible global
+ * task there, in batches, from the meter's fold hook; whoever sees the
+ * total over the limit posts a stop request to the member holding the
+ * most, which checks it and interrupts its task.  Sits above tasks (it
+ * reads the global tasks and trips them) and below api (start-up joins
+ * from MEMLIMITS_SHARED) and run (ml_task_describe names it).  Never
+ * installed. */
+#ifndef ML_SHARED_H
+#define ML_SHARED_H
+
+#include "tasks/tasks.h"
+
+#pragma GCC visibility push(hidden)
+
+/* Slots in one budget's table: members at once.  A join finding none free
+ * (after sweeping the dead) fails with ML_ENOMEM. */
+#define ML__SHARED_SLOTS 1024
+/* A name: 1 to 64 characters of [A-Za-z0-9._-]. */
+#define ML__SHARED_NAME_MAX 64
+/* A member publishes when its heap has changed by the batch since it last
+ * did: max(limit / (8 * ML__SHARED_SLOTS), ML__SHARED_MIN_BATCH). */
+#define ML__SHARED_MIN_BATCH ((uint64_t)1 << 20)
+
+/* The name is acceptable. */
+bool ml__shared_name_ok(const char *name);
+/* The shared-memory object of `name` for this user ("/memlimits.UID.NAME")
+ * into buf (at least 96 bytes); false for a bad name. */
+bool ml__shared_object_name(const char *name, char *buf, size_t len);
+/* ml_shared_join / ml_shared_leave / ml_shared_usage / ml_shared_limit. */
+int ml__shared_join(const char *name, uint64_t limit);
+int ml__shared_leave(void);
+uint64_t ml__shared_usage(void);
+uint64_t ml__shared_limit(void);
+/* This process is a member. */
+bool ml__shared_member(void);
+/* MEMLIMITS_SHARED=NAME[:SIZE], read once at start (api/init.c): join
+ * NAME with the limit SIZE, or the limit in force.  For exec'd programs
+ * (run mode's --tree-heap-limit sets it). */
+void ml__shared_from_env(void);
+/* The members' total as last published, plus this process's heap now and
+ * n more bytes, past the limit: 0 when within, or not a member (run
+ * mode's --tree-heap-limit refuses the allocation then).  Atomics only:
+ * callable inside malloc. */
+uint64_t ml__shared_overshoot(uint64_t n);
+/* Remove the budget's object of this user (run mode's tree budget, when
+ * the run ends); members keep their mapping.  ML_OK or ML_EINVAL. */
+int ml__shared_unlink(const char *name);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,8 @@
+# Budgets shared by processes (issue 27): member processes, a killed one,
+# another user, a corrupt table, fork, leaving.
+check_PROGRAMS += tests/shared/test-shared
+TESTS += tests/shared/test-shared
+tests_shared_test_shared_SOURCES = tests/shared/test-shared.c
+tests_shared_test_shared_LDADD = $(ML_TEST_LIBS)
+tests_shared_test_shared_LDFLAGS = $(ML_TEST_LINK)
+tests_shared_test_shared_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
