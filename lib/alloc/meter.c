@@ -83,6 +83,13 @@ static void fold(int64_t d)
 	if (d > 0)
 		raise_peak(now);
 	pressure_check(now);
+	/* Issue 27: a shared budget's member publishes (lib/shared), at a
+	 * fold of any kind (glibc's countdowns, jemalloc's counters, the
+	 * size-query tails, notes). */
+	void (*hook)(void) =
+	    atomic_load_explicit(&ml__meter_fold_hook, memory_order_relaxed);
+	if (ml__unlikely(hook != NULL))
+		hook();
 }
 
 static void counted_flush(void);
@@ -93,11 +100,6 @@ static void local_flush(void)
 	struct ml__meter_local *t = &ml__meter_self;
 	fold((int64_t)(t->down - t->up));
 	t->up = t->down = ML__METER_BATCH;
-	/* Issue 27: a shared budget's member publishes (lib/shared). */
-	void (*fold)(void) =
-	    atomic_load_explicit(&ml__meter_fold_hook, memory_order_relaxed);
-	if (ml__unlikely(fold != NULL))
-		fold();
 }
 
 static bool counted_exiting(void);

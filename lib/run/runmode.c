@@ -32,7 +32,7 @@ static struct ml_task process;
 static bool held_tracked; /* run mode keeps held memory (run_start) */
 #define HELD_BATCH_MAX (4u << 20)
 
-uint64_t ml__run_held_now(void)
+static uint64_t run_held_now(void)
 {
 	return held_tracked ? ml__held_bytes(&process) : ML_NO_LIMIT;
 }
@@ -239,7 +239,7 @@ __attribute__((constructor(110))) static void run_start(void)
 	if (t->state == ML__T_LIVE)
 		thread_start(t);
 	if (ml__run.timeline_path)
-		ml__timeline_start();
+		ml__timeline_start(run_held_now);
 }
 
 /* Reports and statistics are written when the process exits normally. */

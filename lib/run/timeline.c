@@ -14,7 +14,8 @@
  * Written from the slow path, with no thread of its own: a row at a
  * sample when the process's heap has moved by 1/256 of the last row's
  * heap (of the heap limit, when one is set) since the last row, and no
- * sooner than 10 ms after it; a row whenever a limit is reached (at most
+ * sooner than 10 ms after it unless it is a new peak (by that much over
+ * the largest heap a row showed); a row whenever a limit is reached (at most
  * one per limit per 10 ms); a row at start, at fork in the child and at
  * exit.  The monotonic clock is read at samples only (vDSO, no system
  * call); a row is formatted on the stack and written with one write(2) on
@@ -160,6 +161,11 @@ static int get_fd(void)
 	return nfd;
 }
 
+/* Run mode's held memory now, ML_NO_LIMIT when not tracked: given by
+ * runmode.c at start, so that this file calls nothing of it (runmode.c
+ * calls this one: no loop between the two). */
+static uint64_t (*held_now)(void);
+
 static void row(int64_t mono, uint64_t heap, const char *event)
 {
 	char buf[ROW_MAX];
@@ -170,7 +176,7 @@ static void row(int64_t mono, uint64_t heap, const char *event)
 	ml__out_puts(&o, "\t");
 	ml__out_u(&o, heap, 10);
 	ml__out_puts(&o, "\t");
-	uint64_t held = ml__run_held_now();
+	uint64_t held = held_now ? held_now() : ML_NO_LIMIT;
 	if (held != ML_NO_LIMIT)
 		ml__out_u(&o, held, 10);
 	ml__out_puts(&o, "\t");
@@ -217,8 +223,9 @@ static void header(int fd)
 		ml__out_write(fd, buf, o.len);
 }
 
-void ml__timeline_start(void)
+void ml__timeline_start(uint64_t (*held)(void))
 {
+	held_now = held;
 	if (!ml__run_expand(ml__run.timeline_path, tl_path, sizeof tl_path,
 	                    "timeline"))
 		return;
@@ -249,16 +256,24 @@ void ml__timeline_start(void)
 	row(mono0, atomic_load(&last_heap), NULL);
 }
 
+/* The largest heap a row has shown: a new peak is written however soon
+ * after the last row (a picture must not miss the top), so the rows are
+ * at most 256 per doubling of the heap (256 up to a heap limit) beyond
+ * the 10 ms ones. */
+static _Atomic uint64_t peak_row;
+
 void ml__timeline_sample(void)
 {
 	int64_t now = clock_ns(CLOCK_MONOTONIC);
 	int64_t last = atomic_load_explicit(&last_ns, memory_order_relaxed);
-	if (now - last < ROW_NS)
-		return;
 	uint64_t heap = ml__meter_usage();
 	uint64_t was = atomic_load_explicit(&last_heap, memory_order_relaxed);
 	uint64_t base =
 	    ml__run.heap_limit != ML_NO_LIMIT ? ml__run.heap_limit : was;
+	uint64_t peak = atomic_load_explicit(&peak_row, memory_order_relaxed);
+	bool new_peak = heap > peak && heap - peak >= (base >> MOVE_SHIFT);
+	if (now - last < ROW_NS && !new_peak)
+		return;
 	uint64_t moved = heap > was ? heap - was : was - heap;
 	if (moved < (base >> MOVE_SHIFT) || !moved)
 		return;
@@ -266,6 +281,8 @@ void ml__timeline_sample(void)
 	if (!atomic_compare_exchange_strong(&last_ns, &last, now))
 		return;
 	atomic_store_explicit(&last_heap, heap, memory_order_relaxed);
+	if (heap > peak)
+		atomic_store_explicit(&peak_row, heap, memory_order_relaxed);
 	row(now, heap, NULL);
 }
 

@@ -700,10 +700,10 @@ int ml__shared_join(const char *name, uint64_t limit)
 	my_pid = 0;
 	know_self();
 	base = 0;
-	/* The meter runs from now on, limit or not; the choice reads held
-	 * estimates. */
+	/* The meter runs from now on, limit or not.  The choice reads the
+	 * held estimates of global tasks, which need held tracking from
+	 * their registration on (tasks/held.c). */
 	ml__meter_keep(true);
-	ml__held_start();
 	pub_lock();
 	rc = claim(t);
 	if (rc == ML_OK) {
