@@ -5,10 +5,14 @@
  * machine code in both: bench/ml-bench is linked with libmemlimits,
  * bench/glibc-bench (BENCH_GLIBC) is not and measures plain glibc.
  *
- *   pairs CONFIG N REPS   N malloc/free pairs of 16-144 bytes, REPS times;
- *                         CONFIG = idle | task | global.  Prints the best
- *                         ns per pair.  Under callgrind run it with two N
- *                         and difference the totals: start-up cancels.
+ *   pairs CONFIG N REPS [MAX]
+ *                         N malloc/free pairs of 16-MAX bytes (default
+ *                         144; make bench also runs 4096), REPS times;
+ *                         CONFIG = idle | task | global | held | globalapi
+ *                         | objgone | exact | interval | after (main()
+ *                         says what each runs).  Prints the best ns per
+ *                         pair.  Under callgrind run it with two N and
+ *                         difference the totals: start-up cancels.
  *   slow DEPTH S N REPS   N pairs of malloc(1)/free inside DEPTH nested
  *                         tasks at sample interval S.  Prints the best ns
  *                         per pair and the samples credited per pair.
@@ -18,6 +22,13 @@
  *                         prints the best ns per call.
  *   slice M REPS          M ml_task_run calls of an empty slice of one
  *                         task (same limits); the best ns per call.
+ *   trip KIND M REPS      M ml_run calls of a task that makes one
+ *                         allocation of 1 MiB, which trips its limit
+ *                         (JUMP delivery): KIND = alloc (alloc_bytes 64
+ *                         KiB) | held (held_bytes 64 KiB) | none (the same
+ *                         limits raised to 2^50: no trip; the block is
+ *                         freed after ml_run returns in every case where
+ *                         the allocation returned).  The best ns per call.
  *
  * Every run starts from the same seed, so callgrind counts repeat. */
 #define _GNU_SOURCE
@@ -35,17 +46,19 @@
  * the pointer keeps the calls. */
 static void *volatile sink;
 
-/* A fixed pseudo-random sequence of sizes, 16..144 bytes: tcache-sized,
- * like the small objects real programs churn through. */
+/* A fixed pseudo-random sequence of sizes, 16..144 bytes by default:
+ * tcache-sized, like the small objects real programs churn through; 16..max
+ * with pairs' MAX (make bench's second loop: 16..4096, where the sampler's
+ * slow path comes about once per 39 pairs). */
 #define NSIZES 4096
 static unsigned short sizes[NSIZES];
 
-static void init_sizes(void)
+static void init_sizes(unsigned max)
 {
 	uint32_t x = 12345;
 	for (int i = 0; i < NSIZES; i++) {
 		x = x * 1103515245u + 12345u; /* the ANSI C LCG: fixed */
-		sizes[i] = (unsigned short)(16 + (x >> 16) % 129);
+		sizes[i] = (unsigned short)(16 + (x >> 16) % (max - 15));
 	}
 }
 
@@ -96,14 +109,16 @@ static uint64_t arg_u64(const char *s)
 static void usage(void)
 {
 	fprintf(stderr,
-	        "usage: bench pairs idle|task|global|held|exact|interval|"
-	        "after N REPS\n"
+	        "usage: bench pairs idle|task|global|held|globalapi|objgone|"
+	        "exact|interval|after N REPS [MAX]\n"
 #ifndef BENCH_GLIBC
 	        "       bench slow DEPTH S N REPS\n"
 	        "       bench slowheld|slowstack DEPTH S N REPS\n"
 	        "       bench heldmem S N\n"
 	        "       bench slowcmp DEPTH N REPS\n"
 	        "       bench run M REPS\n"
+	        "       bench slice M REPS\n"
+	        "       bench trip alloc|held|none M REPS\n"
 #endif
 	);
 	exit(2);
@@ -272,13 +287,72 @@ static __attribute__((noinline)) void empty_slices(uint64_t m)
 	for (uint64_t i = 0; i < m; i++)
 		ml_task_run(task, nothing, NULL, NULL);
 }
+
+/* Trips (issue 26): one allocation of TRIP_BYTES in a task whose limit is
+ * TRIP_LIMIT, so that the allocation itself trips it (at the default
+ * interval a 1 MiB block carries no sample with probability e^-13), and
+ * JUMP delivery takes the task back to ml_run.  "none" raises the limit:
+ * the same calls without the trip, the base of the difference. */
+#define TRIP_BYTES ((size_t)1 << 20)
+#define TRIP_LIMIT ((uint64_t)64 << 10)
+static ml_limits trip_limits;
+static void *volatile trip_block;
+
+static void *trip_alloc(void *arg)
+{
+	trip_block = malloc(TRIP_BYTES);
+	return arg;
+}
+
+static __attribute__((noinline)) void trips(uint64_t m)
+{
+	for (uint64_t i = 0; i < m; i++) {
+		trip_block = NULL;
+		ml_run(&trip_limits, trip_alloc, NULL, NULL);
+		free(trip_block);
+	}
+}
+
+static void trip_setup(const char *kind)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.delivery = ML_DELIVER_JUMP;
+	if (strcmp(kind, "alloc") == 0)
+		l.alloc_bytes = TRIP_LIMIT;
+	else if (strcmp(kind, "held") == 0)
+		l.held_bytes = TRIP_LIMIT;
+	else if (strcmp(kind, "none") == 0)
+		l.alloc_bytes = l.held_bytes = HUGE_BYTES;
+	else
+		usage();
+	trip_limits = l;
+	/* Check the kind trips as named (and "none" does not). */
+	ml_outcome out;
+	trip_block = NULL;
+	ml_status st = ml_run(&trip_limits, trip_alloc, NULL, &out);
+	free(trip_block);
+	ml_status want = kind[0] == 'a'   ? ML_ALLOC_LIMIT
+	                 : kind[0] == 'h' ? ML_HELD_LIMIT
+	                                  : ML_OK;
+	if (st != want) {
+		fprintf(stderr, "bench: trip %s: %s\n", kind, ml_status_str(st));
+		exit(1);
+	}
+}
 #endif
 
 int main(int argc, char **argv)
 {
 	if (argc < 2)
 		usage();
-	init_sizes();
+	if (strcmp(argv[1], "pairs") == 0 && argc == 6) {
+		uint64_t max = arg_u64(argv[5]);
+		if (max < 16 || max > 65535)
+			usage();
+		init_sizes((unsigned)max);
+		argc--;
+	} else
+		init_sizes(144);
 #ifndef BENCH_GLIBC
 	ml_set_seed(1);
 #endif
@@ -294,6 +368,17 @@ int main(int argc, char **argv)
 			ns = in_tasks(pairs, n, reps, 1, false);
 		else if (strcmp(argv[2], "global") == 0)
 			ns = in_tasks(pairs, n, reps, 1, true);
+		else if (strcmp(argv[2], "globalapi") == 0) {
+			/* A global limit set through the API, no task. */
+			ml_set_global_limit(HUGE_BYTES);
+			ns = time_best(pairs, n, reps);
+		} else if (strcmp(argv[2], "objgone") == 0) {
+			/* Idle after the last task object is gone (it
+			 * recorded no block). */
+			ml_limits l = ML_LIMITS_INIT;
+			ml_task_free(ml_task_new(&l));
+			ns = time_best(pairs, n, reps);
+		}
 		else if (strcmp(argv[2], "exact") == 0) {
 			/* An exact budget: the fast path is unchanged; a
 			 * 2^50-byte budget refills every 2^44 bytes. */
@@ -383,6 +468,14 @@ int main(int argc, char **argv)
 		int reps = (int)arg_u64(argv[3]);
 		empty_slices(1000);
 		printf("%.3f\n", time_best(empty_slices, m, reps));
+		return 0;
+	}
+	if (strcmp(argv[1], "trip") == 0 && argc == 5) {
+		trip_setup(argv[2]);
+		uint64_t m = arg_u64(argv[3]);
+		int reps = (int)arg_u64(argv[4]);
+		trips(100);
+		printf("%.3f\n", time_best(trips, m, reps));
 		return 0;
 	}
 #endif
