@@ -13,7 +13,8 @@
 # BEFORE_LIB (the before library's libmemlimits.so.0; empty: the before
 # column reads "-"), BEFORE_NAME (its commit, for the heading); VALGRIND
 # (empty: the instruction counts are skipped); CC_GCC (the gcc of the gcc
-# rows; empty: skipped); BENCH_ROUNDS (wall-clock rounds, default 21),
+# rows; empty: skipped); BENCH_ROWS (see below); BENCH_ROUNDS (wall-clock
+# rounds, default 21),
 # BENCH_WALL_N (pairs per timed loop), BENCH_GCC_ROUNDS (default 5).
 set -eu
 
@@ -57,13 +58,22 @@ mi-idle   |pair |144 |idle_mi   |alone_mi  |+8   |idle memlimits over mimalloc
 mi-heap   |pair |144 |heap_mi   |idle_mi   |+25  |heap limit over mimalloc
 run       |call |-   |run       |-         |176  |an empty ml_run, Ir a call
 slice     |call |-   |slice     |-         |154  |an empty ml_task_run slice
-trip-a    |call |-   |trip_alloc|trip_none |-    |alloc-limit trip, alloc..return
-trip-h    |call |-   |trip_held |trip_none |-    |held-limit trip, alloc..return
+trip-a    |call |-   |trip_alloc|-         |-    |alloc-limit trip, alloc..return
+trip-h    |call |-   |trip_held |-         |-    |held-limit trip, alloc..return
 trip      |ratio|-   |trip-h    |trip-a    |1.2x |held trip over alloc trip
 gcc-heap  |gcc  |-   |gccheap   |gcc       |-    |gcc -O2 under --heap-limit 64G
 gcc-prof  |gcc  |-   |gccprof   |gccheap   |+3%  |... and --profile P
 gcc-all   |gcc  |-   |gccprof   |gcc       |-    |--heap-limit 64G --profile P
 '
+
+# BENCH_ROWS (an awk regular expression): only the rows whose keys match
+# it, and none of the tables after the first (a ratio row needs its two
+# rows: BENCH_ROWS=trip).
+BENCH_ROWS=${BENCH_ROWS-}
+if [ -n "$BENCH_ROWS" ]; then
+	ROWS=$(echo "$ROWS" | awk -F'|' -v re="$BENCH_ROWS" '{ k = $1
+	    gsub(/[ \t]/, "", k) } k != "" && k ~ re')
+fi
 
 # What each configuration is, for the "over" column.
 cfgname() {
@@ -78,7 +88,6 @@ cfgname() {
 	idle_je) echo "idle on jemalloc" ;;
 	idle_tc) echo "idle on tcmalloc" ;;
 	idle_mi) echo "idle on mimalloc" ;;
-	trip_none) echo "ml_run, no trip" ;;
 	trip-a) echo "alloc-limit trip" ;;
 	gcc) echo "plain gcc" ;;
 	gccheap) echo "gcc, heap limit" ;;
@@ -92,8 +101,7 @@ N1=100000
 N2=600000
 RUN_M1=10000 # ml_run calls under callgrind
 RUN_M2=60000
-TRIP_M1=500 # trips under callgrind
-TRIP_M2=2500
+TRIP_M=21 # trips under callgrind (one dump each: the median is kept)
 SLOW_N=100000 # pairs of the slow-path loop under callgrind
 # Wall clock: pairs per timed loop, timed loops per process (best kept).
 # Short loops (about a millisecond), so that on a loaded machine some of
@@ -215,6 +223,12 @@ cg() {
 	fi
 	cat "$tmp"/cg.out.* | awk '/^cfn=ml__alloc_begin$/ { getline;
 	     split($1, a, "="); n += a[2] } END { print n + 0 }' >"$tmp/slowcalls"
+	# The dumps a program asked for (bench.c's trips: one a trip), not
+	# the final one: their median, to $tmp/dumps.
+	for f in "$tmp"/cg.out.*.*; do
+		[ -r "$f" ] && awk '/^(summary|totals):/ { print $2; exit }' "$f"
+	done | sort -n | awk '{ v[NR] = $1 } END {
+	    print NR ? v[int((NR + 1) / 2)] : "n/a" }' >"$tmp/dumps"
 	cat "$tmp"/cg.out.* | awk '/^summary:/ { n += $2 } END { printf "%.0f\n", n }'
 }
 
@@ -246,13 +260,21 @@ while read -r cfg loop; do
 			[ -n "$CC_GCC" ] &&
 				v=$(cg "$side" "$cfg" -O2 -c "$gcc_small" -o "$tmp/g.o")
 		elif [ "$loop" = - ]; then
-			m1=$RUN_M1 m2=$RUN_M2
-			case $cfg in trip_*) m1=$TRIP_M1 m2=$TRIP_M2 ;; esac
-			# shellcheck disable=SC2086
-			a=$(cg "$side" "$cfg" $WL $m1 1)
-			# shellcheck disable=SC2086
-			b=$(cg "$side" "$cfg" $WL $m2 1)
-			v=$(echo "$a $b" | awk -v m=$((m2 - m1)) '{ printf "%.2f", ($2 - $1) / m }')
+			case $cfg in
+			trip_*)
+				# shellcheck disable=SC2086
+				cg "$side" "$cfg" $WL $TRIP_M 1 >/dev/null
+				v=$(cat "$tmp/dumps")
+				;;
+			*)
+				# shellcheck disable=SC2086
+				a=$(cg "$side" "$cfg" $WL $RUN_M1 1)
+				# shellcheck disable=SC2086
+				b=$(cg "$side" "$cfg" $WL $RUN_M2 1)
+				v=$(echo "$a $b" | awk -v m=$((RUN_M2 - RUN_M1)) \
+				    '{ printf "%.2f", ($2 - $1) / m }')
+				;;
+			esac
 		else
 			a=$(cg "$side" "$cfg" pairs "$WL" $N1 1 "$loop")
 			b=$(cg "$side" "$cfg" pairs "$WL" $N2 1 "$loop")
@@ -304,7 +326,7 @@ while [ $i -lt 5 ]; do
 		for side in $SIDES; do
 			setcfg "$side" "$cfg"
 			m=20000
-			case $cfg in trip_*) m=2000 ;; esac
+			case $cfg in trip_*) m=200 ;; esac
 			# shellcheck disable=SC2086
 			echo "$side $cfg $(runcfg "$side" "$cfg" $WL $m 11)"
 		done
@@ -465,6 +487,8 @@ END {
 }' "$tmp/rows" "$tmp/basenames" "$tmp/ir" "$tmp/wall" "$tmp/wall-gcc" \
 	"$tmp/wall-call"
 
+
+[ -z "$BENCH_ROWS" ] || exit 0
 
 # ---- This tree's library only ------------------------------------------
 # Slow path under callgrind: the same loop inside the same tasks at S = 1
