@@ -44,12 +44,12 @@ idle      |pair |144 |idle      |glibc     |+8   |idle memlimits (linked)
 idle4k    |pair |4096|idle      |glibc     |-    |idle memlimits, 16..4096-byte loop
 heap      |pair |144 |heap      |preload   |+20  |heap limit (run mode), glibc
 heap4k    |pair |4096|heap      |preload   |-    |heap limit (run mode), 16..4096
-gapi      |pair |144 |globalapi |idle      |+20  |global limit by the API, no task
-gapi4k    |pair |4096|globalapi |idle      |-    |global limit by the API, 16..4096
+gapi      |pair |144 |gidle     |idle      |+20  |global limit by the API, no task
+gapi4k    |pair |4096|gidle     |idle      |-    |global limit by the API, 16..4096
 taskglob  |pair |144 |global    |glibc     |+26  |task + global limit
 task      |pair |144 |task      |glibc     |+10  |task: alloc limit + token
 held      |pair |144 |held      |task      |+4   |held tracking, alloc-limited task
-objgone   |pair |144 |objgone   |idle      |+1   |free after the last task object
+objgone   |pair |144 |heldgone  |idle      |+1   |free after the last task object
 je-idle   |pair |144 |idle_je   |alone_je  |+8   |idle memlimits over jemalloc
 je-heap   |pair |144 |heap_je   |idle_je   |+25  |heap limit over jemalloc
 tc-idle   |pair |144 |idle_tc   |alone_tc  |+8   |idle memlimits over tcmalloc
@@ -66,13 +66,15 @@ gcc-prof  |gcc  |-   |gccprof   |gccheap   |+3%  |... and --profile P
 gcc-all   |gcc  |-   |gccprof   |gcc       |-    |--heap-limit 64G --profile P
 '
 
-# BENCH_ROWS (an awk regular expression): only the rows whose keys match
-# it, and none of the tables after the first (a ratio row needs its two
-# rows: BENCH_ROWS=trip).
+# BENCH_ROWS (an awk regular expression): only the rows whose key or
+# description (WHAT) matches it, and none of the tables after the first (a
+# ratio row needs its two rows: BENCH_ROWS=trip; BENCH_ROWS='ml_run|slice|
+# trip|free after|API' is the rows of ml_run, the slice, the trips, free
+# after the last task object and the global limit by the API).
 BENCH_ROWS=${BENCH_ROWS-}
 if [ -n "$BENCH_ROWS" ]; then
 	ROWS=$(echo "$ROWS" | awk -F'|' -v re="$BENCH_ROWS" '{ k = $1
-	    gsub(/[ \t]/, "", k) } k != "" && k ~ re')
+	    gsub(/[ \t]/, "", k) } k != "" && (k ~ re || $7 ~ re)')
 fi
 
 # What each configuration is, for the "over" column.

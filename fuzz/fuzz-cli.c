@@ -1,11 +1,11 @@
 /* libFuzzer target: the command line of `memlimits run` and `memlimits
- * bounds` (their option parsers, tools/cmd-run.c and tools/cmd-bounds.c).
- * The input is split at NUL bytes into arguments; its first byte chooses
- * the subcommand.  A parser either accepts or calls ml__tool_usage_error,
- * which here checks the message (one line, non-empty) and jumps back
- * instead of exiting; --help's exit jumps back too.  Nothing is executed:
- * only the parsers run (run_main's program checks and exec are not
- * called). */
+ * bounds` (their option parsers, tools/run-options.c and
+ * tools/cmd-bounds.c).  The input is split at NUL bytes into arguments;
+ * its first byte chooses the subcommand.  A parser either accepts or
+ * calls ml__tool_usage_error, which here checks the message (one line,
+ * non-empty) and jumps back instead of exiting; --help's exit jumps back
+ * too.  Nothing is executed: only the parsers run (the program checks
+ * and exec are not called). */
 #include <getopt.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,27 +1,23 @@
 /* libFuzzer target: the one ELF reader (lib/util/elf.c, which the
  * symbolizer and the allocator search use too) and the ELF checks of
- * `memlimits run` (tools/cmd-run.c, check_elf) on the bytes of one file,
- * in a buffer of exactly its size:
- * ASan catches a read past its end, UBSan a misaligned load (a table at
- * an odd offset).  A refused file calls ml__tool_usage_error, which here
- * checks that there is one and jumps back (the real one escapes what the
- * file put in it).  Nothing is executed.  Seeds:
- * tests/cli/make-elf.c's files (tables at odd offsets). */
+ * `memlimits run` (tools/run-elf.c, ml__run_check_elf) on the bytes of
+ * one file, in a buffer of exactly its size: ASan catches a read past its
+ * end, UBSan a misaligned load (a table at an odd offset).  A refused
+ * file calls ml__tool_usage_error, which here checks that there is one
+ * and jumps back (the real one escapes what the file put in it).  Nothing
+ * is executed.  Seeds: tests/cli/make-elf.c's files (tables at odd
+ * offsets). */
 #define _GNU_SOURCE
+#include <elf.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-static _Noreturn void fuzz_elf_exit(int status)
-{
-	(void)status;
-	abort(); /* only --help exits, and the parser is not called */
-}
-#define exit fuzz_elf_exit
-#include "../tools/cmd-run.c"
-#undef exit
-
+#include "run.h"
+#include "tool.h"
 #include "usage-jump.h"
 #include "util/elf.h"
 
@@ -68,10 +64,13 @@ static enum ml__elf_status read_all(const unsigned char *m, size_t len)
 	}
 	if (ml__elf_shdr(&e, e.shnum, &sh))
 		abort();
-	const char *n;
-	for (size_t k = 0; k < 4096 && (n = ml__elf_needed(&e, k)); k++)
-		if (!inside(m, len, n, strlen(n) + 1))
-			abort();
+	static const char *const any_lib[] = {"lib"};
+	const char *n = ml__elf_needs(&e, NULL, 0);
+	if (n && !inside(m, len, n, strlen(n) + 1))
+		abort();
+	n = ml__elf_needs(&e, any_lib, 1);
+	if (n && (!inside(m, len, n, strlen(n) + 1) || strncmp(n, "lib", 3)))
+		abort();
 	struct ml__elf_table t;
 	if (ml__elf_symbols(&e, SHT_DYNSYM, &t) &&
 	    !inside(m, len, t.at, t.n * t.ent))
@@ -84,30 +83,29 @@ static enum ml__elf_status read_all(const unsigned char *m, size_t len)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static unsigned char cls;
+	static bool known;
 	static uint16_t machine;
-	if (!cls)
-		host_ident(&cls, &machine);
+	if (!known) {
+		machine = ml__run_host_machine();
+		known = true;
+	}
 	unsigned char *buf = malloc(size ? size : 1);
 	if (!buf)
 		return 0;
 	memcpy(buf, data, size);
 	enum ml__elf_status st = read_all(buf, size);
 	if (setjmp(back) == 0) {
-		check_elf("fuzz", buf, size, cls, machine);
-		/* Accepted: an ELF file of this class with its header, which
-		 * the reader opens (it also checks the byte order, which
-		 * check_elf leaves to the loader), with the segments the
-		 * loader needs. */
+		ml__run_check_elf("fuzz", buf, size, machine);
+		/* Accepted: a 64-bit ELF file with its header, which the
+		 * reader opens for this machine, with the segments the loader
+		 * needs. */
 		if (size < sizeof(Elf64_Ehdr) || memcmp(buf, ELFMAG, SELFMAG) ||
-		    buf[EI_CLASS] != cls ||
-		    (st != ML__ELF_OK && st != ML__ELF_OTHER_MACHINE))
+		    buf[EI_CLASS] != ELFCLASS64 || st != ML__ELF_OK)
 			abort();
 		struct ml__elf e;
-		if (st == ML__ELF_OK &&
-		    (ml__elf_open(&e, buf, size, machine) != ML__ELF_OK ||
-		     !ml__elf_has_segment(&e, PT_INTERP) ||
-		     !ml__elf_has_segment(&e, PT_DYNAMIC)))
+		if (ml__elf_open(&e, buf, size, machine) != ML__ELF_OK ||
+		    !ml__elf_has_segment(&e, PT_INTERP) ||
+		    !ml__elf_has_segment(&e, PT_DYNAMIC))
 			abort();
 	}
 	free(buf);

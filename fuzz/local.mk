@@ -34,14 +34,16 @@ fuzz/fuzz-env: $(FUZZ_ENV_SRC) $(top_srcdir)/lib/run/run.h $(FUZZ_DEPS)
 		$(FUZZ_ENV_SRC) -ldl -lm
 fuzz/fuzz-cli: $(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/fuzz-cli.h \
 		$(top_srcdir)/fuzz/cli-run.c $(top_srcdir)/fuzz/cli-bounds.c \
-		$(top_srcdir)/tools/cmd-run.c $(top_srcdir)/tools/cmd-bounds.c \
+		$(top_srcdir)/tools/run-options.c $(top_srcdir)/tools/run.h \
+		$(top_srcdir)/tools/run-library.c $(top_srcdir)/tools/cmd-bounds.c \
 		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c $(top_srcdir)/lib/sampler/bounds.c \
 		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
 		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
 		$(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/cli-run.c \
-		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
+		$(top_srcdir)/fuzz/cli-bounds.c $(top_srcdir)/tools/run-library.c \
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
 		$(top_srcdir)/lib/sampler/bounds.c $(top_srcdir)/lib/util/memtotal.c \
 		$(top_srcdir)/lib/util/diag.c -lm
 fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h \
@@ -50,17 +52,13 @@ fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
 		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/util/parse.c -lm
-fuzz/fuzz-elf: $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/fuzz/usage-jump.h \
-		$(top_srcdir)/tools/cmd-run.c $(top_srcdir)/lib/util/elf.c \
-		$(top_srcdir)/lib/util/elf.h \
-		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
-		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c $(FUZZ_DEPS)
+FUZZ_ELF_SRC = $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/tools/run-elf.c \
+	$(top_srcdir)/tools/run-script.c $(top_srcdir)/lib/util/elf.c
+fuzz/fuzz-elf: $(FUZZ_ELF_SRC) $(top_srcdir)/fuzz/usage-jump.h \
+		$(top_srcdir)/tools/run.h $(top_srcdir)/lib/util/elf.h $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
-	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools \
-		-DML_LIBDIR='"$(libdir)"' -DML_BINDIR='"$(bindir)"' -o $@ \
-		$(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/lib/util/elf.c \
-		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/self.c \
-		$(top_srcdir)/lib/util/memtotal.c $(top_srcdir)/lib/util/diag.c -lm
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
+		$(FUZZ_ELF_SRC)
 
 fuzz-build: $(FUZZ_TARGETS)
 
@@ -115,7 +113,7 @@ fuzz_replay_env_SOURCES = fuzz/replay.c fuzz/fuzz-env.c lib/util/parse.c \
 fuzz_replay_env_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_env_LDADD = -ldl -lm
 fuzz_replay_cli_SOURCES = fuzz/replay.c fuzz/fuzz-cli.c fuzz/cli-run.c \
-	fuzz/cli-bounds.c lib/util/parse.c lib/util/self.c lib/sampler/bounds.c \
+	fuzz/cli-bounds.c tools/run-library.c lib/util/parse.c lib/util/self.c lib/sampler/bounds.c \
 	lib/util/memtotal.c lib/util/diag.c
 fuzz_replay_cli_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_cli_LDADD = -lm
@@ -124,6 +122,5 @@ fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c fuzz/usage-jump.h \
 fuzz_replay_stats_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_stats_LDADD = -lm
 fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \
-	lib/util/elf.c lib/util/parse.c lib/util/self.c lib/util/memtotal.c lib/util/diag.c
+	tools/run-elf.c tools/run-script.c lib/util/elf.c
 fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
-fuzz_replay_elf_LDADD = -lm

@@ -99,7 +99,7 @@ typedef struct ml_limits {
 	uint64_t interval;
 } ml_limits;
 
-/* No limit, for ml_limits.alloc_bytes and ml_set_global_memory_limit(). */
+/* No limit, for ml_limits.alloc_bytes and ml_set_global_limit(). */
 #define ML_NO_LIMIT UINT64_MAX
 
 /* No limits, not global, no token, jump delivery. */
@@ -121,63 +121,82 @@ typedef struct ml_outcome {
 	uint64_t held_peak;
 } ml_outcome;
 
-/* ---- Running tasks ------------------------------------------------------ */
+/* ==== The functions, by kind ============================================
+ *
+ * The API grew over two releases; its functions are grouped here by kind,
+ * and each kind has one convention, stated where its section opens.  A
+ * function that departs from its kind's convention says so at its
+ * declaration ("Exception:").  memlimits(3) presents the same kinds.
+ *
+ *   Running a task         ml_run and its shorthands: an ml_status, the
+ *                          task's outcome or why nothing ran.
+ *   Task objects           ml_task_*: take the task first; NULL or a dead
+ *                          task is ML_EINVAL, 0 or a no-op.
+ *   Inside a task          the calling thread's checks, masks and cleanup
+ *                          handlers: they cannot fail.
+ *   Tokens                 ml_token_*: NULL is harmless; cannot fail.
+ *   Process-wide settings  ml_set_X / ml_X: setters return ML_OK or
+ *                          ML_EINVAL (and then change nothing), getters the
+ *                          value in force.
+ *   Custom allocators      ml_note_alloc / ml_note_free, called as malloc
+ *                          and free would be.
+ *   Reports                text about a task: >= 0, or a negative
+ *                          ml_status with errno set, as write(2).
+ *   Documented bounds      ml_bound_*: pure functions, no error codes.
+ *   Version and capabilities
+ *                          facts about the library and the process.
+ *   Aliases                the 0.1 names of ml_set_global_limit and
+ *                          ml_global_limit: same functions.
+ *
+ * Throughout: a function that returns a pointer returns NULL when it has
+ * nothing to give; one that returns int returns ML_OK (0) or more on
+ * success and a negative ml_status when it refused; none aborts the
+ * process on bad input. */
 
-/* Run fn(arg) as a task under *limits; out may be NULL.  See ml_run(3). */
+/* ---- Running a task ------------------------------------------------------
+ *
+ * Convention: run fn(arg) as a task on the calling thread and return an
+ * ml_status: ML_OK (fn returned, no limit reached); the interruption
+ * (ML_ALLOC_LIMIT, ML_HELD_LIMIT, ML_GLOBAL_LIMIT, ML_CANCELLED; a task
+ * whose token is already set does not run and returns ML_CANCELLED);
+ * ML_ENOMEM (a cleanup handler of the task could not be registered); or
+ * ML_EINVAL (a bad argument: nothing ran, *out not written).  out may be
+ * NULL.  ml_task_run (task objects, below) follows it too. */
+
+/* Run fn(arg) as a task under *limits.  See ml_run(3). */
 ML_EXPORT ml_status ml_run(const ml_limits *limits, void *(*fn)(void *),
                            void *arg, ml_outcome *out);
 
 /* memprof-limits shorthands: ml_run with one limit, the delivery the
- * process default.  Like ml_run they return an ml_status, the task's outcome
- * (or ML_EINVAL: nothing ran).  The setters in this header return int
- * instead: ML_OK (0) or a negative ml_status (ML_EINVAL), never a task's. */
+ * process default (ml_set_default_delivery).  They run a task: none of
+ * them sets anything. */
 
 /* A task with an allocation limit of `bytes`. */
 ML_EXPORT ml_status ml_limit_allocations(uint64_t bytes, void *(*fn)(void *),
                                          void *arg, ml_outcome *out);
-/* A task subject to the global memory limit. */
+/* A task subject to the global memory limit.  A shorthand that runs a
+ * task, not a setter: the limit is set with ml_set_global_limit. */
 ML_EXPORT ml_status ml_limit_global_memory(void *(*fn)(void *), void *arg,
                                            ml_outcome *out);
 /* A task interrupted when token t is set (t must not be NULL). */
 ML_EXPORT ml_status ml_limit_with_token(ml_token *t, void *(*fn)(void *),
                                         void *arg, ml_outcome *out);
 
-/* The delivery the shorthands use: ML_DELIVER_JUMP unless changed here or by
- * MEMLIMITS_DELIVERY=jump|fail|flag.  Returns ML_OK or ML_EINVAL. */
-ML_EXPORT int ml_set_default_delivery(ml_delivery d);
-ML_EXPORT ml_delivery ml_default_delivery(void);
-
-/* ---- Global memory ------------------------------------------------------ */
-
-/* Set the global memory limit: ML_NO_LIMIT = none (the default), 0 = always
- * exceeded.  Returns ML_OK. */
-ML_EXPORT int ml_set_global_limit(uint64_t bytes);
-/* The global memory limit in force. */
-ML_EXPORT uint64_t ml_global_limit(void);
-/* The 0.1 names of the two above, kept as aliases (same functions);
- * ml_global_memory_limit was too easily mistaken for ml_limit_global_memory,
- * which runs a task. */
-ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes);
-ML_EXPORT uint64_t ml_global_memory_limit(void);
-/* Called once each time usage rises to fraction x the global limit (after
- * having been below 31/32 of that), at the next safe point of any thread:
- * the end of an ml_run or a slice, ml_check(), ml_is_interrupted().  It
- * may allocate and call any ml_ function.  Since 0.2. */
-typedef void (*ml_pressure_fn)(uint64_t usage, uint64_t limit, void *arg);
-/* fraction in (0, 1]; fn NULL removes it.  ML_OK or ML_EINVAL. */
-ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,
-                                       void *arg);
-/* Live heap bytes as the library measures them (see memlimits(3)). */
-ML_EXPORT uint64_t ml_global_memory_usage(void);
-
-/* ---- Tasks as objects: one request across callbacks and threads -------- */
+/* ---- Task objects: one request across callbacks and threads -------------
+ *
+ * Convention: each takes the task first.  For a NULL or dead task, those
+ * returning an ml_status return ML_EINVAL, the estimates 0, and
+ * ml_task_free does nothing.  ml_task_run runs a slice as ml_run runs a
+ * task (the convention above).  Exception: ml_task_new, below. */
 
 /* One request, job or unit of work (opaque).  Its limits hold for all its
  * slices together, whichever threads they run on.  See ml_task_new(3). */
 typedef struct ml_task ml_task;
 
-/* A new task under *limits: NULL with errno EINVAL (bad limits) or ENOMEM.
- * Never allocates through malloc. */
+/* A new task under *limits.  Exception: it returns a pointer, so it fails
+ * as malloc does, not with an ml_status: NULL with errno EINVAL (bad
+ * limits, where ml_run returns ML_EINVAL) or ENOMEM.  Never allocates
+ * through malloc. */
 ML_EXPORT ml_task *ml_task_new(const ml_limits *limits);
 /* Free the task; NULL is a no-op.  While slices of it still run, the
  * record is reclaimed when the last of them ends. */
@@ -193,32 +212,17 @@ ML_EXPORT ml_status ml_task_status(const ml_task *t);
 ML_EXPORT uint64_t ml_task_allocated(const ml_task *t);
 /* Estimated bytes t allocated that are not freed yet; 0 for NULL. */
 ML_EXPORT uint64_t ml_task_held(const ml_task *t);
-/* One line for a log: why t was interrupted (its status), the limit, the
- * estimates of what it had allocated and held then, and where (the
- * innermost frames of the allocation that tripped it, when it was t's
- * own); for a task not interrupted, its estimates now.  Written to buf
- * (NUL-terminated, cut to len - 1 bytes); returns the length of the whole
- * line, as snprintf, or ML_EINVAL (not a task; buf NULL with len > 0).
- * See ml_task_describe(3).  Since 0.2. */
-ML_EXPORT int ml_task_describe(const ml_task *t, char *buf, size_t len);
-/* The task of the innermost slice (or ml_run) on this thread, or NULL. */
+/* The task of the innermost slice (or ml_run) on this thread, or NULL
+ * when there is none (not an error).  Takes no task. */
 ML_EXPORT ml_task *ml_task_current(void);
 
-/* ---- Held memory by call stack ----------------------------------------- */
-
-/* Write what t holds (t NULL: every task together) by call stack to fd,
- * collapsed-stack format: "outer;...;inner bytes" per line, the lines
- * summing to ml_task_held(t).  Frames are known for blocks sampled while
- * stack capture was on; the others print as [unknown].  0, or ML_EINVAL
- * (bad task or descriptor) / ML_ENOMEM with errno set.  Since 0.2. */
-ML_EXPORT int ml_write_held_profile(const ml_task *t, int fd);
-/* Capture the call stack at each sample from now on (on) or stop.  On
- * by itself under MEMLIMITS_PROFILE or MEMLIMITS_REPORT.  0, or ML_EINVAL
- * with errno ENOTSUP where no stack can be captured (ml_capabilities()
- * lacks ML_CAP_STACKS).  Since 0.2. */
-ML_EXPORT int ml_set_stack_capture(bool on);
-
-/* ---- Inside a task ------------------------------------------------------ */
+/* ---- Inside a task: checks, masks, cleanup -------------------------------
+ *
+ * Convention: they act on the calling thread's stack of tasks and cannot
+ * fail: a question returns a bool, the others nothing.  Outside any task,
+ * or out of turn (ml_unmask without ml_mask, ml_cleanup_pop without a
+ * push), they are harmless no-ops.  ml_check and the last ml_unmask are
+ * safe points: with JUMP delivery they may not return. */
 
 /* A task on this thread's stack is interrupted. */
 ML_EXPORT bool ml_is_interrupted(void);
@@ -230,12 +234,18 @@ ML_EXPORT void ml_mask(void);
 ML_EXPORT void ml_unmask(void);
 /* This thread is masked. */
 ML_EXPORT bool ml_is_masked(void);
-/* Run fn(arg) on JUMP delivery, innermost first, masked. */
+/* Run fn(arg) on JUMP delivery, innermost first, masked.  Exception: it
+ * can fail but returns nothing; a record it could not get makes the
+ * innermost task's ml_run (or ml_task_run) return ML_ENOMEM. */
 ML_EXPORT void ml_cleanup_push(void (*fn)(void *), void *arg);
 /* Drop the innermost cleanup handler, running it first if execute. */
 ML_EXPORT void ml_cleanup_pop(bool execute);
 
-/* ---- Tokens ------------------------------------------------------------- */
+/* ---- Tokens ---------------------------------------------------------------
+ *
+ * Convention: ml_token_new returns the token, or NULL when the library has
+ * no memory for it; the others cannot fail and take NULL harmlessly
+ * (ml_token_set and ml_token_free do nothing, ml_token_is_set is false). */
 
 /* A new, unset token; NULL when out of memory. */
 ML_EXPORT ml_token *ml_token_new(void);
@@ -246,16 +256,64 @@ ML_EXPORT bool ml_token_is_set(const ml_token *t);
 /* Free the token; NULL is a no-op. */
 ML_EXPORT void ml_token_free(ml_token *t);
 
-/* ---- Sampling ----------------------------------------------------------- */
+/* ---- Process-wide settings -----------------------------------------------
+ *
+ * Convention: a setter ml_set_X sets X for the whole process, from any
+ * thread, and returns int: ML_OK (0), or ML_EINVAL for a value outside X's
+ * domain, and then changes nothing.  A getter ml_X returns the value in
+ * force and cannot fail.  Exceptions, said at each: ml_set_seed returns
+ * nothing; ml_set_stack_capture's ML_EINVAL comes with errno ENOTSUP;
+ * ml_set_global_limit accepts every value (always ML_OK). */
 
-/* Mean bytes between samples, >= 1.  Returns ML_OK or ML_EINVAL. */
+/* Mean bytes between samples, >= 1.  ML_OK, or ML_EINVAL for 0. */
 ML_EXPORT int ml_set_sample_interval(uint64_t bytes);
 /* The sample interval in force. */
 ML_EXPORT uint64_t ml_sample_interval(void);
-/* Seed the samplers, for reproducible runs. */
+/* Seed the samplers, for reproducible runs.  Exception: returns nothing,
+ * as in 0.1 (kept for programs built against it); every seed is valid,
+ * so there is nothing to refuse.  No getter. */
 ML_EXPORT void ml_set_seed(uint64_t seed);
 
-/* ---- Custom allocators -------------------------------------------------- */
+/* The delivery the shorthands use: ML_DELIVER_JUMP unless changed here or by
+ * MEMLIMITS_DELIVERY=jump|fail|flag.  ML_OK, or ML_EINVAL outside the
+ * enum. */
+ML_EXPORT int ml_set_default_delivery(ml_delivery d);
+ML_EXPORT ml_delivery ml_default_delivery(void);
+
+/* Set the global memory limit: ML_NO_LIMIT = none (the default), 0 = always
+ * exceeded.  Every value is valid: always ML_OK.  The name to use (0.1's,
+ * ml_set_global_memory_limit, is an alias: see the end of this header). */
+ML_EXPORT int ml_set_global_limit(uint64_t bytes);
+/* The global memory limit in force.  The name to use (0.1's:
+ * ml_global_memory_limit). */
+ML_EXPORT uint64_t ml_global_limit(void);
+/* Live heap bytes as the library measures them (see memlimits(3)): a
+ * reading with no setter. */
+ML_EXPORT uint64_t ml_global_memory_usage(void);
+
+/* Called once each time usage rises to fraction x the global limit (after
+ * having been below 31/32 of that), at the next safe point of any thread:
+ * the end of an ml_run or a slice, ml_check(), ml_is_interrupted().  It
+ * may allocate and call any ml_ function.  Since 0.2. */
+typedef void (*ml_pressure_fn)(uint64_t usage, uint64_t limit, void *arg);
+/* fraction in (0, 1]; fn NULL removes it.  ML_OK or ML_EINVAL.  No
+ * getter. */
+ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,
+                                       void *arg);
+
+/* Capture the call stack at each sample from now on (on) or stop.  On
+ * by itself under MEMLIMITS_PROFILE or MEMLIMITS_REPORT.  ML_OK.
+ * Exception: ML_EINVAL with errno ENOTSUP where no stack can be captured
+ * (ml_capabilities() lacks ML_CAP_STACKS): every value is valid, the
+ * process cannot, and errno says so.  No getter.  Since 0.2. */
+ML_EXPORT int ml_set_stack_capture(bool on);
+
+/* ---- Custom allocators ---------------------------------------------------
+ *
+ * Convention: an allocator that does not go through malloc calls them at
+ * each of its allocations and frees, as malloc and free would be called;
+ * they cannot fail.  ml_note_alloc answers whether the allocation may go
+ * ahead, and with JUMP delivery may not return (as malloc in a task). */
 
 /* Feed the sampler and the meter with an allocation of `bytes` made by a
  * custom allocator.  false: this allocation should fail (FAIL delivery). */
@@ -263,7 +321,34 @@ ML_EXPORT bool ml_note_alloc(size_t bytes);
 /* Tell the meter that a custom allocator freed `bytes`. */
 ML_EXPORT void ml_note_free(size_t bytes);
 
-/* ---- Documented bounds (pure functions) --------------------------------- */
+/* ---- Reports: what a task holds, and why it stopped ----------------------
+ *
+ * Convention: write text about a task and return an int as write(2) and
+ * snprintf(3) do: >= 0 on success, else a negative ml_status (ML_EINVAL:
+ * not a task, a bad descriptor or buffer; ML_ENOMEM) with errno set.
+ * They may call malloc, on the library's own behalf, to name frames. */
+
+/* Write what t holds (t NULL: every task together) by call stack to fd,
+ * collapsed-stack format: "outer;...;inner bytes" per line, the lines
+ * summing to ml_task_held(t).  Frames are known for blocks sampled while
+ * stack capture was on; the others print as [unknown].  0, or ML_EINVAL
+ * (bad task or descriptor) / ML_ENOMEM with errno set.  Since 0.2. */
+ML_EXPORT int ml_write_held_profile(const ml_task *t, int fd);
+/* One line for a log: why t was interrupted (its status), the limit, the
+ * estimates of what it had allocated and held then, and where (the
+ * innermost frames of the allocation that tripped it, when it was t's
+ * own); for a task not interrupted, its estimates now.  Written to buf
+ * (NUL-terminated, cut to len - 1 bytes); returns the length of the whole
+ * line, as snprintf, or ML_EINVAL (not a task; buf NULL with len > 0).
+ * See ml_task_describe(3).  Since 0.2. */
+ML_EXPORT int ml_task_describe(const ml_task *t, char *buf, size_t len);
+
+/* ---- Documented bounds: pure functions -----------------------------------
+ *
+ * Convention: no state, no lock, no error code: a probability (double) or
+ * a byte count (uint64_t) computed from the arguments alone.  An interval
+ * of 0 gives NaN (double) or 0 (count); the other edge cases are values,
+ * listed in ml_bound_alloc(3). */
 
 /* 1 - exp(-n/interval): the least probability that a global task allocating
  * n bytes over the limit has been interrupted. */
@@ -292,7 +377,10 @@ ML_EXPORT uint64_t ml_bound_safe_bytes(uint64_t limit, double t,
 ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
                                       uint64_t interval);
 
-/* ---- Version ------------------------------------------------------------ */
+/* ---- Version and capabilities --------------------------------------------
+ *
+ * Convention: facts about the library and the running process; they cannot
+ * fail.  Strings are static: never NULL, not to be modified or freed. */
 
 /* The library's version, "MAJOR.MINOR.PATCH". */
 ML_EXPORT const char *ml_version(void);
@@ -316,6 +404,20 @@ ML_EXPORT const char *ml_allocator(void);
 
 /* A short description of s; "unknown status" outside the enum. */
 ML_EXPORT const char *ml_status_str(ml_status s);
+
+/* ---- Aliases: the 0.1 names ----------------------------------------------
+ *
+ * Same functions (one address for both names), kept so that programs
+ * written or built against 0.1 keep working; new code uses
+ * ml_set_global_limit and ml_global_limit.  The 0.1 names were too easily
+ * mistaken for ml_limit_global_memory, which runs a task.  (ml_run and the
+ * three shorthands also keep a 0.1 symbol version, with the 0.1 layouts of
+ * ml_limits and ml_outcome: one name, two versions, not an alias.) */
+
+/* Same function as ml_set_global_limit, kept for 0.1. */
+ML_EXPORT int ml_set_global_memory_limit(uint64_t bytes);
+/* Same function as ml_global_limit, kept for 0.1. */
+ML_EXPORT uint64_t ml_global_memory_limit(void);
 
 // clang-format on
 

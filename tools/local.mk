@@ -6,12 +6,15 @@ bin_PROGRAMS += tools/memlimits
 tools_memlimits_SOURCES = tools/memlimits.c tools/tool.h \
 	tools/cmd-bounds.c \
 	lib/sampler/bounds.c lib/util/parse.c lib/util/parse.h lib/util/self.c \
-	lib/util/memtotal.c lib/util/diag.c
+	lib/util/memtotal.c lib/util/diag.c lib/util/elf.c lib/util/elf.h
 tools_memlimits_LDADD = -lm
 
 # memlimits run / stats (issue 5).  run finds the library to preload from
 # the installed paths (bindir -> libdir) or, uninstalled, from the build
-# tree next to the command (tools/cmd-run.c, find_library).
-tools_memlimits_SOURCES += tools/cmd-run.c tools/cmd-stats.c
+# tree next to the command (tools/run-library.c); its files by concern are
+# listed in tools/run.h.
+tools_memlimits_SOURCES += tools/cmd-run.c tools/run.h tools/run-options.c \
+	tools/run-path.c tools/run-elf.c tools/run-script.c \
+	tools/run-library.c tools/run-env.c tools/cmd-stats.c
 tools_memlimits_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib -DML_LIBDIR='"$(libdir)"' \
 	-DML_BINDIR='"$(bindir)"'

@@ -1084,7 +1084,7 @@ int gs_serve(const struct gs_config *c, int ready_fd, int stats_fd)
 	 * freed pages stay resident.  Same setting with and without limits. */
 	mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 	if (c->limits)
-		ml_set_global_memory_limit(c->global_limit);
+		ml_set_global_limit(c->global_limit);
 	struct sigaction sa = {.sa_handler = on_signal};
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);

@@ -179,7 +179,8 @@ void ml__sampled_lost(void *p);
  * mask, bit test against the bitmap, branch) unless the bucket is
  * marked; the caller tests that the filter is on (the free tails that
  * call this are chosen only then: meter.c; realloc tests ML__WATCH). */
-static inline __attribute__((always_inline)) void ml__sampled_lose(void *p)
+static inline __attribute__((always_inline)) bool
+ml__sampled_marked(const void *p)
 {
 #if defined(__x86_64__) && defined(HAVE_ASM_GOTO) && !defined(ML_NO_ASM) && \
     defined(__PIC__)
@@ -193,13 +194,17 @@ static inline __attribute__((always_inline)) void ml__sampled_lose(void *p)
 	               [mask] "i"(ML__SAMPLED_BUCKETS - 1)
 	             : "rax", "cc", "memory"
 	             : hit);
-	return;
+	return false;
 hit:
-	ml__sampled_lost(p);
+	return true;
 #else
-	if (ml__unlikely(ml__sampled_maybe(p)))
-		ml__sampled_lost(p);
+	return ml__unlikely(ml__sampled_maybe(p));
 #endif
+}
+static inline __attribute__((always_inline)) void ml__sampled_lose(void *p)
+{
+	if (ml__sampled_marked(p))
+		ml__sampled_lost(p);
 }
 /* What realloc must take care of, in one byte it tests on its fast path:
  * ML__WATCH_METER (the metered tails are on), ML__WATCH_SAMPLED (the
@@ -207,9 +212,12 @@ hit:
 enum { ML__WATCH_METER = 1, ML__WATCH_SAMPLED = 2 };
 extern _Atomic uint8_t ml__watch;
 #define ML__WATCH atomic_load_explicit(&ml__watch, memory_order_relaxed)
-/* Route free through the filter from now on (never off again: a recorded
- * block may be freed at any time). */
-void ml__sampled_switch_on(void);
+/* Route free (and realloc's old block) through the filter, or no longer.
+ * The caller holds ml__meter_switch_lock (after ml__allocator_resolve)
+ * and switches it off only when no block is recorded and none can be
+ * until it switches it on again (tasks/held.c says why that is safe
+ * with frees in flight).  ml__sampled_on changes under that lock only. */
+void ml__sampled_switch(bool on);
 extern _Atomic bool ml__sampled_on;
 
 #pragma GCC visibility pop

@@ -151,7 +151,7 @@ static void *memalign_aligned_alloc(size_t align, size_t n)
  * allocator is known: a block from one allocator must never reach another
  * one's free.  So every entry point of ml__real starts as a stub that
  * finds it first, reading the objects' own symbol tables
- * (util/elfsym.c), which allocates nothing. */
+ * (util/elf.c, ml__elf_symbol), which allocates nothing. */
 
 struct ml__real ml__real;
 static _Atomic int resolved; /* 0 no, 1 finding, 2 done */
@@ -295,7 +295,7 @@ static void find(void)
 	}
 	struct ml__real *r = &s.r;
 	/* Without these there is nothing to forward to: glibc's instead,
-	 * said at start (ml__allocator_check). */
+	 * said at start (ml__allocator_unusable, api/init.c). */
 	if (!r->calloc || !r->realloc || !r->free || !r->usable ||
 	    (!r->memalign && !r->aligned_alloc)) {
 		unusable = true;

@@ -55,14 +55,18 @@ static enum kind classify_name(const char *path)
 	return K_USER;
 }
 
-static uintptr_t self_base;
+/* The library's own load base: set at start (ml__unwind_init) or by the
+ * first walk, by whichever thread gets there; every thread computes the
+ * same value, so relaxed atomics suffice (a plain static was a data
+ * race). */
+static _Atomic uintptr_t self_base;
 
 static enum kind classify(uintptr_t ip)
 {
 	struct ml__object o;
 	if (ml__find_object(ip, &o) != 0)
 		return K_USER; /* JIT code or similar: not ours to judge */
-	if (o.start == self_base)
+	if (o.start == atomic_load_explicit(&self_base, memory_order_relaxed))
 		return K_SELF;
 	/* The allocator underneath: never jumped across, nor failed in. */
 	uintptr_t lo;
@@ -77,7 +81,8 @@ void ml__unwind_init(void)
 {
 	struct ml__object o;
 	if (ml__find_object((uintptr_t)&ml__unwind_init, &o) == 0)
-		self_base = o.start;
+		atomic_store_explicit(&self_base, o.start,
+		                      memory_order_relaxed);
 }
 
 struct walk {
@@ -131,7 +136,7 @@ static _Unwind_Reason_Code walk_frame(struct _Unwind_Context *ctx, void *arg)
 
 static enum ml__frames walk(uintptr_t stop)
 {
-	if (!self_base)
+	if (!atomic_load_explicit(&self_base, memory_order_relaxed))
 		ml__unwind_init();
 	if (!ml__unwind_loaded())
 		return ML__FRAMES_RUNTIME; /* no stack walks: not known safe */

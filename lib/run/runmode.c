@@ -208,7 +208,7 @@ __attribute__((constructor(110))) static void run_start(void)
 	if (ml__run.held_limit != ML_NO_LIMIT || ml__run.report_path) {
 		process.magic = ML__TASK_FRAME;
 		process.internal = true;
-		ml__held_start();
+		ml__held_need(); /* for the process's life */
 		held_tracked = true;
 		/* Every thread charges the process account: batched, the
 		 * held limit then reached late or early by at most

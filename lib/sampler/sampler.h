@@ -61,9 +61,9 @@ slow:
 #endif
 }
 
-/* The mean sample interval S when none is set (MEMLIMITS_INTERVAL,
- * ml_set_interval, memlimits --interval).  A plain literal: the command's
- * help texts quote it (ML__INTERVAL_TEXT). */
+/* The mean sample interval S when none is set (MEMLIMITS_SAMPLE_INTERVAL,
+ * ml_set_sample_interval, memlimits --interval).  A plain literal: the
+ * command's help texts quote it (ML__INTERVAL_TEXT). */
 #define ML__DEFAULT_INTERVAL 80000
 
 /* Samples that reach a limit of `limit` bytes at interval s > 0:

@@ -20,8 +20,9 @@
  *    chosen even while victims hold the overshoot.  A heap that waits
  *    for its victims to free does not grow: a task streaming through a
  *    small buffer meanwhile is never chosen.
- * The held estimates are those of tasks/held.c, so held tracking runs
- * while a global limit is set. */
+ * The held estimates are those of tasks/held.c: every live global task
+ * needs held tracking (registered to unregistered), so the choice has
+ * them; the limit alone needs nothing more (see api_limit below). */
 #include "tasks/tasks.h"
 
 ML__LOCK(static, list_lock, ML__RANK_GLOBAL)
@@ -29,10 +30,10 @@ static struct ml_task *head;
 
 void ml__global_register(struct ml_task *task)
 {
-	/* The choice reads what each global task holds: tracked from the
-	 * first global task on, before it runs, so that all its blocks
-	 * count, also when the limit comes later. */
-	ml__held_start();
+	/* The choice reads what each global task holds: tracked while it
+	 * lives, from before it runs, so that all its blocks count, also
+	 * when the limit comes later. */
+	ml__held_need();
 	ml__spin_lock(&list_lock);
 	task->gprev = NULL;
 	task->gnext = head;
@@ -53,6 +54,7 @@ void ml__global_unregister(struct ml_task *task)
 		task->gnext->gprev = task->gprev;
 	task->gnext = task->gprev = NULL;
 	ml__spin_unlock(&list_lock);
+	ml__held_unneed();
 }
 
 /* How far an allocation of n bytes would take usage past the global
@@ -140,7 +142,8 @@ void ml__global_choose(struct ml__thread *t, uint64_t n)
  * The user's function is called once per upward crossing of fraction x the
  * global limit (detected by the meter at a fold, alloc/meter.c), at the
  * next safe point of any thread: the end of an ml_run or a slice,
- * ml_check, ml_is_interrupted, the outermost ml_unmask.  Never inside an
+ * ml_check, ml_is_interrupted (ml_unmask delivers interruptions but
+ * does not call it).  Never inside an
  * allocation, so it may allocate and call any ml_ function. */
 static ml_pressure_fn _Atomic pressure_fn;
 static void *_Atomic pressure_arg;
@@ -195,13 +198,38 @@ void ml__global_limit_set(uint64_t bytes)
 	ml__spin_unlock(&list_lock);
 }
 
+/* The API's limit (not run mode's heap limit) is set: a program's tasks
+ * may read what they hold from then on (ml_set_global_limit(3)).  They
+ * need tracking only where they sample, and a block is recorded only at a
+ * sample: so the limit needs it from the first sample of a program's task
+ * under it (limit_needs, under list_lock) until it is removed, and a
+ * process with a limit and no task pays the meter alone (issue 26). */
+_Atomic bool ml__api_limit;
+static bool limit_needs;
+
+bool ml__global_held_need(struct ml__thread *t)
+{
+	if (t->top && !t->top->task->internal) {
+		ml__spin_lock(&list_lock);
+		if (!limit_needs && atomic_load(&ml__api_limit)) {
+			limit_needs = true;
+			ml__held_need();
+		}
+		ml__spin_unlock(&list_lock);
+	}
+	return ML__HELD_ON;
+}
+
 ML_EXPORT int ml_set_global_limit(uint64_t bytes)
 {
-	/* The program's tasks may read what they hold from now on (the
-	 * choice itself needs it from the first global task on). */
-	if (bytes != ML_NO_LIMIT)
-		ml__held_start();
 	ml__global_limit_set(bytes);
+	ml__spin_lock(&list_lock);
+	atomic_store(&ml__api_limit, bytes != ML_NO_LIMIT);
+	bool drop = limit_needs && bytes == ML_NO_LIMIT;
+	limit_needs &= !drop;
+	if (drop)
+		ml__held_unneed();
+	ml__spin_unlock(&list_lock);
 	return 0;
 }
 

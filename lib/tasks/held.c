@@ -19,7 +19,6 @@
  * keeping its own change to it until the change reaches the batch. */
 #include "tasks/tasks.h"
 
-#include <sched.h>
 #include <string.h>
 
 #define ML__HELD_TASKS 4
@@ -199,10 +198,13 @@ static void release(const struct record *r)
 	}
 }
 
+static void drain_check(void);
+
 /* The free hook (alloc/alloc.h): p's bucket is marked. */
 static void held_free(void *p)
 {
 	struct record r = {0};
+	bool drained = false;
 	unsigned k = shard_of((uintptr_t)p);
 	struct shard *sh = &shards[k];
 	ml__spin_lock(&shard_lock[k].lock);
@@ -211,10 +213,15 @@ static void held_free(void *p)
 		r = *e;
 		erase(sh, e);
 		ml__sampled_unmark(p);
+		/* The shard's last record while no task needs tracking: maybe
+		 * the process's last (read under the lock: see needs_off). */
+		drained = !sh->used && !ML__HELD_ON;
 	}
 	ml__spin_unlock(&shard_lock[k].lock);
 	if (r.addr)
 		release(&r);
+	if (ml__unlikely(drained))
+		drain_check();
 }
 
 /* The task's account, made at its first charge. */
@@ -266,9 +273,14 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 	struct shard *sh = &shards[k];
 	ml__spin_lock(&shard_lock[k].lock);
 	/* A block freed behind our back (the allocator's own free called
-	 * directly) whose address came back: its old record goes. */
-	struct record *e = find(sh, r.addr);
-	if (e) {
+	 * directly) whose address came back: its old record goes.  No record
+	 * is made once tracking is off: tested under the shard's lock, which
+	 * is what lets the last record switch the filter off (needs_off). */
+	bool on = atomic_load_explicit(&ml__held_on, memory_order_acquire);
+	struct record *e = on ? find(sh, r.addr) : NULL;
+	if (!on) {
+		/* Off since the caller looked: not recorded. */
+	} else if (e) {
 		stale = *e;
 		*e = r;
 		kept = true;
@@ -365,37 +377,125 @@ uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
 	return total;
 }
 
-/* Set by the one thread that switches tracking on. */
-static _Atomic bool starting;
+/* ---- When held tracking runs (issue 26) --------------------------------
+ *
+ * Tracking costs every free the filter (alloc.h), so it runs only while
+ * something needs it: a needer is a live task object, a live global task,
+ * an ml_run with a held limit, the API's global limit once a program's
+ * task has sampled under it (global.c), run mode's held limit or report.
+ * `needers` counts them; samples are recorded while it is above 0
+ * (ml__held_on).  The free tail stays filtered while tracking is on AND
+ * while any record remains: a block recorded while it was on is still
+ * found when it is freed later, and the free of the process's last record
+ * switches the tail back to the allocator's own free.  A long-lived
+ * recorded block keeps every free filtered until it is freed.
+ *
+ * Why a free can never miss a record (frees run with no lock; each loads
+ * the tail with a relaxed load and calls it):
+ *  - ml__held_on, ml__sampled_on and the tails change only under
+ *    ml__meter_switch_lock.  Switching on stores the tail, then ml__held_on
+ *    (release); switching off stores ml__held_on = false, then, only if
+ *    every shard, each read under its lock, holds no record, the plain
+ *    tail (needs_off, drain_check).
+ *  - A record is made under its shard's lock only after reading
+ *    ml__held_on true there (ml__held_note).  Say the true it read was
+ *    stored by switch-on E: E's tail store happens before the record.
+ *    A later plain-tail store P follows an off-store F after E (P reads
+ *    false under the switch lock) and reads the shard under its lock
+ *    after F.  Had P read the shard before the record was made, the
+ *    record's critical section would come after F and could not read
+ *    E's true, older than F: so P reads the shard after the record was
+ *    made, and sees it unless it is already erased.
+ *  - The free of a recorded block p happens after p's malloc returned
+ *    (whoever frees p got it from there), so after the record and after
+ *    E's tail store: its load of the tail reads that filtered tail or a
+ *    later store, never an earlier plain one; a later plain store comes
+ *    only after p's record is erased, which this free's own lookup does
+ *    after its load.  realloc's ml__watch is stored with the tail, the
+ *    same way.
+ *  - A free that loaded the filtered tail just before it is switched off
+ *    still runs the filter: its bit is clear (no record) or saturated, and
+ *    the lookup finds nothing.  Harmless.
+ *  - The last record's free reads ml__held_on under its shard's lock:
+ *    a switch-off that read that shard before the erase stored false
+ *    before, so the free sees false and calls drain_check; one that read
+ *    it after sees no record there.  Either way the last one out turns
+ *    the filter off.
+ * needers goes from 0 to 1 and from 1 to 0 under the switch lock only,
+ * so that ml__held_on is true whenever a need is held: a task never runs
+ * while tracking is off for a moment under it. */
+static _Atomic uint32_t needers;
 
-/* A child forked while another thread was switching tracking on has no
- * such thread: whoever comes next does it again (it is idempotent). */
-static void atfork_child(void)
+/* Some shard holds a record (each read under its lock: see above). */
+static bool records_remain(void)
 {
-	atomic_store(&starting, atomic_load(&ml__held_on));
-}
-
-__attribute__((constructor(102))) static void held_init(void)
-{
-	ml__atfork(NULL, NULL, atfork_child,
-	           "a child forked while held tracking is being switched on "
-	           "may hang when it starts a task");
-}
-
-void ml__held_start(void)
-{
-	if (atomic_load_explicit(&ml__held_on, memory_order_acquire))
-		return;
-	/* Threads that start global tasks at once all come here: one sets
-	 * the hook and switches the filter on, the others wait for it. */
-	if (atomic_exchange_explicit(&starting, true, memory_order_acq_rel)) {
-		while (
-		    !atomic_load_explicit(&ml__held_on, memory_order_acquire))
-			sched_yield();
-		return;
+	for (unsigned k = 0; k < SHARDS; k++) {
+		ml__spin_lock(&shard_lock[k].lock);
+		bool some = shards[k].used != 0;
+		ml__spin_unlock(&shard_lock[k].lock);
+		if (some)
+			return true;
 	}
-	atomic_store_explicit(&ml__sampled_free_hook, held_free,
-	                      memory_order_release);
-	ml__sampled_switch_on();
-	atomic_store_explicit(&ml__held_on, true, memory_order_release);
+	return false;
+}
+
+/* Under the switch lock: tracking off; the filter too if nothing is
+ * recorded (else the last record's free does it: drain_check). */
+static void needs_off(void)
+{
+	atomic_store_explicit(&ml__held_on, false, memory_order_relaxed);
+	if (!records_remain())
+		ml__sampled_switch(false);
+}
+
+static ML__COLD void drain_check(void)
+{
+	ml__allocator_resolve();
+	ml__spin_lock(&ml__meter_switch_lock);
+	if (!ML__HELD_ON && !records_remain())
+		ml__sampled_switch(false);
+	ml__spin_unlock(&ml__meter_switch_lock);
+}
+
+void ml__held_need(void)
+{
+	uint32_t n = atomic_load_explicit(&needers, memory_order_relaxed);
+	/* 1 or more to one more: tracking is on and stays on. */
+	while (n)
+		if (atomic_compare_exchange_weak_explicit(&needers, &n, n + 1,
+		                                          memory_order_acquire,
+		                                          memory_order_relaxed))
+			return;
+	ml__allocator_resolve();
+	ml__spin_lock(&ml__meter_switch_lock);
+	if (!atomic_load_explicit(&ml__held_on, memory_order_relaxed)) {
+		atomic_store_explicit(&ml__sampled_free_hook, held_free,
+		                      memory_order_release);
+		ml__sampled_switch(true);
+		atomic_store_explicit(&ml__held_on, true, memory_order_release);
+	}
+	atomic_fetch_add_explicit(&needers, 1, memory_order_release);
+	ml__spin_unlock(&ml__meter_switch_lock);
+}
+
+void ml__held_unneed(void)
+{
+	uint32_t n = atomic_load_explicit(&needers, memory_order_relaxed);
+	/* 2 or more to one fewer: someone still needs it. */
+	while (n > 1)
+		if (atomic_compare_exchange_weak_explicit(&needers, &n, n - 1,
+		                                          memory_order_release,
+		                                          memory_order_relaxed))
+			return;
+	ml__allocator_resolve();
+	ml__spin_lock(&ml__meter_switch_lock);
+	if (atomic_fetch_sub_explicit(&needers, 1, memory_order_relaxed) == 1)
+		needs_off();
+	ml__spin_unlock(&ml__meter_switch_lock);
+}
+
+bool ml__held_tracking_test(bool *filtered)
+{
+	*filtered = atomic_load(&ml__sampled_on);
+	return atomic_load(&ml__held_on);
 }

@@ -227,12 +227,24 @@ static ML__COLD void alloc_failed(struct ml__thread *t, uint64_t n)
 	errno = e;
 }
 
+/* The sampled block is to be recorded: held tracking is on, or the API's
+ * global limit switches it on at a program's task's first sample under it
+ * (global.c). */
+static inline bool held_wanted(struct ml__thread *t)
+{
+	if (ML__HELD_ON)
+		return true;
+	return ml__unlikely(atomic_load_explicit(&ml__api_limit,
+	                                         memory_order_relaxed)) &&
+	       ml__global_held_need(t);
+}
+
 void *ml__alloc_end(void *p, uint64_t n)
 {
 	struct ml__thread *t = &ml__self;
 	if (ml__unlikely(p == NULL))
 		alloc_failed(t, n);
-	else if (t->charged && t->charged_samples && ML__HELD_ON)
+	else if (t->charged && t->charged_samples && held_wanted(t))
 		ml__held_note(t, p, t->charged_samples);
 	return p;
 }

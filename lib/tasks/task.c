@@ -258,6 +258,25 @@ static bool refresh_seen(struct ml__thread *t)
 	return tripped;
 }
 
+static uint64_t samples_needed(uint64_t bytes, uint64_t s)
+{
+	if (bytes == ML_NO_LIMIT)
+		return UINT64_MAX;
+	return ml__samples_needed(bytes, s);
+}
+
+/* total >= k, with k computed at the task's first sample (0 until then:
+ * every thread that sees 0 computes the same value). */
+static ML__COLD bool alloc_reached(struct ml_task *task, uint64_t total)
+{
+	uint64_t k = atomic_load_explicit(&task->k, memory_order_relaxed);
+	if (k == 0) {
+		k = samples_needed(task->alloc_limit, task->interval);
+		atomic_store_explicit(&task->k, k, memory_order_relaxed);
+	}
+	return total >= k;
+}
+
 int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
                      unsigned hook)
 {
@@ -279,12 +298,15 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		if (atomic_load_explicit(&task->status, memory_order_relaxed) !=
 		    ML_OK)
 			continue;
-		if (total >= task->k)
+		if (ml__unlikely(
+		        total >=
+		        atomic_load_explicit(&task->k, memory_order_relaxed)) &&
+		    alloc_reached(task, total))
 			ml__task_trip_here(task, ML_ALLOC_LIMIT);
 		else if (held_limited(task->held_limit) &&
 		         ml__held_bytes(task) + w >= task->held_limit)
 			ml__task_trip_here(task, ML_HELD_LIMIT);
-		else if (task->token && ml_token_is_set(task->token))
+		else if (task->token && ml__token_is_set(task->token))
 			ml__task_trip_here(task, ML_CANCELLED);
 		else
 			global |= task->global;
@@ -366,7 +388,7 @@ void ml__tasks_poll(struct ml__thread *t)
 		if (k->seen == ML_OK && task->token &&
 		    atomic_load_explicit(&task->status, memory_order_relaxed) ==
 		        ML_OK &&
-		    ml_token_is_set(task->token))
+		    ml__token_is_set(task->token))
 			ml__task_trip(task, ML_CANCELLED);
 	}
 	if (refresh_seen(t))
@@ -374,13 +396,6 @@ void ml__tasks_poll(struct ml__thread *t)
 }
 
 /* ---- Public API ------------------------------------------------------- */
-
-static uint64_t samples_needed(uint64_t bytes, uint64_t s)
-{
-	if (bytes == ML_NO_LIMIT)
-		return UINT64_MAX;
-	return ml__samples_needed(bytes, s);
-}
 
 /* Give back what a slice owns on its thread, as at its start: the cleanup
  * records pushed and not popped (discarded, not run), the holes above
@@ -396,18 +411,26 @@ static void slice_release(struct ml__thread *t, const struct ml__slice *slice)
 	t->mask_depth = slice->mask_depth;
 }
 
+/* The last reference to a task from ml_task_new went: the record goes
+ * back. */
+static ML__COLD void task_gone(struct ml_task *task)
+{
+	if (task->global)
+		ml__global_unregister(task);
+	ml__held_task_end(task);
+	ml__held_unneed(); /* ml_task_new's */
+	atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
+	ml__pool_put(&task_pool, task);
+}
+
 /* Drop a reference to a task from ml_task_new: the last one gives the
- * record back. */
-static void task_unref(struct ml_task *task)
+ * record back.  Inline: every ml_task_run ends with one. */
+static inline __attribute__((always_inline)) void
+task_unref(struct ml_task *task)
 {
 	if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) ==
-	    1) {
-		if (task->global)
-			ml__global_unregister(task);
-		ml__held_task_end(task);
-		atomic_store_explicit(&task->magic, 0, memory_order_relaxed);
-		ml__pool_put(&task_pool, task);
-	}
+	    1)
+		task_gone(task);
 }
 
 /* A slice is off the stack, however it left (return, a jump past it,
@@ -421,6 +444,8 @@ static void slice_end(struct ml__slice *slice)
 		if (task->global)
 			ml__global_unregister(task);
 		ml__held_task_end(task);
+		if (held_limited(task->held_limit))
+			ml__held_unneed();
 	} else if (atomic_load_explicit(&task->magic, memory_order_relaxed) ==
 	           ML__TASK_FRAME)
 		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
@@ -479,12 +504,52 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 	return fn(arg);
 }
 
+/* A slice of an exact task, of a task with an interval of its own, or on
+ * a thread with an exact budget or an interval of its own on its stack
+ * enters and leaves here, out of the common path (task->slow_slice is
+ * exact || own_interval).  A task without an interval of its own entering
+ * above one with a longer interval brings the thread back to the
+ * process's, and leaving brings it back up: reinterval both ways. */
+static ML__COLD void slice_enter_slow(struct ml__thread *t,
+                                      struct ml__slice *slice)
+{
+	if (t->exact | slice->task->exact)
+		ml__exact_settle(t);
+	t->top = slice;
+	if (t->exact | slice->task->exact)
+		ml__exact_clip(t);
+	if (slice->task->own_interval != 0 || t->own_interval)
+		ml__thread_reinterval(t);
+}
+
+static ML__COLD void slice_leave_slow(struct ml__thread *t,
+                                      struct ml__slice *slice)
+{
+	if (t->exact)
+		slice_exact_end(t, slice);
+	t->top = slice->outer;
+	if (slice->task->own_interval != 0 || t->own_interval)
+		ml__thread_reinterval(t);
+}
+
+/* fn returned: unbalanced pushes or masks inside it end with it.  The
+ * common case (balanced) costs a comparison and two stores. */
+static inline __attribute__((always_inline)) void
+slice_returned(struct ml__thread *t, const struct ml__slice *slice)
+{
+	if (ml__unlikely(t->cleanups != slice->cleanups))
+		slice_release(t, slice);
+	t->cleanup_holes = slice->holes;
+	t->mask_depth = slice->mask_depth;
+}
+
 /* Run fn(arg) as `slice` of its task on t's stack; ret: fn's result, or
  * NULL when an interruption jumped back here.  A macro, so that
  * sigsetjmp's frame is the runner's own (ml_run, ml_task_run): no extra
  * call on the path of an empty task, and `frame` points into it.  Field by
  * field: a designated initializer would also zero the 200-byte jump buffer
- * that sigsetjmp is about to fill. */
+ * that sigsetjmp is about to fill.  ret needs no volatile: it is written
+ * only after fn returned (no jump can come back then) or after the jump. */
 #define RUN_SLICE(t, slice, fn, arg, ret)                                     \
 	do {                                                                  \
 		(slice)->outer = (t)->top;                                    \
@@ -497,13 +562,11 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 		(slice)->res = 0;                                             \
 		(slice)->credited = 0;                                        \
 		(slice)->frame = (uintptr_t)__builtin_frame_address(0);       \
-		if (ml__unlikely((t)->exact | (slice)->task->exact))          \
-			ml__exact_settle(t);                                  \
-		(t)->top = (slice);                                           \
-		if (ml__unlikely((t)->exact | (slice)->task->exact))          \
-			ml__exact_clip(t);                                    \
-		if (ml__unlikely((slice)->task->own_interval != 0))           \
-			ml__thread_reinterval(t);                             \
+		if (ml__unlikely((t)->exact | (t)->own_interval |             \
+		                 (slice)->task->slow_slice))                  \
+			slice_enter_slow((t), (slice));                       \
+		else                                                          \
+			(t)->top = (slice);                                   \
 		/* pthread_exit, cancellation or a C++ exception inside fn    \
 		 * unwinds this frame without returning (the library is built \
 		 * with -fexceptions): end the slice before its record goes   \
@@ -512,16 +575,16 @@ static __attribute__((noinline)) void *call(struct ml__slice *slice,
 		pthread_cleanup_push(slice_unwound, (slice));                 \
 		if (sigsetjmp((slice)->jb, 0) == 0) {                         \
 			(ret) = call((slice), (fn), (arg));                   \
-			/* Unbalanced pushes or masks inside fn end with it.  \
-			 */                                                   \
-			slice_release((t), (slice));                          \
+			slice_returned((t), (slice));                         \
+		} else {                                                      \
+			(ret) = NULL;                                         \
 		}                                                             \
 		pthread_cleanup_pop(0);                                       \
-		if (ml__unlikely((t)->exact))                                 \
-			slice_exact_end((t), (slice));                        \
-		(t)->top = (slice)->outer;                                    \
-		if (ml__unlikely((slice)->task->own_interval != 0))           \
-			ml__thread_reinterval(t);                             \
+		if (ml__unlikely((t)->exact | (t)->own_interval |             \
+		                 (slice)->task->slow_slice))                  \
+			slice_leave_slow((t), (slice));                       \
+		else                                                          \
+			(t)->top = (slice)->outer;                            \
 		/* Taking a slice off the stack can only end a pending state. \
 		 */                                                           \
 		if ((t)->pending)                                             \
@@ -554,8 +617,12 @@ finish(const struct ml__slice *slice, const struct ml_task *task, void *ret,
 		out->status = status;
 		out->ret = ret;
 		out->allocated = task_allocated(task);
-		out->held = ml__held_bytes(task);
-		out->held_peak = ml__held_peak(task);
+		/* Most tasks never held a sampled block: no account, no
+		 * calls. */
+		bool acct = atomic_load_explicit(&task->acct,
+		                                 memory_order_relaxed) != NULL;
+		out->held = acct ? ml__held_bytes(task) : 0;
+		out->held_peak = acct ? ml__held_peak(task) : 0;
 	}
 	return status;
 }
@@ -580,15 +647,21 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	task->internal = false;
 	task->delivery = limits->delivery;
 	task->token = limits->token;
-	/* An exact budget is counted by exact.c, not by samples. */
+	/* An exact budget is counted by exact.c, not by samples; its two
+	 * counters are read only when exact. */
 	task->exact = limits->exact_alloc && limits->alloc_bytes != ML_NO_LIMIT;
-	task->k = task->exact ? UINT64_MAX
-	                      : samples_needed(limits->alloc_bytes, interval);
-	atomic_init(&task->exact_left, task->exact ? limits->alloc_bytes : 0);
-	atomic_init(&task->exact_used, 0);
+	if (ml__unlikely(task->exact)) {
+		atomic_init(&task->k, UINT64_MAX);
+		atomic_init(&task->exact_left, limits->alloc_bytes);
+		atomic_init(&task->exact_used, 0);
+	} else {
+		atomic_init(&task->k, 0); /* at the first sample */
+	}
+	task->slow_slice = task->exact || limits->interval != 0;
 	task->held_limit = limits->held_bytes; /* 0 or ML_NO_LIMIT: none */
 	task->alloc_limit = limits->alloc_bytes;
-	task->trip_allocated = task->trip_held = 0;
+	/* trip_allocated and trip_held are written before trip_ready is
+	 * set (ml__task_trip), and read only after it. */
 	atomic_init(&task->trip_ready, false);
 	atomic_init(&task->trip_stack, 0);
 	task->interval = interval;
@@ -604,7 +677,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 {
 	if (!limits_valid(limits) || !fn)
 		return ML_EINVAL;
-	if (limits->token && ml_token_is_set(limits->token)) {
+	if (limits->token && ml__token_is_set(limits->token)) {
 		if (out)
 			*out = (ml_outcome){.status = ML_CANCELLED};
 		return ML_CANCELLED;
@@ -612,10 +685,10 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	struct ml__thread *t = &ml__self;
 	struct ml_task task;
 	struct ml__slice slice;
-	void *volatile ret = NULL;
+	void *ret;
 	task_init(&task, limits, ML__TASK_FRAME);
 	if (ml__unlikely(held_limited(task.held_limit)))
-		ml__held_start();
+		ml__held_need(); /* until slice_end */
 	slice.task = &task;
 	slice.owner = true;
 	if (task.global)
@@ -623,7 +696,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	wait_for_other_slices(&task);
 	ml_status status = finish(&slice, &task, ret, out);
-	if (task.global ||
+	if (task.global || held_limited(task.held_limit) ||
 	    atomic_load_explicit(&task.acct, memory_order_relaxed))
 		slice_end(&slice);
 	ml__pressure_check();
@@ -643,11 +716,13 @@ bool ml__task_valid(const struct ml_task *task)
 	       (magic == ML__TASK_FRAME && !task->internal);
 }
 
-/* A set token interrupts its task at once, seen from any call. */
-static ml_status task_poll(struct ml_task *task)
+/* A set token interrupts its task at once, seen from any call.  Inline:
+ * every ml_task_run starts with one. */
+static inline __attribute__((always_inline)) ml_status
+task_poll(struct ml_task *task)
 {
 	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
-	if (st == ML_OK && task->token && ml_token_is_set(task->token))
+	if (st == ML_OK && task->token && ml__token_is_set(task->token))
 		st = ml__task_trip(task, ML_CANCELLED);
 	return (ml_status)st;
 }
@@ -664,8 +739,9 @@ ML_EXPORT ml_task *ml_task_new(const ml_limits *limits)
 		return NULL;
 	}
 	/* A task object may outlive its slices and hold memory between
-	 * them: what it holds is tracked from now on. */
-	ml__held_start();
+	 * them: what it holds is tracked from now on, until its record goes
+	 * (task_unref). */
+	ml__held_need();
 	task_init(task, limits, ML__TASK_LIVE);
 	if (task->global)
 		ml__global_register(task);
@@ -700,11 +776,16 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 	if (task_poll(task) != ML_OK)
 		return finish(&slice, task, NULL, out);
 	struct ml__thread *t = &ml__self;
-	void *volatile ret = NULL;
+	void *ret;
 	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
 	RUN_SLICE(t, &slice, fn, arg, ret);
 	ml_status status = finish(&slice, task, ret, out);
-	slice_end(&slice);
+	/* slice_end for a slice that is not its task's owner, inline. */
+	if (atomic_load_explicit(&task->magic, memory_order_relaxed) ==
+	    ML__TASK_FRAME)
+		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
+	else
+		task_unref(task);
 	ml__pressure_check();
 	return status;
 }

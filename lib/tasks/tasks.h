@@ -14,6 +14,18 @@
 
 struct ml__cleanup;
 
+/* A cancellation token (token.c): one atomic flag.  Defined here so that
+ * the task layer tests it inline: ml_run and ml_task_run poll it at every
+ * call, and the exported ml_token_is_set is a call through the GOT. */
+struct ml_token {
+	_Atomic int set;
+};
+static inline bool ml__token_is_set(const ml_token *t)
+{
+	return t && atomic_load_explicit(&((ml_token *)t)->set,
+	                                 memory_order_acquire);
+}
+
 /* A task: the shared record of one request's limits and counts (the public
  * ml_task).  Its slices, on any threads, point to it; it lives in our pool
  * (ml_task_new), in ml_run's stack frame, or in a consumer's memory (run
@@ -23,11 +35,14 @@ struct ml_task {
 	/* ML__TASK_*: ml_task_free changes it while slices may run on other
 	 * threads, whose end reads it (relaxed: it orders nothing). */
 	_Atomic uint32_t magic;
-	bool global;              /* subject to the global limit            */
-	bool internal;            /* a consumer's: ml_task_current skips it */
-	ml_delivery delivery;     /* how an interruption reaches a slice    */
-	ml_token *token;          /* borrowed: the caller owns it           */
-	uint64_t k;               /* samples that reach the allocation limit */
+	bool global;          /* subject to the global limit            */
+	bool internal;        /* a consumer's: ml_task_current skips it */
+	ml_delivery delivery; /* how an interruption reaches a slice    */
+	ml_token *token;      /* borrowed: the caller owns it           */
+	/* Samples that reach the allocation limit: 0 until the first sample
+	 * computes it (task.c, alloc_reached: the division is kept off
+	 * ml_run's path); UINT64_MAX for none. */
+	_Atomic uint64_t k;
 	uint64_t held_limit;      /* bytes; 0 or ML_NO_LIMIT = none          */
 	uint64_t alloc_limit;     /* bytes as given (k is what counts)       */
 	uint64_t interval;        /* S at creation: allocated = samples x S  */
@@ -55,6 +70,10 @@ struct ml_task {
 	uint64_t own_interval;
 	/* An exact budget (exact.c): alloc_limit counted in bytes. */
 	bool exact;
+	/* exact or own_interval: its slices start and end through the
+	 * out-of-line path (task.c, RUN_SLICE), so that the common slice
+	 * tests one byte of the task there (0 in a consumer's memset task). */
+	bool slow_slice;
 	_Atomic uint64_t exact_left; /* not reserved by any slice yet */
 	_Atomic uint64_t exact_used; /* bytes its slices allocated */
 };
@@ -264,6 +283,11 @@ uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp);
  * interrupt the live global task that holds the most (none while tasks
  * already interrupted for it still hold the overshoot). */
 void ml__global_choose(struct ml__thread *t, uint64_t n);
+/* The API's global limit is set (ml_set_global_limit, not run mode's). */
+extern _Atomic bool ml__api_limit;
+/* A program's task on t samples under it while tracking is off: the limit
+ * needs tracking from now on.  Whether tracking is on. */
+bool ml__global_held_need(struct ml__thread *t);
 
 /* A pressure crossing waits (alloc/alloc.h): call the user's function now
  * (at a safe point, never inside an allocation). */
@@ -278,10 +302,18 @@ static inline void ml__pressure_check(void)
 /* ---- Held memory (held.c) --------------------------------------------- */
 
 struct ml__account;
-/* Held tracking is on (sticky: ml__held_start). */
+/* Held tracking is on: samples are recorded (held.c, "When held
+ * tracking runs"). */
 extern _Atomic bool ml__held_on;
 #define ML__HELD_ON atomic_load_explicit(&ml__held_on, memory_order_relaxed)
-void ml__held_start(void);
+/* Something needs held tracking from now on / no longer (paired): a live
+ * task object, global task or held-limited ml_run, run mode, the API's
+ * global limit (global.c).  Tracking is on when ml__held_need returns. */
+void ml__held_need(void);
+void ml__held_unneed(void);
+/* Tests: whether tracking is on, and (*filtered) whether free goes
+ * through the sampled-block filter. */
+bool ml__held_tracking_test(bool *filtered);
 /* The block p, just allocated on t's slow path with s samples, is held
  * by the tasks on t's stack. */
 void ml__held_note(struct ml__thread *t, void *p, uint64_t s);

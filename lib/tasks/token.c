@@ -1,10 +1,6 @@
 /* Cancellation tokens: one atomic flag in a pool slot. */
 #include "tasks/tasks.h"
 
-struct ml_token {
-	_Atomic int set;
-};
-
 ML__POOL(, ml__token_pool, 64)
 
 ML_EXPORT ml_token *ml_token_new(void)
@@ -26,8 +22,7 @@ ML_EXPORT void ml_token_set(ml_token *t)
 
 ML_EXPORT bool ml_token_is_set(const ml_token *t)
 {
-	return t && atomic_load_explicit(&((ml_token *)t)->set,
-	                                 memory_order_acquire);
+	return ml__token_is_set(t);
 }
 
 ML_EXPORT void ml_token_free(ml_token *t)

@@ -145,7 +145,18 @@ const char *ml__elf_str(const struct ml__elf_table *t, uint64_t off)
 	return t->str + off;
 }
 
-const char *ml__elf_needed(const struct ml__elf *e, size_t k)
+static bool has_prefix(const char *s, const char *const *prefixes, size_t n)
+{
+	if (n == 0)
+		return true;
+	for (size_t k = 0; k < n; k++)
+		if (!strncmp(s, prefixes[k], strlen(prefixes[k])))
+			return true;
+	return false;
+}
+
+const char *ml__elf_needs(const struct ml__elf *e, const char *const *prefixes,
+                          size_t n)
 {
 	struct ml__elf_table t;
 	Elf64_Dyn d;
@@ -158,7 +169,7 @@ const char *ml__elf_needed(const struct ml__elf *e, size_t k)
 			const char *s = d.d_tag == DT_NEEDED
 			                    ? ml__elf_str(&t, d.d_un.d_val)
 			                    : NULL;
-			if (s && k-- == 0)
+			if (s && has_prefix(s, prefixes, n))
 				return s;
 		}
 	}

@@ -79,8 +79,10 @@ bool ml__elf_dyn(const struct ml__elf_table *t, size_t i, Elf64_Dyn *d);
 /* The string at off in t's string table, NULL where it does not end
  * inside the table. */
 const char *ml__elf_str(const struct ml__elf_table *t, uint64_t off);
-/* The k-th (from 0) DT_NEEDED name of the dynamic section(s), or NULL. */
-const char *ml__elf_needed(const struct ml__elf *e, size_t k);
+/* The first DT_NEEDED name of the dynamic section(s) that starts with one
+ * of the n prefixes (n = 0: any), or NULL.  One pass over the entries. */
+const char *ml__elf_needs(const struct ml__elf *e, const char *const *prefixes,
+                          size_t n);
 /* A defined function (STT_FUNC or STT_GNU_IFUNC) of this name in .dynsym
  * or .symtab: "does this object define malloc". */
 bool ml__elf_defines(const struct ml__elf *e, const char *name);

@@ -31,6 +31,10 @@ EXTRA_DIST += tests/api/test-dist-docs.sh
 # Each function's man page says whether it is thread-safe and may allocate.
 TESTS += tests/api/test-man-safety.sh
 EXTRA_DIST += tests/api/test-man-safety.sh
+# memlimits(3) presents the header's functions by the header's kinds, and
+# each header section states its convention (issue 25).
+TESTS += tests/api/test-header-kinds.sh
+EXTRA_DIST += tests/api/test-header-kinds.sh
 # An in-tree build leaves git status clean (.gitignore).
 TESTS += tests/api/test-gitignore.sh
 EXTRA_DIST += tests/api/test-gitignore.sh

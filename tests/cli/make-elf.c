@@ -1,6 +1,6 @@
 /* make-elf KIND FILE: write a small crafted ELF file for the checks of
- * `memlimits run` (tools/cmd-run.c, check_elf), with every table at an
- * odd offset, so that reading one in place is a misaligned load:
+ * `memlimits run` (tools/run-elf.c, ml__run_check_elf), with every table
+ * at an odd offset, so that reading one in place is a misaligned load:
  *   malloc     a symbol table that defines the function "malloc"
  *   sanitizer  a dynamic section that needs libasan.so.8
  * Both are dynamically linked (PT_INTERP and PT_DYNAMIC) for this
@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	int san = !strcmp(argv[1], "sanitizer");
-	/* This machine, as the command finds it (host_ident). */
+	/* This machine, as the command finds it (ml__run_host_machine). */
 	Elf64_Ehdr self = {0};
 	FILE *f = fopen("/proc/self/exe", "rb");
 	if (!f || fread(&self, sizeof self, 1, f) != 1)

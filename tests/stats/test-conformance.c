@@ -54,6 +54,8 @@ struct plan {
 	uint64_t stop;     /* bytes after which the task ends (0: far away) */
 	uint64_t interval; /* the task's own interval (0: the process's) */
 	bool outer;        /* run inside a task at the process's interval */
+	/* ... or, when outer and not 0, at this interval of its own */
+	uint64_t outer_interval;
 };
 
 /* Size of allocation j: a fixed function of j, never of the sampler. */
@@ -141,6 +143,7 @@ static struct result run_one(const struct plan *p)
 		/* The thread samples at the process's interval for the outer
 		 * task: the inner one keeps its samples by thinning. */
 		ml_limits outer = ML_LIMITS_INIT;
+		outer.interval = p->outer_interval;
 		ml_run(&outer, run_inner, &in, NULL);
 	} else {
 		run_inner(&in);
@@ -634,6 +637,15 @@ static void test_own_interval(void)
 	/* Larger, alone on the stack: the thread samples at 16384. */
 	large.outer = false;
 	run_ks("own interval 16384 alone, k = 12", &large, N_TASKS(5000), 73);
+	/* A task at the process's interval under one with a longer interval
+	 * of its own: the thread samples at the process's again (the slice
+	 * entering without an interval of its own must recompute it: 0.2
+	 * kept 16384, and the inner task fired at 4x its limit). */
+	struct plan under = {MIXED, 3 * S, 12 * S, false, ML_DELIVER_JUMP,
+	                     0,     0,     true,   16384};
+	run_ks("process interval 4096 under an own-interval 16384 task, "
+	       "k = 12",
+	       &under, N_TASKS(5000), 74);
 	atomic_store(&bg_stop, true);
 	pthread_join(bg, NULL);
 	/* Another thread's tasks at S = 4096: estimate of B bytes has

@@ -53,3 +53,15 @@ tests_unit_test_symtab_SOURCES = tests/unit/test-symtab.c \
 tests_unit_test_symtab_LDADD = tests/tap/libtap.la -ldl -lm
 tests_unit_test_symtab_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_symtab_CFLAGS = $(ML_TEST_CFLAGS)
+
+# When held tracking runs, and free's return to the allocator's own
+# function once nothing needs it and nothing is recorded (issue 26).
+# Linked with the core's convenience library: the test reads the
+# library's internal state (ml__held_tracking_test).
+check_PROGRAMS += tests/unit/test-held-switch
+TESTS += tests/unit/test-held-switch
+tests_unit_test_held_switch_SOURCES = tests/unit/test-held-switch.c
+tests_unit_test_held_switch_CFLAGS = $(ML_TEST_CFLAGS) -pthread
+tests_unit_test_held_switch_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
+tests_unit_test_held_switch_LDFLAGS = $(ML_TEST_LINK) -pthread \
+	-Wl,--version-script=$(srcdir)/lib/memlimits.map

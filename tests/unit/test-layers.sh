@@ -130,4 +130,37 @@ if tsort "$tmp/badedges" >/dev/null 2>&1; then
 else
 	ok "a made-up loop between two files is reported"
 fi
+
+# ---- 5. One path (issue 25) ------------------------------------------------
+# The malloc family knows of the tasks layer one pair, ml__alloc_begin and
+# ml__alloc_end, and nothing else of it.
+awk '$1 == "tasks" && $3 == "D" { print $4 }' "$tmp/syms" | sort -u >"$tmp/tasksyms"
+awk '$2 == "lib/api/interpose.c" && $3 == "U" { print $4 }' "$tmp/syms" |
+	sort -u | comm -12 - "$tmp/tasksyms" >"$tmp/itasks"
+if [ "$(tr '\n' ' ' <"$tmp/itasks")" = "ml__alloc_begin ml__alloc_end " ]; then
+	ok "the malloc family references two symbols of lib/tasks: ml__alloc_begin, ml__alloc_end"
+else
+	notok "the malloc family's references into lib/tasks: $(tr '\n' ' ' <"$tmp/itasks")"
+fi
+
+# One ELF reader: headers, section and program headers, dynamic sections
+# and hash tables are parsed in lib/util/elf.c and nowhere else (its users
+# read the symbol entries it copies out); loaded objects' PT_LOAD spans are
+# computed there once.
+grep -lE 'Elf(64|32)_(Ehdr|Shdr)|ElfW\((Ehdr|Shdr|Phdr|Dyn)\)|e_shoff|sh_link|sh_offset|DT_GNU_HASH|DT_STRTAB' \
+	"$top_srcdir"/lib/*/*.c "$top_srcdir"/lib/*/*.h "$top_srcdir"/tools/*.c \
+	"$top_srcdir"/tools/*.h 2>/dev/null | sed "s|^$top_srcdir/||" |
+	grep -v '^lib/util/elf\.[ch]$' >"$tmp/elfusers"
+if ! [ -s "$tmp/elfusers" ]; then
+	ok "ELF headers and symbol tables are read in lib/util/elf.c only"
+else
+	notok "files that read ELF structures themselves: $(tr '\n' ' ' <"$tmp/elfusers")"
+fi
+grep -l 'PT_LOAD' "$top_srcdir"/lib/*/*.c "$top_srcdir"/tools/*.c |
+	sed "s|^$top_srcdir/||" >"$tmp/ptload"
+if [ "$(cat "$tmp/ptload")" = lib/util/elf.c ]; then
+	ok "PT_LOAD spans are computed in one place (lib/util/elf.c)"
+else
+	notok "PT_LOAD appears in: $(tr '\n' ' ' <"$tmp/ptload")"
+fi
 echo "1..$n"
