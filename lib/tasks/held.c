@@ -390,13 +390,21 @@ uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
  * switches the tail back to the allocator's own free.  A long-lived
  * recorded block keeps every free filtered until it is freed.
  *
+ * When the last needer goes and nothing is recorded, the filter is not
+ * switched off at once but after DRAIN_SAMPLES samples of one thread
+ * (ml__held_drain_tick; about 5 MiB of allocation at the default
+ * interval): switching off reads all 64 shards under their locks, and a
+ * server that makes one task object per request, one at a time, would pay
+ * that (about 2000 instructions) at every request while free gained
+ * nothing between two requests.
+ *
  * Why a free can never miss a record (frees run with no lock; each loads
  * the tail with a relaxed load and calls it):
  *  - ml__held_on, ml__sampled_on and the tails change only under
  *    ml__meter_switch_lock.  Switching on stores the tail, then ml__held_on
  *    (release); switching off stores ml__held_on = false, then, only if
  *    every shard, each read under its lock, holds no record, the plain
- *    tail (needs_off, drain_check).
+ *    tail (drain_check).
  *  - A record is made under its shard's lock only after reading
  *    ml__held_on true there (ml__held_note).  Say the true it read was
  *    stored by switch-on E: E's tail store happens before the record.
@@ -425,6 +433,10 @@ uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
  * so that ml__held_on is true whenever a need is held: a task never runs
  * while tracking is off for a moment under it. */
 static _Atomic uint32_t needers;
+/* Tracking is off, the filter still on: drain_check at the next ticks. */
+_Atomic bool ml__held_draining;
+#define DRAIN_SAMPLES 64
+static ML__TLS uint32_t drain_ticks;
 
 /* Some shard holds a record (each read under its lock: see above). */
 static bool records_remain(void)
@@ -439,22 +451,30 @@ static bool records_remain(void)
 	return false;
 }
 
-/* Under the switch lock: tracking off; the filter too if nothing is
- * recorded (else the last record's free does it: drain_check). */
+/* Under the switch lock: tracking off; the filter later, once nothing
+ * is recorded (the ticks, or the last record's free: drain_check). */
 static void needs_off(void)
 {
 	atomic_store_explicit(&ml__held_on, false, memory_order_relaxed);
-	if (!records_remain())
-		ml__sampled_switch(false);
+	atomic_store_explicit(&ml__held_draining, true, memory_order_relaxed);
 }
 
 static ML__COLD void drain_check(void)
 {
 	ml__allocator_resolve();
 	ml__spin_lock(&ml__meter_switch_lock);
-	if (!ML__HELD_ON && !records_remain())
+	if (!ML__HELD_ON && !records_remain()) {
 		ml__sampled_switch(false);
+		atomic_store_explicit(&ml__held_draining, false,
+		                      memory_order_relaxed);
+	}
 	ml__spin_unlock(&ml__meter_switch_lock);
+}
+
+void ml__held_drain_tick(void)
+{
+	if (++drain_ticks % DRAIN_SAMPLES == 0)
+		drain_check();
 }
 
 void ml__held_need(void)
@@ -471,7 +491,12 @@ void ml__held_need(void)
 	if (!atomic_load_explicit(&ml__held_on, memory_order_relaxed)) {
 		atomic_store_explicit(&ml__sampled_free_hook, held_free,
 		                      memory_order_release);
-		ml__sampled_switch(true);
+		/* Still on if it was draining: nothing to switch. */
+		if (!atomic_load_explicit(&ml__held_draining,
+		                          memory_order_relaxed))
+			ml__sampled_switch(true);
+		atomic_store_explicit(&ml__held_draining, false,
+		                      memory_order_relaxed);
 		atomic_store_explicit(&ml__held_on, true, memory_order_release);
 	}
 	atomic_fetch_add_explicit(&needers, 1, memory_order_release);

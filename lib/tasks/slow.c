@@ -244,7 +244,12 @@ void *ml__alloc_end(void *p, uint64_t n)
 	struct ml__thread *t = &ml__self;
 	if (ml__unlikely(p == NULL))
 		alloc_failed(t, n);
-	else if (t->charged && t->charged_samples && held_wanted(t))
-		ml__held_note(t, p, t->charged_samples);
+	else if (t->charged && t->charged_samples) {
+		if (held_wanted(t))
+			ml__held_note(t, p, t->charged_samples);
+		else if (ml__unlikely(atomic_load_explicit(
+		             &ml__held_draining, memory_order_relaxed)))
+			ml__held_drain_tick();
+	}
 	return p;
 }

@@ -306,6 +306,10 @@ struct ml__account;
  * tracking runs"). */
 extern _Atomic bool ml__held_on;
 #define ML__HELD_ON atomic_load_explicit(&ml__held_on, memory_order_relaxed)
+/* Tracking went off with the filter left on (held.c): a sample not
+ * recorded ticks towards switching the filter off. */
+extern _Atomic bool ml__held_draining;
+void ml__held_drain_tick(void);
 /* Something needs held tracking from now on / no longer (paired): a live
  * task object, global task or held-limited ml_run, run mode, the API's
  * global limit (global.c).  Tracking is on when ml__held_need returns. */

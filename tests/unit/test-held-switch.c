@@ -84,13 +84,36 @@ static void test_task_object(void)
 	tap_ok(!filtered(), "the last record freed: free unfiltered again");
 }
 
-/* A task object that recorded nothing: free is plain once it is gone. */
+/* Samples outside any task, not recorded: each ticks towards switching
+ * the filter off once tracking is (held.c, DRAIN_SAMPLES = 64 per thread).
+ * At S = 1 every malloc(64) carries samples. */
+static void drain(void)
+{
+	uint64_t s = ml_sample_interval();
+	ml_set_sample_interval(1);
+	for (int i = 0; i < 2 * 64; i++) {
+		sink = malloc(64);
+		free(sink);
+	}
+	ml_set_sample_interval(s);
+}
+
+/* A task object that recorded nothing: free is plain once it is gone and
+ * a thread has sampled 64 times since (not at once: a server making one
+ * task object per request would scan the shards at every request). */
 static void test_nothing_recorded(void)
 {
 	ml_limits l = ML_LIMITS_INIT;
 	ml_task_free(ml_task_new(&l));
+	tap_ok(!tracking() && filtered(),
+	       "a task object made and freed: tracking off, the filter kept "
+	       "for the next samples");
+	ml_task *t = ml_task_new(&l);
+	tap_ok(tracking() && filtered(), "the next task object: on again");
+	ml_task_free(t);
+	drain();
 	tap_ok(!tracking() && !filtered(),
-	       "a task object made and freed: free unfiltered at once");
+	       "64 samples after the last one went: free unfiltered");
 }
 
 /* Off, then on again, several times, with records left from each round. */
@@ -136,12 +159,14 @@ static void test_run_needers(void)
 	tap_ok(!on, "a plain ml_run needs no tracking");
 	l.held_bytes = (uint64_t)1 << 40;
 	ml_run(&l, check_on, &on, NULL);
+	drain();
 	tap_ok(on && !tracking() && !filtered(),
 	       "a held-limited ml_run: on while it runs, off after");
 	l = (ml_limits)ML_LIMITS_INIT;
 	l.global = true;
 	on = false;
 	ml_run(&l, check_on, &on, NULL);
+	drain();
 	tap_ok(on && !tracking() && !filtered(),
 	       "a global ml_run: on while it runs, off after");
 }
@@ -203,6 +228,7 @@ static void test_fork(void)
 		ml_task *u = ml_task_new(&l);
 		bad |= !(tracking() && filtered()) << 3;
 		ml_task_free(u);
+		drain();
 		bad |= (tracking() || filtered()) << 4;
 		_exit(bad);
 	}
