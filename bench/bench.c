@@ -5,12 +5,14 @@
  * machine code in both: bench/ml-bench is linked with libmemlimits,
  * bench/glibc-bench (BENCH_GLIBC) is not and measures plain glibc.
  *
- *   pairs CONFIG N REPS   N malloc/free pairs of 16-144 bytes, REPS times;
- *                         CONFIG = idle | task | global | held |
- *                         heldgone | gidle | exact | interval | after
- *                         (main says what each is).  Prints the best
- *                         ns per pair.  Under callgrind run it with two N
- *                         and difference the totals: start-up cancels.
+ *   pairs CONFIG N REPS [MAX]
+ *                         N malloc/free pairs of 16-MAX bytes (default
+ *                         144; make bench also runs 4096), REPS times;
+ *                         CONFIG = idle | task | global | held | gidle
+ *                         | heldgone | exact | interval | after (main()
+ *                         says what each runs).  Prints the best ns per
+ *                         pair.  Under callgrind run it with two N and
+ *                         difference the totals: start-up cancels.
  *   slow DEPTH S N REPS   N pairs of malloc(1)/free inside DEPTH nested
  *                         tasks at sample interval S.  Prints the best ns
  *                         per pair and the samples credited per pair.
@@ -20,9 +22,10 @@
  *                         prints the best ns per call.
  *   slice M REPS          M ml_task_run calls of an empty slice of one
  *                         task (same limits); the best ns per call.
- *   trip alloc|held M     M ml_run calls of a JUMP task that trips at its
- *                         first sample: an allocation limit or a held
- *                         limit of 1 byte (issue 26; bench/run-limits.sh).
+ *   trip KIND M REPS      M tasks that allocate 16 KiB blocks until a
+ *                         1 MiB limit trips (JUMP): KIND = alloc | held.
+ *                         The best mean ns from the tripping allocation
+ *                         to ml_run's return (see trips() below).
  *
  * Every run starts from the same seed, so callgrind counts repeat. */
 #define _GNU_SOURCE
@@ -40,17 +43,19 @@
  * the pointer keeps the calls. */
 static void *volatile sink;
 
-/* A fixed pseudo-random sequence of sizes, 16..144 bytes: tcache-sized,
- * like the small objects real programs churn through. */
+/* A fixed pseudo-random sequence of sizes, 16..144 bytes by default:
+ * tcache-sized, like the small objects real programs churn through; 16..max
+ * with pairs' MAX (make bench's second loop: 16..4096, where the sampler's
+ * slow path comes about once per 39 pairs). */
 #define NSIZES 4096
 static unsigned short sizes[NSIZES];
 
-static void init_sizes(void)
+static void init_sizes(unsigned max)
 {
 	uint32_t x = 12345;
 	for (int i = 0; i < NSIZES; i++) {
 		x = x * 1103515245u + 12345u; /* the ANSI C LCG: fixed */
-		sizes[i] = (unsigned short)(16 + (x >> 16) % 129);
+		sizes[i] = (unsigned short)(16 + (x >> 16) % (max - 15));
 	}
 }
 
@@ -101,15 +106,16 @@ static uint64_t arg_u64(const char *s)
 static void usage(void)
 {
 	fprintf(stderr,
-	        "usage: bench pairs idle|task|global|held|heldgone|gidle|"
-	        "exact|interval|after N REPS\n"
+	        "usage: bench pairs idle|task|global|held|gidle|heldgone|"
+	        "exact|interval|after N REPS [MAX]\n"
 #ifndef BENCH_GLIBC
 	        "       bench slow DEPTH S N REPS\n"
 	        "       bench slowheld|slowstack DEPTH S N REPS\n"
 	        "       bench heldmem S N\n"
 	        "       bench slowcmp DEPTH N REPS\n"
 	        "       bench run M REPS\n"
-	        "       bench trip alloc|held M\n"
+	        "       bench slice M REPS\n"
+	        "       bench trip alloc|held M REPS\n"
 #endif
 	);
 	exit(2);
@@ -279,37 +285,91 @@ static __attribute__((noinline)) void empty_slices(uint64_t m)
 		ml_task_run(task, nothing, NULL, NULL);
 }
 
-/* Trips (issue 26): a task with only an allocation limit or only a held
- * limit, of 1 byte, so that its first sample trips it; JUMP delivery.
- * Blocks of 16 intervals: an allocation carries a sample with
- * probability 1 - e^-16, and one that does not is freed. */
-static uint64_t trip_size;
+/* Trips (issue 26): a task that allocates blocks of TRIP_BLOCK bytes and
+ * keeps them until its limit, TRIP_LIMIT, trips at one of them (JUMP
+ * delivery takes it back to ml_run; the blocks are freed after ml_run
+ * returns).  By an allocation limit (KIND alloc) or a held limit (held):
+ * the same allocations, the same sample points (the seed is reset before
+ * each task); the held trip also has its tracked blocks to settle.  What
+ * is measured runs from the start of the allocation that trips to
+ * ml_run's return: the time of each allocation's start is kept, and
+ * under callgrind the counts are zeroed before each allocation and
+ * dumped when ml_run returns (one dump a trip: run-bench.sh takes the
+ * median of them). */
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define BENCH_CALLGRIND 1
+#endif
+#endif
+#ifndef BENCH_CALLGRIND
+#define CALLGRIND_ZERO_STATS
+#define CALLGRIND_DUMP_STATS
+#endif
+#define TRIP_BLOCK 16384
+#define TRIP_LIMIT ((uint64_t)1 << 20)
+#define TRIP_MAX 4096 /* 64 MiB: never reached */
+static ml_limits trip_limits;
+static void *trip_blocks[TRIP_MAX];
+static int ntrip;
+static double trip_t0;
 
-static void *trip_fn(void *arg)
+static void *trip_alloc(void *arg)
 {
-	(void)arg;
-	for (;;) {
-		void *p = malloc(trip_size);
-		sink = p;
-		free(p);
+	while (ntrip < TRIP_MAX) {
+		CALLGRIND_ZERO_STATS;
+		trip_t0 = now_ns();
+		void *p = malloc(TRIP_BLOCK);
+		if (!p)
+			break;
+		memset(p, 1, 64);
+		trip_blocks[ntrip++] = p;
 	}
-	return NULL;
+	return arg;
 }
 
-static void trips(bool held, uint64_t m)
+/* One trip; returns the ns from the tripping allocation's start to
+ * ml_run's return. */
+static double trip_once(ml_status want, const char *kind)
+{
+	ntrip = 0;
+	ml_set_seed(1);
+	ml_status st = ml_run(&trip_limits, trip_alloc, NULL, NULL);
+	double dt = now_ns() - trip_t0;
+	CALLGRIND_DUMP_STATS;
+	for (int i = 0; i < ntrip; i++)
+		free(trip_blocks[i]);
+	if (st != want) {
+		fprintf(stderr, "bench: trip %s: %s\n", kind, ml_status_str(st));
+		exit(1);
+	}
+	return dt;
+}
+
+/* M trips, REPS times: the best mean ns a trip. */
+static double trips(const char *kind, uint64_t m, int reps)
 {
 	ml_limits l = ML_LIMITS_INIT;
-	ml_status want = held ? ML_HELD_LIMIT : ML_ALLOC_LIMIT;
-	if (held)
-		l.held_bytes = 1;
-	else
-		l.alloc_bytes = 1;
-	trip_size = 16 * ml_sample_interval();
-	for (uint64_t i = 0; i < m; i++)
-		if (ml_run(&l, trip_fn, NULL, NULL) != want) {
-			fprintf(stderr, "bench: the task did not trip\n");
-			exit(1);
-		}
+	ml_status want;
+	l.delivery = ML_DELIVER_JUMP;
+	if (strcmp(kind, "alloc") == 0) {
+		l.alloc_bytes = TRIP_LIMIT;
+		want = ML_ALLOC_LIMIT;
+	} else if (strcmp(kind, "held") == 0) {
+		l.held_bytes = TRIP_LIMIT;
+		want = ML_HELD_LIMIT;
+	} else
+		usage();
+	trip_limits = l;
+	double best = 0;
+	for (int r = 0; r < reps; r++) {
+		double sum = 0;
+		for (uint64_t i = 0; i < m; i++)
+			sum += trip_once(want, kind);
+		if (r == 0 || sum / (double)m < best)
+			best = sum / (double)m;
+	}
+	return best;
 }
 #endif
 
@@ -317,7 +377,14 @@ int main(int argc, char **argv)
 {
 	if (argc < 2)
 		usage();
-	init_sizes();
+	if (strcmp(argv[1], "pairs") == 0 && argc == 6) {
+		uint64_t max = arg_u64(argv[5]);
+		if (max < 16 || max > 65535)
+			usage();
+		init_sizes((unsigned)max);
+		argc--;
+	} else
+		init_sizes(144);
 #ifndef BENCH_GLIBC
 	ml_set_seed(1);
 #endif
@@ -379,9 +446,14 @@ int main(int argc, char **argv)
 	     strcmp(argv[1], "slowstack") == 0) &&
 	    argc == 6) {
 		/* The slow path with held tracking on (every sampled block
-		 * recorded, found again at its free), and with stacks. */
+		 * recorded, found again at its free), and with stacks.  A
+		 * live task object keeps tracking on (issue 26: it stops
+		 * once the last one is gone); this one lives until exit. */
 		ml_limits l = ML_LIMITS_INIT;
-		ml_task_free(ml_task_new(&l));
+		if (!ml_task_new(&l)) {
+			fprintf(stderr, "bench: ml_task_new failed\n");
+			return 1;
+		}
 		if (argv[1][4] == 's' && ml_set_stack_capture(true) != 0) {
 			fprintf(stderr, "bench: no stack capture here\n");
 			return 1;
@@ -438,9 +510,10 @@ int main(int argc, char **argv)
 		printf("%.3f\n", time_best(empty_slices, m, reps));
 		return 0;
 	}
-	if (strcmp(argv[1], "trip") == 0 && argc == 4 &&
-	    (strcmp(argv[2], "alloc") == 0 || strcmp(argv[2], "held") == 0)) {
-		trips(argv[2][0] == 'h', arg_u64(argv[3]));
+	if (strcmp(argv[1], "trip") == 0 && argc == 5) {
+		uint64_t m = arg_u64(argv[3]);
+		int reps = (int)arg_u64(argv[4]);
+		printf("%.3f\n", trips(argv[2], m, reps));
 		return 0;
 	}
 #endif

@@ -15,24 +15,36 @@ bench_glibc_bench_CPPFLAGS = $(AM_CPPFLAGS) -DBENCH_GLIBC
 bench_glibc_bench_LDFLAGS = -no-install
 
 CLEANFILES += $(BENCH_PROGS)
+# The before library's tree (kept between runs of make bench).
+clean-local: clean-bench-before
+clean-bench-before:
+	-rm -rf bench/before-*
+.PHONY: clean-bench-before
 EXTRA_DIST += bench/run-bench.sh bench/run-overhead.sh bench/run-costs.sh \
-	docs/performance.md
-# The price of each limit (issue 26): run after run-bench.sh.
-EXTRA_DIST += bench/run-limits.sh
+	bench/build-before.sh bench/make-gcc-input.sh docs/performance.md
 
-# The allocator loop and the slow path (callgrind and wall clock), the
-# cost of `memlimits run` on whole programs, then the costs make check must
-# not judge (refusals and captures by stack depth, memlimits bounds:
-# callgrind).
+# The library at BENCH_BEFORE, built once from git into
+# bench/before-COMMIT (bench/build-before.sh; nothing from a dist tarball),
+# is the "before" column of run-bench.sh's table: every row on both
+# libraries in one run.
+BENCH_BEFORE = 77f52ed
+
+# The price of each limit, before and after (callgrind and wall clock), the
+# slow path, the cost of `memlimits run` on whole programs, then the costs
+# make check must not judge (refusals and captures by stack depth,
+# memlimits bounds: callgrind).
 bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
 		tests/cli/test-stacks-retry$(EXEEXT)
+	@before=`SRCDIR='$(abs_top_srcdir)' BUILDDIR='$(abs_top_builddir)' \
+	    COMMIT='$(BENCH_BEFORE)' CC='$(CC)' CFLAGS='$(CFLAGS)' \
+	    CPPFLAGS='$(CPPFLAGS)' LDFLAGS='$(LDFLAGS)' \
+	    $(SHELL) $(srcdir)/bench/build-before.sh`; \
 	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' \
 	GLIBC_BENCH='$(abs_top_builddir)/bench/glibc-bench$(EXEEXT)' \
-	ML_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
+	ML_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so.0' \
+	BEFORE_LIB="$$before" BEFORE_NAME='$(BENCH_BEFORE)' CC_GCC='$(CC)' \
 	VALGRIND='$(VALGRIND)' \
 	$(SHELL) $(srcdir)/bench/run-bench.sh
-	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' \
-	VALGRIND='$(VALGRIND)' $(SHELL) $(srcdir)/bench/run-limits.sh
 	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh

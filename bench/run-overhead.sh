@@ -133,7 +133,7 @@ else
 fi
 echo "(run --: the preload only; run +limits: $LIMITS, never reached)"
 echo "(true: the whole cost of an extra exec of memlimits plus loading the"
-echo " library and libunwind, on a program that does nothing else)"
+echo " library, on a program that does nothing else)"
 
 # Load-independent: instructions executed by the python3 workload, plain
 # and with the library preloaded (callgrind counts the same every run).
