@@ -19,6 +19,8 @@ EXTRA_DIST += bench/run-bench.sh bench/run-overhead.sh bench/run-costs.sh \
 	docs/performance.md
 # The price of each limit (issue 26): run after run-bench.sh.
 EXTRA_DIST += bench/run-limits.sh
+# Shared budgets (issue 27): what being a member costs an allocation.
+EXTRA_DIST += bench/run-shared.sh
 
 # The allocator loop and the slow path (callgrind and wall clock), the
 # cost of `memlimits run` on whole programs, then the costs make check must
@@ -33,6 +35,7 @@ bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
 	$(SHELL) $(srcdir)/bench/run-bench.sh
 	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' \
 	VALGRIND='$(VALGRIND)' $(SHELL) $(srcdir)/bench/run-limits.sh
+	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' VALGRIND='$(VALGRIND)' $(SHELL) $(srcdir)/bench/run-shared.sh
 	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh
