@@ -22,6 +22,8 @@ clean-bench-before:
 .PHONY: clean-bench-before
 EXTRA_DIST += bench/run-bench.sh bench/run-overhead.sh bench/run-costs.sh \
 	bench/build-before.sh bench/make-gcc-input.sh docs/performance.md
+# Shared budgets (issue 27): what being a member costs an allocation.
+EXTRA_DIST += bench/run-shared.sh
 
 # The library at BENCH_BEFORE, built once from git into
 # bench/before-COMMIT (bench/build-before.sh; nothing from a dist tarball),
@@ -45,6 +47,7 @@ bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
 	BEFORE_LIB="$$before" BEFORE_NAME='$(BENCH_BEFORE)' CC_GCC='$(CC)' \
 	VALGRIND='$(VALGRIND)' \
 	$(SHELL) $(srcdir)/bench/run-bench.sh
+	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' VALGRIND='$(VALGRIND)' $(SHELL) $(srcdir)/bench/run-shared.sh
 	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh

@@ -1,6 +1,8 @@
 /* memlimits run: an unmodified program under limits.  Sets MEMLIMITS_*,
  * prepends the library to LD_PRELOAD and execs the program, which (with
  * its children) then runs as one task per thread (lib/run/runmode.c).
+ * With --tree-heap-limit it forks the program instead and waits for it,
+ * to remove the run's shared budget when it ends (tools/run-tree.c).
  *
  * This file is the command's flow; each step is in a file of its own
  * (tools/run.h lists them).  Everything that would make the limits
@@ -50,10 +52,14 @@ static int run_main(int argc, char **argv)
 		                "preloaded)"
 		              : "preloads nothing: it keeps its own");
 	ml__run_set_preload(lib, alloc);
+	if (o.tree)
+		ml__run_tree_make(o.tree);
 	if (o.verbose)
 		ml__run_print_settings(&o, lib, path);
 
 	fflush(NULL);
+	if (o.tree)
+		ml__run_tree_exec(path, prog); /* forks and waits */
 	execv(path, prog);
 	ml__tool_usage_error(CMD, "cannot run '%s': %s", path, strerror(errno));
 }

@@ -15,7 +15,8 @@ tools_memlimits_LDADD = -lm
 # listed in tools/run.h.
 tools_memlimits_SOURCES += tools/cmd-run.c tools/run.h tools/run-options.c \
 	tools/run-path.c tools/run-elf.c tools/run-script.c \
-	tools/run-library.c tools/run-env.c tools/cmd-stats.c
+	tools/run-library.c tools/run-env.c tools/run-tree.c \
+	tools/cmd-stats.c
 tools_memlimits_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib -DML_LIBDIR='"$(libdir)"' \
 	-DML_BINDIR='"$(bindir)"'
 

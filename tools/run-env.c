@@ -163,6 +163,10 @@ void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
 		    o->heap ? "--heap-limit" : "default");
 	say("held limit", o->held ? o->held : "none",
 	    o->held ? "--held-limit" : "default");
+	if (o->tree)
+		ml__run_tree_describe(o->tree);
+	else
+		say("tree heap limit", "none", "default");
 	say("on limit", o->on_limit ? o->on_limit : "fail",
 	    o->on_limit ? "--on-limit" : "default");
 	say("sample interval", o->interval ? o->interval : ML__INTERVAL_TEXT,
@@ -199,19 +203,23 @@ void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
 		    "the library ignores it");
 	extern char **environ;
 	static const char *const own[] = {
-	    "MEMLIMITS_ALLOC_LIMIT=",   "MEMLIMITS_HEAP_LIMIT=",
-	    "MEMLIMITS_HELD_LIMIT=",    "MEMLIMITS_SAMPLE_INTERVAL=",
-	    "MEMLIMITS_SEED=",          "MEMLIMITS_ON_LIMIT=",
-	    "MEMLIMITS_REPORT=",        "MEMLIMITS_PROFILE=",
-	    "MEMLIMITS_STATS_DIR=",     "MEMLIMITS_DELIVERY=",
-	    "MEMLIMITS_REPORT_PID=",    "MEMLIMITS_TIMELINE=",
-	    "MEMLIMITS_TIMELINE_START="};
+	    "MEMLIMITS_ALLOC_LIMIT=",    "MEMLIMITS_HEAP_LIMIT=",
+	    "MEMLIMITS_HELD_LIMIT=",     "MEMLIMITS_SAMPLE_INTERVAL=",
+	    "MEMLIMITS_SEED=",           "MEMLIMITS_ON_LIMIT=",
+	    "MEMLIMITS_REPORT=",         "MEMLIMITS_PROFILE=",
+	    "MEMLIMITS_STATS_DIR=",      "MEMLIMITS_DELIVERY=",
+	    "MEMLIMITS_REPORT_PID=",     "MEMLIMITS_TIMELINE=",
+	    "MEMLIMITS_TIMELINE_START=", "MEMLIMITS_SHARED=",
+	    "MEMLIMITS_SHARED_TREE="};
 	for (char **e = environ; e && *e; e++) {
 		if (strncmp(*e, "MEMLIMITS_", 10))
 			continue;
 		bool known = false;
 		for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
 			known |= !strncmp(*e, own[i], strlen(own[i]));
+		/* Ours only where --tree-heap-limit set them. */
+		if (!o->tree && !strncmp(*e, "MEMLIMITS_SHARED", 16))
+			known = false;
 		if (!known)
 			fprintf(stderr, "memlimits run: %s (inherited)\n", *e);
 	}

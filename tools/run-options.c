@@ -24,6 +24,7 @@
 
 const char ml__run_synopsis[] =
     "[--alloc-limit SIZE] [--heap-limit SIZE|P%] [--held-limit SIZE] "
+    "[--tree-heap-limit SIZE|P%] "
     "[--interval SIZE] [--seed N] [--allocator NAME] "
     "[--on-limit fail|abort] [--report FILE] [--report-all] [--profile FILE] "
     "[--stats DIR] [--timeline FILE] "
@@ -54,6 +55,15 @@ static void help(void)
 	    "                      of a process hold (not yet freed, "
 	    "estimated from the\n"
 	    "                      samples) to SIZE\n"
+	    "  --tree-heap-limit SIZE\n"
+	    "  --tree-heap-limit P%%\n"
+	    "                      refuse allocations that would take the "
+	    "heap of PROGRAM and\n"
+	    "                      all its descendants together over SIZE "
+	    "(P%% as for\n"
+	    "                      --heap-limit, read once now); PROGRAM then "
+	    "runs as a child\n"
+	    "                      of memlimits run, which waits for it\n"
 	    "  --interval SIZE     the mean sample interval (default " ML__INTERVAL_TEXT
 	    " "
 	    "bytes)\n"
@@ -86,7 +96,8 @@ static void help(void)
 	    "  --verbose           print the settings in force before "
 	    "starting PROGRAM,\n"
 	    "                      inherited MEMLIMITS_* variables too\n\n"
-	    "Each process gets its own budget.  Exit status: the program's; "
+	    "Each process gets its own budget, but for --tree-heap-limit.  "
+	    "Exit status: the program's; "
 	    "3 when a limit\nwas reached with --on-limit abort; 2 on bad "
 	    "usage (nothing is run).\n");
 }
@@ -200,6 +211,7 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 		O_ALLOC = 256,
 		O_HEAP,
 		O_HELD,
+		O_TREE,
 		O_ALLOCATOR,
 		O_INTERVAL,
 		O_SEED,
@@ -216,6 +228,7 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 	    {"alloc-limit", required_argument, NULL, O_ALLOC},
 	    {"heap-limit", required_argument, NULL, O_HEAP},
 	    {"held-limit", required_argument, NULL, O_HELD},
+	    {"tree-heap-limit", required_argument, NULL, O_TREE},
 	    {"allocator", required_argument, NULL, O_ALLOCATOR},
 	    {"interval", required_argument, NULL, O_INTERVAL},
 	    {"seed", required_argument, NULL, O_SEED},
@@ -248,6 +261,14 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 			else
 				size_opt("--heap-limit", optarg, false, true);
 			o->heap = optarg;
+			break;
+		case O_TREE:
+			if (strchr(optarg, '%'))
+				percent_opt("--tree-heap-limit", optarg);
+			else
+				size_opt("--tree-heap-limit", optarg, true,
+				         true);
+			o->tree = optarg;
 			break;
 		case O_ALLOCATOR:
 			if (!ml__run_allocator_soname(optarg))

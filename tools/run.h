@@ -6,6 +6,8 @@
  *   run-script.c   #! scripts: their interpreter is checked in turn
  *   run-library.c  finding the library to preload, and the allocator
  *   run-env.c      the environment the program starts with, --verbose
+ *   run-tree.c     --tree-heap-limit: the run's shared budget, and the
+ *                  forked program that run waits for
  * Bad input anywhere ends in ml__tool_usage_error (one line, status 2). */
 #ifndef ML_TOOLS_RUN_H
 #define ML_TOOLS_RUN_H
@@ -23,7 +25,7 @@ extern const char ml__run_synopsis[];
 
 /* The options as given; NULL where left out. */
 struct ml__run_opts {
-	const char *alloc, *heap, *held, *interval, *seed, *on_limit;
+	const char *alloc, *heap, *held, *tree, *interval, *seed, *on_limit;
 	const char *report, *profile, *stats, *timeline;
 	const char *allocator;
 	bool verbose, report_all;
@@ -91,5 +93,18 @@ void ml__run_set_preload(const char *lib, const char *alloc);
 /* --verbose: the settings in force, each with where it comes from. */
 void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
                             const char *path);
+
+/* ---- run-tree.c ---- */
+
+/* --tree-heap-limit's value in bytes (P% of the memory size now). */
+uint64_t ml__run_tree_bytes(const char *v);
+/* Make the run's budget (name and empty object) and set
+ * MEMLIMITS_SHARED. */
+void ml__run_tree_make(const char *v);
+/* --verbose: the budget. */
+void ml__run_tree_describe(const char *v);
+/* Fork and exec the program, wait for it, remove the budget, and exit as
+ * it did.  Never returns. */
+__attribute__((noreturn)) void ml__run_tree_exec(const char *path, char **argv);
 
 #endif

@@ -190,6 +190,11 @@ static void put_limits(struct ml__out *o)
 		ml__out_puts(o,
 		             "the held limit (an allocation would have taken "
 		             "the estimated held bytes to it)\n");
+	else if (why == ML_GLOBAL_LIMIT && atomic_load(&ml__run.tree_fired))
+		ml__out_puts(
+		    o, "the tree heap limit (an allocation of this process "
+		       "would have taken the heap of\n  the program and its "
+		       "descendants together over it: refused here)\n");
 	else if (why == ML_GLOBAL_LIMIT)
 		ml__out_puts(
 		    o, "the heap limit (an allocation would have taken the "
@@ -227,6 +232,15 @@ static void put_limits(struct ml__out *o)
 		ml__out_puts(o, "none\n");
 	} else {
 		ml__out_size(o, ml__run.held_limit);
+		ml__out_puts(o, "\n");
+	}
+	if (ml__run.tree) {
+		ml__out_puts(o, "tree heap limit: ");
+		ml__out_size(o, ml__shared_limit());
+		ml__out_puts(
+		    o, " for the program and its descendants "
+		       "together\n  their heap at this report, as published: ");
+		ml__out_size(o, ml__shared_usage());
 		ml__out_puts(o, "\n");
 	}
 	ml__out_puts(o, "heap limit: ");
@@ -470,7 +484,9 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		ml__out_puts(&o, "stack that tripped the ");
 		ml__out_puts(&o, trip.why == ML_ALLOC_LIMIT  ? "allocation"
 		                 : trip.why == ML_HELD_LIMIT ? "held"
-		                                             : "heap");
+		                 : atomic_load(&ml__run.tree_fired)
+		                     ? "tree heap"
+		                     : "heap");
 		ml__out_puts(&o, " limit, in an allocation of ");
 		ml__out_size(&o, trip.n);
 		ml__out_puts(&o, ":\n");

@@ -30,7 +30,12 @@ struct ml__run {
 	uint64_t held_limit;    /* ML_NO_LIMIT = none: all threads' held */
 	const char *heap_from;  /* "80% of physical memory", or NULL   */
 	const char *heap_blind; /* the heap limit is off: this allocator */
-	uint64_t k;             /* samples that reach alloc_limit      */
+	/* --tree-heap-limit: this process is a member of run's tree budget
+	 * (MEMLIMITS_SHARED_TREE set and the join done): an allocation that
+	 * would take the members' total over its limit is refused. */
+	bool tree;
+	_Atomic bool tree_fired; /* the first limit reached was it     */
+	uint64_t k;              /* samples that reach alloc_limit      */
 	/* Each thread adds its samples to `samples` once it has `batch` of
 	 * them (runmode.c): the limit is reached late by at most batch - 1
 	 * samples per other thread (docs/statistics.md, "Run mode"). */

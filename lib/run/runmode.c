@@ -88,13 +88,21 @@ static void thread_exit(struct ml__thread *t)
 		ml__stats_thread_exit(t);
 }
 
+/* fire()'s name for the tree heap limit: ML_GLOBAL_LIMIT, with
+ * ml__run.tree_fired. */
+#define ML__TREE_LIMIT (-1)
+
 /* True for the first limit reached in the process. */
-static bool fire(ml_status why, uint64_t n, uint64_t s, uint64_t total)
+static bool fire(int why_or_tree, uint64_t n, uint64_t s, uint64_t total)
 {
+	bool tree = why_or_tree == ML__TREE_LIMIT;
+	ml_status why = tree ? ML_GLOBAL_LIMIT : (ml_status)why_or_tree;
 	int expect = ML_OK;
 	bool first =
 	    atomic_compare_exchange_strong(&ml__run.fired, &expect, why);
 	if (first) {
+		if (tree)
+			atomic_store(&ml__run.tree_fired, true);
 		ml__diag_keep(); /* the report on stderr is due at exit */
 		ml__profile_trip(why, n, s, total);
 	}
@@ -136,6 +144,13 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 		fire(ML_GLOBAL_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE; /* this allocation only */
 	}
+	/* --tree-heap-limit: the one shared budget that refuses (its
+	 * processes have no tasks to stop): the allocation that would take
+	 * the members' total over.  Atomics only (shared/shared.c). */
+	if (ml__run.tree && ml__shared_overshoot(n)) {
+		fire(ML__TREE_LIMIT, n, s, 0);
+		return ML__HOOK_REFUSE; /* this allocation only */
+	}
 	/* As the core checks a task's held limit (tasks/task.c), but not
 	 * sticky: the program may free and go on. */
 	if (ml__run.held_limit != ML_NO_LIMIT &&
@@ -174,6 +189,7 @@ static void fork_child(struct ml__thread *t)
 {
 	struct root *root = root_of(t);
 	atomic_store(&ml__run.fired, ML_OK);
+	atomic_store(&ml__run.tree_fired, false);
 	atomic_store(&ml__run.refused_samples, 0);
 	atomic_store(&ml__run.refused_allocs, 0);
 	ml__counts_fork_child(root ? &root->counts : NULL);

@@ -125,7 +125,13 @@ void ml__run_configure(void)
 	    ml__names_stderr(r->profile_path) ||
 	    ml__names_stderr(r->timeline_path))
 		ml__diag_keep();
-	r->active = r->alloc_limit != ML_NO_LIMIT ||
+	/* The tree budget was joined by the core's constructor, before
+	 * this one (api/init.c, shared/shared.c). */
+	r->tree = ml__getenv("MEMLIMITS_SHARED_TREE") && ml__shared_member();
+	if (ml__getenv("MEMLIMITS_SHARED_TREE") && !r->tree)
+		ml__diag("not a member of the run's tree budget: this process "
+		         "runs without the tree heap limit");
+	r->active = r->tree || r->alloc_limit != ML_NO_LIMIT ||
 	            r->heap_limit != ML_NO_LIMIT ||
 	            r->held_limit != ML_NO_LIMIT;
 	/* The timeline's rows are written at samples: root tasks. */

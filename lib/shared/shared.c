@@ -825,6 +825,18 @@ void ml__shared_from_env(void)
 	}
 	memcpy(name, v, n);
 	name[n] = 0;
+	/* Run mode's tree budget (memlimits run --tree-heap-limit):
+	 * MEMLIMITS_SHARED_TREE is the pid of the program run started.  Only
+	 * that process makes the table (run made the object, empty, and
+	 * removes it when the program ends); its descendants join the
+	 * table in force and never make one, so that one starting after
+	 * the removal leaves no object behind (it runs without the tree
+	 * limit, and says so). */
+	const char *tree = ml__getenv("MEMLIMITS_SHARED_TREE");
+	uint64_t first;
+	if (tree && ml__parse_u64(tree, &first) == 0 &&
+	    first != (uint64_t)getpid())
+		limit = 0;
 	int rc = ml__shared_join(name, limit);
 	if (rc != ML_OK)
 		ml__diag("MEMLIMITS_SHARED=%s: not joined (%s)", v,

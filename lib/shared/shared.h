@@ -37,7 +37,9 @@ uint64_t ml__shared_limit(void);
 bool ml__shared_member(void);
 /* MEMLIMITS_SHARED=NAME[:SIZE], read once at start (api/init.c): join
  * NAME with the limit SIZE, or the limit in force.  For exec'd programs
- * (run mode's --tree-heap-limit sets it). */
+ * (run mode's --tree-heap-limit sets it, with MEMLIMITS_SHARED_TREE=PID:
+ * a process of another pid than PID joins the limit in force, never
+ * making the table). */
 void ml__shared_from_env(void);
 /* The members' total as last published, plus this process's heap now and
  * n more bytes, past the limit: 0 when within, or not a member (run

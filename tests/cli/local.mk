@@ -114,3 +114,12 @@ CLEANFILES += cpython-suite.log
 # frames; bad input is one line and status 2.
 TESTS += tests/cli/test-pictures.sh
 EXTRA_DIST += tests/cli/test-pictures.sh
+
+# memlimits run --tree-heap-limit (issue 27): the program and its
+# descendants under one shared budget, which no run leaves behind.
+check_PROGRAMS += tests/cli/test-tree-alloc
+TESTS += tests/cli/test-tree-limit.sh
+EXTRA_DIST += tests/cli/test-tree-limit.sh
+tests_cli_test_tree_alloc_SOURCES = tests/cli/test-tree-alloc.c
+tests_cli_test_tree_alloc_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_cli_test_tree_alloc_LDFLAGS = -no-install
