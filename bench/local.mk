@@ -85,3 +85,11 @@ bench-threads: bench/threads-bench$(EXEEXT) lib/libmemlimits.la
 	$(SHELL) $(srcdir)/bench/run-threads.sh
 
 .PHONY: bench-threads
+
+# PostgreSQL with the extension against the plain server, under pgbench
+# (docs/postgresql.md "Overhead"): its own target, not part of make bench.
+EXTRA_DIST += bench/run-postgres.sh
+bench-postgres: lib/libmemlimits.la
+	top_builddir='$(abs_top_builddir)' PG_BINDIR='$(PG_BINDIR)' \
+		$(SHELL) $(top_srcdir)/bench/run-postgres.sh
+.PHONY: bench-postgres

@@ -60,7 +60,9 @@ PG_MODULE_MAGIC;
  * builds against a header that does not have it yet; NULL where the
  * library lacks it, and then memlimits.cluster_limit refuses to start. */
 extern int ml_shared_join(const char *name, uint64_t limit);
+extern uint64_t ml_shared_usage(void);
 #pragma weak ml_shared_join
+#pragma weak ml_shared_usage
 
 void _PG_init(void);
 PG_FUNCTION_INFO_V1(memlimits_activity);
@@ -153,7 +155,9 @@ static void activity_clear(int code, Datum arg)
 }
 
 /* Publish this backend's heap and its statement's held estimate: at each
- * top-level hook's start and end (docs/postgresql.md says how stale). */
+ * top-level hook's start and end, and at each nested one (a function's
+ * SPI statements, a PL/pgSQL loop's queries) while a statement runs
+ * (docs/postgresql.md says how stale). */
 static void publish(ml_task *task)
 {
 	static bool registered;
@@ -167,6 +171,13 @@ static void publish(ml_task *task)
 	pg_atomic_write_u64(&s->heap, ml_global_memory_usage());
 	pg_atomic_write_u64(&s->held, task ? ml_task_held(task) : 0);
 	pg_atomic_write_u32(&s->pid, (uint32)MyProcPid);
+}
+
+/* A nested hook call: publish the running statement's figures. */
+static void publish_nested(void)
+{
+	if (activity && current_task)
+		publish(current_task);
 }
 
 /* ---- Slices ----------------------------------------------------------- */
@@ -236,6 +247,18 @@ static void limit_error(ml_task *task)
 	size_text(h, sizeof(h), held);
 	size_text(a, sizeof(a), allocated);
 	ml_task_free(task);
+	if (st == ML_GLOBAL_LIMIT) {
+		char total[32];
+		size_text(total, sizeof(total),
+		          ml_shared_usage ? ml_shared_usage() : 0);
+		ereport(ERROR,
+		        (errcode(ERRCODE_OUT_OF_MEMORY),
+		         errmsg("memlimits: %s reached", what),
+		         errdetail("%s is %s; the cluster's backends held about "
+		                   "%s together, this statement the most of "
+		                   "them: about %s (it had allocated about %s).",
+		                   name, limit, total, h, a)));
+	}
 	ereport(ERROR,
 	        (errcode(ERRCODE_OUT_OF_MEMORY),
 	         errmsg("memlimits: %s reached", what),
@@ -359,6 +382,7 @@ static PlannedStmt *ml_planner(Query *parse, const char *query_string,
 	planner_call c = {parse, query_string, cursor_options, bound_params,
 	                  NULL};
 	if (nesting_level > 0 || !statements_limited()) {
+		publish_nested();
 		call_planner(&c);
 		return c.result;
 	}
@@ -458,6 +482,7 @@ static void ml_ExecutorStart(QueryDesc *qd, int eflags)
 {
 	executor_call c = {qd, eflags};
 	if (nesting_level > 0 || !statements_limited()) {
+		publish_nested();
 		call_start(&c);
 		return;
 	}
@@ -480,8 +505,10 @@ static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
                            bool execute_once)
 {
 	executor_call c = {qd, 0, direction, count, execute_once};
-	if (nesting_level > 0)
+	if (nesting_level > 0) {
+		publish_nested();
 		call_run(&c);
+	}
 	else
 		executor_slice(qd, call_run, &c, false);
 }
@@ -498,8 +525,10 @@ static void ml_ExecutorFinish(QueryDesc *qd)
 static void ml_ExecutorEnd(QueryDesc *qd)
 {
 	executor_call c = {qd};
-	if (nesting_level > 0)
+	if (nesting_level > 0) {
+		publish_nested();
 		call_end(&c);
+	}
 	else
 		executor_slice(qd, call_end, &c, true);
 }
@@ -537,6 +566,7 @@ static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
 	utility_call c = {pstmt,  query_string, read_only_tree, context,
 	                  params, query_env,    dest,           qc};
 	if (nesting_level > 0 || !statements_limited()) {
+		publish_nested();
 		call_utility(&c);
 		return;
 	}

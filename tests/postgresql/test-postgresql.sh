@@ -21,9 +21,14 @@
 #    statements;
 #  - memlimits_activity() (the extension's SQL script) returns the calling
 #    backend's row.
-# The cluster limit (memlimits.cluster_limit) needs the library's shared
-# budgets (ml_shared_join): skipped, with the reason, where the library
-# lacks them.
+#  - restarted with memlimits.cluster_limit = '1GB': three sessions each
+#    holding ~180 MB in one statement finish while a fourth, growing
+#    without bound, fails with 53200 "memlimits: cluster memory limit
+#    reached"; memlimits_activity() shows the three while they wait
+#    (skipped, with the reason, where the library has no shared budgets);
+#  - a parallel worker's share of a statement is limited on its own: a
+#    worker's private hash table over a 16 MB statement_limit fails in the
+#    worker, and the client gets 53200.
 # Probabilities: a held limit of 256 MiB needs 3355 samples at the default
 # interval (80000 bytes); the statements that should go on hold under
 # 1 MiB (13 samples on average): stopped with probability below 1e-300.
@@ -244,8 +249,126 @@ else
 fi
 
 # ---- the cluster limit ----------------------------------------------------------
+# Restarted with memlimits.cluster_limit = '1GB' (a server start setting)
+# and no statement limit.  Three sessions each hold ~180 MB in one
+# statement (a PL/pgSQL string, kept while the function waits for a row in
+# ml_flag); once the three show in memlimits_activity(), a fourth grows
+# without bound (array_agg).  Over 1 GB in all, the statement holding the
+# most in the cluster -- the fourth's -- is stopped; the row in ml_flag
+# then lets the three finish.  Every wait is a bounded poll on a state,
+# never a verdict on time.  Probabilities: 180 MB held is ~2400 samples
+# (the estimate within a few percent); the fourth holds over 400 MB when
+# the total passes 1 GB, the holders 180 MB each: the most is the fourth's.
+hold_mb=180
+cluster_case() {
+	as sh -c "cat >>'$data/postgresql.conf'" <<CONF
+memlimits.cluster_limit = '1GB'
+memlimits.statement_limit = 0
+CONF
+	as "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1
+	started=
+	if start "$tmp/lib/libmemlimits.so"; then
+		started=1
+	else
+		notok "the server does not start with memlimits.cluster_limit = '1GB'"
+		diag "$tmp/start.out"
+		return
+	fi
+	if [ "$(q -c 'show memlimits.cluster_limit')" = 1GB ]; then
+		ok "restarted with memlimits.cluster_limit = '1GB'"
+	else
+		notok "SHOW memlimits.cluster_limit: $(q -c 'show memlimits.cluster_limit')"
+	fi
+	q -c "create table ml_flag (x int)" \
+		-c "create function ml_hold(mb int) returns int language plpgsql as \$\$
+declare s text := repeat('x', mb * 1048576);
+begin
+	for i in 1..6000 loop
+		exit when exists (select from ml_flag);
+		perform pg_sleep(0.05);
+	end loop;
+	return length(s);
+end \$\$" >/dev/null
+	for i in 1 2 3; do
+		q -c "select ml_hold($hold_mb)" >"$tmp/hold$i.out" &
+		eval "hold$i=\$!"
+		# Each holder is seen holding before the next one starts (the
+		# copy on assignment doubles it for a moment).
+		tries=0
+		until [ "$(q -c "select count(*) from memlimits_activity() where statement_held_bytes > 160 * 1048576")" = "$i" ]; do
+			tries=$((tries + 1))
+			[ $tries -gt 600 ] && break
+			sleep 0.1
+		done
+	done
+	rows=$(q -c "select statement_held_bytes / 1048576 from memlimits_activity() where statement_held_bytes > 100 * 1048576 order by 1")
+	if [ "$(printf '%s\n' "$rows" | grep -c .)" = 3 ] &&
+		[ "$(printf '%s\n' "$rows" | awk '$1 >= 160 && $1 <= 200' | grep -c .)" = 3 ]; then
+		ok "memlimits_activity() shows the three holders while they wait: $(echo $rows | tr ' ' ',') MB held"
+	else
+		notok "memlimits_activity() does not show the three holders at ~$hold_mb MB"
+		q -c "select * from memlimits_activity()" | sed 's/^/# /'
+	fi
+	q -c "select * from memlimits_activity() order by 3 desc" >"$tmp/activity.out"
+	out=$(q -c "select array_agg(repeat('x', 1000)) from generate_series(1, 10000000)" \
+		-c "select 'next ' || 42")
+	if printf '%s\n' "$out" | grep -q '^ERROR:  53200: memlimits: cluster memory limit reached' &&
+		printf '%s\n' "$out" | grep -q '^DETAIL:.*memlimits.cluster_limit is 1024.0 MB' &&
+		printf '%s\n' "$out" | grep -q '^next 42$'; then
+		ok "the fourth, growing without bound, is stopped: $(printf '%s\n' "$out" | grep '^DETAIL' | cut -c 10-)"
+	else
+		notok "the fourth session was not stopped by the cluster limit"
+		printf '%s\n' "$out" | head -n 20 | sed 's/^/# /'
+	fi
+	q -c "insert into ml_flag values (1)" >/dev/null
+	good=0
+	for i in 1 2 3; do
+		eval "wait \$hold$i"
+		if [ "$(cat "$tmp/hold$i.out")" = $((hold_mb * 1048576)) ]; then
+			good=$((good + 1))
+		else
+			sed "s/^/# holder $i: /" "$tmp/hold$i.out"
+		fi
+	done
+	if [ $good = 3 ]; then
+		ok "the three holders finish, each with its $hold_mb MB string"
+	else
+		notok "only $good of the three holders finished"
+	fi
+}
 if ! ${NM:-nm} -D --defined-only "$LIB" | grep -q ' ml_shared_join'; then
 	skip "memlimits.cluster_limit: this libmemlimits has no shared budgets (ml_shared_join) yet"
+else
+	cluster_case
+fi
+
+# ---- a parallel worker: its share is limited on its own -------------------------
+# A hash join under Gather, without parallel hash: each of two workers
+# (the leader does not take part) builds its own hash table of the whole
+# inner table, 2 million rows (~100 MB) in its own memory, over a 16 MB
+# statement limit set in the leader's session, which the workers take
+# with its settings.  The error is the worker's ("CONTEXT: parallel
+# worker"), passed to the client by the leader.
+q -c "create table ml_par as select g from generate_series(1, 2000000) g" \
+	-c "analyze ml_par" >/dev/null
+par="set max_parallel_workers_per_gather = 2; set parallel_setup_cost = 0;
+set parallel_tuple_cost = 0; set min_parallel_table_scan_size = 0;
+set parallel_leader_participation = off; set work_mem = '1GB';
+set enable_parallel_hash = off; set enable_mergejoin = off;
+set enable_nestloop = off; set memlimits.statement_limit = '16MB';"
+join="select count(*) from ml_par a join ml_par b using (g)"
+plan=$(q -c "$par" -c "explain $join")
+out=$(q -c "$par" -c "$join" -c "select 'next ' || 42")
+if printf '%s\n' "$plan" | grep -q 'Workers Planned: 2' &&
+	printf '%s\n' "$plan" | grep -q 'Hash Join' &&
+	! printf '%s\n' "$plan" | grep -q 'Parallel Hash' &&
+	printf '%s\n' "$out" | grep -q '^ERROR:  53200: memlimits: statement memory limit reached' &&
+	printf '%s\n' "$out" | grep -q '^CONTEXT:  parallel worker' &&
+	printf '%s\n' "$out" | grep -q '^next 42$'; then
+	ok "a parallel worker's hash table is stopped by statement_limit 16MB in the worker: 53200 reaches the client ($(printf '%s\n' "$out" | grep '^DETAIL' | cut -c 10-))"
+else
+	notok "the parallel worker's share was not stopped on its own"
+	printf '%s\n' "$plan" "$out" | head -n 30 | sed 's/^/# /'
 fi
 
 # ---- the systemd drop-in ---------------------------------------------------------
@@ -277,11 +400,14 @@ if grep -E 'terminated by signal|terminating any other active server processes|P
 else
 	ok "the server log shows no backend killed by a signal and no restart"
 fi
-if grep -q 'FATAL' "$log"; then
+# The parallel case's other worker is ended by its leader when the first
+# fails (SIGTERM, handled: "terminating background worker ... due to
+# administrator command"), PostgreSQL's way with any worker's error.
+if grep 'FATAL' "$log" | grep -v 'terminating background worker "parallel worker" due to administrator command' >"$tmp/fatal"; then
 	notok "the server log shows a FATAL error"
-	grep FATAL "$log" | head | sed 's/^/# /'
+	head "$tmp/fatal" | sed 's/^/# /'
 else
-	ok "no backend exited with FATAL"
+	ok "no backend exited with FATAL (but a parallel worker ended by its leader)"
 fi
 stop_server
 echo "1..$n"
