@@ -185,6 +185,47 @@ static ngx_connection_t ml_sweep_conn; /* ngx_event_t wants a data */
 
 /* ---- The request's context ----------------------------------------------- */
 
+/* Tasks freed once the request's pool is gone.  nginx runs a pool's
+ * cleanups before it frees the pool's large blocks (a request body
+ * buffered in memory): a stopped task freed in its cleanup would stop
+ * counting as memory on its way back while that memory is still there,
+ * and a global or shared limit would stop a bystander for it.  So the
+ * task is freed from a posted event, after the pool. */
+typedef struct ml_ngx_dead_s ml_ngx_dead_t;
+struct ml_ngx_dead_s {
+	ml_ngx_dead_t *next;
+	ml_task *task;
+};
+static ml_ngx_dead_t *ml_dead;
+static ngx_event_t ml_dead_ev;
+static ngx_connection_t ml_dead_conn;
+
+static void ml_free_dead(ngx_event_t *ev)
+{
+	(void)ev;
+	while (ml_dead) {
+		ml_ngx_dead_t *d = ml_dead;
+		ml_dead = d->next;
+		ml_task_free(d->task);
+		ngx_free(d);
+	}
+}
+
+static void ml_task_free_later(ml_task *task)
+{
+	ml_ngx_dead_t *d = NULL;
+	if (ml_dead_ev.handler)
+		d = ngx_alloc(sizeof *d, ngx_cycle->log);
+	if (!d) {
+		ml_task_free(task);
+		return;
+	}
+	d->task = task;
+	d->next = ml_dead;
+	ml_dead = d;
+	ngx_post_event(&ml_dead_ev, &ngx_posted_events); /* once */
+}
+
 static void ngx_http_memlimits_cleanup(void *data)
 {
 	ngx_http_memlimits_ctx_t *ctx = data;
@@ -202,7 +243,7 @@ static void ngx_http_memlimits_cleanup(void *data)
 		}
 		outer->free_task = 1;
 	} else
-		ml_task_free(ctx->task);
+		ml_task_free_later(ctx->task);
 	ctx->task = NULL;
 }
 
@@ -794,6 +835,9 @@ static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle)
 	ngx_http_memlimits_main_conf_t *mcf;
 
 	ngx_queue_init(&ml_live);
+	ml_dead_ev.handler = ml_free_dead;
+	ml_dead_ev.data = &ml_dead_conn;
+	ml_dead_ev.log = cycle->log;
 	mcf = ngx_http_cycle_get_module_main_conf(cycle,
 	                                          ngx_http_memlimits_module);
 	if (mcf == NULL || (!mcf->global && !mcf->shared))

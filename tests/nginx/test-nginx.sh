@@ -385,7 +385,6 @@ if tap_case shared; then
 	*) notok "the log line names worker '$wpid', not one of: $workers"
 		printf '%s\n' "$line" | diag /dev/stdin ;;
 	esac
-	cat "$tmp/logs/access.log" | diag /dev/stdin # TMPDEBUG
 	stop_nginx
 	shm_after=$(ls /dev/shm 2>/dev/null | grep "^memlimits\.$(id -u)\.nginx-" | sort)
 	new= left=
