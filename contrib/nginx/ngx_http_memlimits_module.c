@@ -13,6 +13,13 @@
  * refused at memlimits_pressure has a context without a task, for the
  * header filter.
  *
+ * memlimits_shared_limit puts all the workers of one nginx under one
+ * budget shared by processes (ml_shared_join(3)): the master joins it when
+ * it reads the configuration, before it forks the workers, which inherit
+ * the mapping (they never reopen the object: they run as another user by
+ * then); requests are global tasks then, and the one holding the most in
+ * any worker is stopped.  The master removes the object at its exit.
+ *
  * The library must be the process's allocator (LD_PRELOAD or memlimits
  * run): checked at start-up with ml_capabilities(). */
 #include <ngx_config.h>
@@ -41,8 +48,14 @@
 #pragma weak ml_task_run
 #pragma weak ml_task_status
 #pragma weak ml_unmask
+#pragma weak ml_is_interrupted
 int ml_task_describe(const ml_task *t, char *buf, size_t len)
     __attribute__((weak));
+/* Shared budgets: libmemlimits 0.3 and later, needed only with
+ * memlimits_shared_limit. */
+int ml_shared_join(const char *name, uint64_t limit) __attribute__((weak));
+int ml_shared_leave(void) __attribute__((weak));
+uint64_t ml_shared_limit(void) __attribute__((weak));
 
 typedef struct {
 	ngx_flag_t enable;
@@ -54,6 +67,7 @@ typedef struct {
 typedef struct {
 	size_t global;      /* 0: none */
 	ngx_int_t pressure; /* fraction in 1/10000; 0: none */
+	size_t shared;      /* memlimits_shared_limit; 0: none */
 } ngx_http_memlimits_main_conf_t;
 
 /* One slice running on this thread (on the C stack of the wrapper that
@@ -89,6 +103,8 @@ typedef struct {
 static ngx_int_t ngx_http_memlimits_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_memlimits_init_module(ngx_cycle_t *cycle);
+static void ngx_http_memlimits_exit_master(ngx_cycle_t *cycle);
 static void *ngx_http_memlimits_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_memlimits_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_memlimits_merge_loc_conf(ngx_conf_t *cf, void *parent,
@@ -123,6 +139,9 @@ static ngx_command_t ngx_http_memlimits_commands[] = {
      offsetof(ngx_http_memlimits_main_conf_t, global), NULL},
     {ngx_string("memlimits_pressure"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
      ngx_http_memlimits_pressure, NGX_HTTP_MAIN_CONF_OFFSET, 0, NULL},
+    {ngx_string("memlimits_shared_limit"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
+     ngx_conf_set_size_slot, NGX_HTTP_MAIN_CONF_OFFSET,
+     offsetof(ngx_http_memlimits_main_conf_t, shared), NULL},
     ngx_null_command};
 
 static ngx_http_module_t ngx_http_memlimits_module_ctx = {
@@ -142,12 +161,12 @@ ngx_module_t ngx_http_memlimits_module = {
     ngx_http_memlimits_commands,     /* module directives */
     NGX_HTTP_MODULE,                 /* module type */
     NULL,                            /* init master */
-    NULL,                            /* init module */
+    ngx_http_memlimits_init_module,  /* init module */
     ngx_http_memlimits_init_process, /* init process */
     NULL,                            /* init thread */
     NULL,                            /* exit thread */
     NULL,                            /* exit process */
-    NULL,                            /* exit master */
+    ngx_http_memlimits_exit_master,  /* exit master */
     NGX_MODULE_V1_PADDING};
 
 static ngx_http_output_header_filter_pt ngx_http_next_header_filter;
@@ -166,6 +185,47 @@ static ngx_connection_t ml_sweep_conn; /* ngx_event_t wants a data */
 
 /* ---- The request's context ----------------------------------------------- */
 
+/* Tasks freed once the request's pool is gone.  nginx runs a pool's
+ * cleanups before it frees the pool's large blocks (a request body
+ * buffered in memory): a stopped task freed in its cleanup would stop
+ * counting as memory on its way back while that memory is still there,
+ * and a global or shared limit would stop a bystander for it.  So the
+ * task is freed from a posted event, after the pool. */
+typedef struct ml_ngx_dead_s ml_ngx_dead_t;
+struct ml_ngx_dead_s {
+	ml_ngx_dead_t *next;
+	ml_task *task;
+};
+static ml_ngx_dead_t *ml_dead;
+static ngx_event_t ml_dead_ev;
+static ngx_connection_t ml_dead_conn;
+
+static void ml_free_dead(ngx_event_t *ev)
+{
+	(void)ev;
+	while (ml_dead) {
+		ml_ngx_dead_t *d = ml_dead;
+		ml_dead = d->next;
+		ml_task_free(d->task);
+		ngx_free(d);
+	}
+}
+
+static void ml_task_free_later(ml_task *task)
+{
+	ml_ngx_dead_t *d = NULL;
+	if (ml_dead_ev.handler)
+		d = ngx_alloc(sizeof *d, ngx_cycle->log);
+	if (!d) {
+		ml_task_free(task);
+		return;
+	}
+	d->task = task;
+	d->next = ml_dead;
+	ml_dead = d;
+	ngx_post_event(&ml_dead_ev, &ngx_posted_events); /* once */
+}
+
 static void ngx_http_memlimits_cleanup(void *data)
 {
 	ngx_http_memlimits_ctx_t *ctx = data;
@@ -183,7 +243,7 @@ static void ngx_http_memlimits_cleanup(void *data)
 		}
 		outer->free_task = 1;
 	} else
-		ml_task_free(ctx->task);
+		ml_task_free_later(ctx->task);
 	ctx->task = NULL;
 }
 
@@ -246,8 +306,9 @@ static void ml_log_stop(ngx_http_request_t *r, ngx_http_memlimits_ctx_t *ctx)
 	}
 	/* The error log's context adds the client and the request line. */
 	ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-	              "memlimits: request stopped (%ui %s): %*s", ctx->status,
-	              ctx->answered ? "answered" : "closed", p - line, line);
+	              "memlimits: request stopped (%ui %s) in worker %P: %*s",
+	              ctx->status, ctx->answered ? "answered" : "closed", ngx_pid,
+	              p - line, line);
 }
 
 /* ---- Slices ---------------------------------------------------------------
@@ -410,6 +471,11 @@ static void ml_upstream_handler_wrap(ngx_event_t *ev)
 static void ml_sweep(ngx_event_t *ev)
 {
 	(void)ev;
+	/* A safe point outside any slice (returns false there): a worker
+	 * asked through the shared budget to stop one of its tasks does it
+	 * here when no event of the request comes. */
+	if (ml_is_interrupted)
+		(void)ml_is_interrupted();
 again:
 	for (ngx_queue_t *q = ngx_queue_head(&ml_live);
 	     q != ngx_queue_sentinel(&ml_live); q = ngx_queue_next(q)) {
@@ -480,7 +546,7 @@ static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 		    lcf->request_limit ? lcf->request_limit : ML_NO_LIMIT;
 		l.held_bytes =
 		    lcf->request_held ? lcf->request_held : ML_NO_LIMIT;
-		l.global = mcf->global != 0;
+		l.global = mcf->global != 0 || mcf->shared != 0;
 		l.delivery = ML_DELIVER_FAIL;
 		ctx->task = ml_task_new(&l);
 		if (!ctx->task) {
@@ -640,8 +706,10 @@ static void *ngx_http_memlimits_create_main_conf(ngx_conf_t *cf)
 {
 	ngx_http_memlimits_main_conf_t *mcf =
 	    ngx_pcalloc(cf->pool, sizeof *mcf);
-	if (mcf)
+	if (mcf) {
 		mcf->global = NGX_CONF_UNSET_SIZE;
+		mcf->shared = NGX_CONF_UNSET_SIZE;
+	}
 	return mcf;
 }
 
@@ -737,6 +805,15 @@ static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
 		              "memlimits_pressure needs memlimits_global");
 		return NGX_ERROR;
 	}
+	if (mcf->shared == NGX_CONF_UNSET_SIZE)
+		mcf->shared = 0;
+	if (mcf->shared && (!ml_shared_join || !ml_shared_limit)) {
+		ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+		              "memlimits_shared_limit: the libmemlimits loaded "
+		              "has no shared budgets (ml_shared_join): it needs "
+		              "libmemlimits 0.3 or later");
+		return NGX_ERROR;
+	}
 
 	cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
 	h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
@@ -758,16 +835,124 @@ static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle)
 	ngx_http_memlimits_main_conf_t *mcf;
 
 	ngx_queue_init(&ml_live);
+	ml_dead_ev.handler = ml_free_dead;
+	ml_dead_ev.data = &ml_dead_conn;
+	ml_dead_ev.log = cycle->log;
 	mcf = ngx_http_cycle_get_module_main_conf(cycle,
 	                                          ngx_http_memlimits_module);
-	if (mcf == NULL || !mcf->global)
+	if (mcf == NULL || (!mcf->global && !mcf->shared))
 		return NGX_OK;
 	/* Per worker: each worker is its own heap. */
-	ml_set_global_memory_limit(mcf->global);
+	if (mcf->global)
+		ml_set_global_memory_limit(mcf->global);
 	ml_sweep_ev.handler = ml_sweep;
 	ml_sweep_ev.data = &ml_sweep_conn;
 	ml_sweep_ev.log = cycle->log;
 	ml_sweep_ev.cancelable = 1;
 	ngx_add_timer(&ml_sweep_ev, ML_SWEEP_MS);
 	return NGX_OK;
+}
+
+/* ---- The shared budget (memlimits_shared_limit) ---------------------------
+ *
+ * Joined by the master in init_module, which runs when the configuration
+ * is read, before the workers are forked: at the start and at every
+ * reload (SIGHUP), never in the workers.  The budget's name depends only
+ * on nginx's prefix and configuration file (-p, -c), which a reload keeps:
+ * a reload joins the same budget again, which the library takes as a
+ * change of its limit, and the workers it forks are members from their
+ * birth.  (Not the master's pid: nginx forks to daemonize after reading
+ * the configuration, so the pid at the first reading is not the master's
+ * for good.)  An nginx started anew with the same prefix and file, or
+ * the new binary of an upgrade (USR2), joins the same budget: a dead
+ * member's slot is swept by the library. */
+
+static char ml_shared_name[65]; /* joined by this master; "" if none */
+
+static void ml_shared_name_for(ngx_cycle_t *cycle, char *buf, size_t len)
+{
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a, 64 bits */
+	ngx_str_t *parts[2] = {&cycle->prefix, &cycle->conf_file};
+	for (int i = 0; i < 2; i++) {
+		for (size_t k = 0; k < parts[i]->len; k++) {
+			h ^= parts[i]->data[k];
+			h *= 1099511628211ULL;
+		}
+		h ^= 0xff; /* a separator no path byte is alone */
+		h *= 1099511628211ULL;
+	}
+	ngx_snprintf((u_char *)buf, len - 1, "nginx-%016xL%Z", h);
+}
+
+static const char *ml_shared_error(int rc)
+{
+	return rc == ML_ENOMEM ? "no memory, or the budget has no free slot"
+	                       : "this process is a member of another "
+	                         "budget (MEMLIMITS_SHARED?), or the "
+	                         "object is not this user's";
+}
+
+static ngx_int_t ngx_http_memlimits_init_module(ngx_cycle_t *cycle)
+{
+	ngx_http_memlimits_main_conf_t *mcf;
+	char name[65];
+	int rc;
+	/* At the start, a failure stops nginx; at a reload (the master
+	 * runs), it must not: nginx exits when init_module fails. */
+	ngx_uint_t reload = ngx_process == NGX_PROCESS_MASTER;
+
+	if (ngx_test_config)
+		return NGX_OK; /* nginx -t joins nothing */
+	mcf = ngx_http_cycle_get_module_main_conf(cycle,
+	                                          ngx_http_memlimits_module);
+	if (mcf == NULL || !mcf->shared) {
+		/* Taken out of the configuration: the workers forked from now
+		 * on are not members (those of before stay until they exit). */
+		if (ml_shared_name[0] && ml_shared_leave) {
+			ml_shared_leave();
+			ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+			              "memlimits: left the shared budget %s",
+			              ml_shared_name);
+			ml_shared_name[0] = 0;
+		}
+		return NGX_OK;
+	}
+	ml_shared_name_for(cycle, name, sizeof name);
+	if (ml_shared_name[0] && ngx_strcmp(name, ml_shared_name) != 0)
+		ngx_memcpy(name, ml_shared_name, sizeof name); /* keep it */
+	rc = ml_shared_join(name, mcf->shared);
+	if (rc != ML_OK) {
+		ngx_uint_t level = reload ? NGX_LOG_ALERT : NGX_LOG_EMERG;
+		ngx_log_error(level, cycle->log, 0,
+		              "memlimits_shared_limit: cannot join the shared "
+		              "budget %s: %s%s",
+		              name, ml_shared_error(rc),
+		              reload ? "; the workers keep the budget they had"
+		                     : "");
+		return reload ? NGX_OK : NGX_ERROR;
+	}
+	ngx_memcpy(ml_shared_name, name, sizeof name);
+	ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+	              "memlimits: the workers share the budget %s of %uz bytes "
+	              "(/dev/shm/memlimits.%d.%s)",
+	              name, mcf->shared, (int)geteuid(), name);
+	return NGX_OK;
+}
+
+/* The master's exit (nginx stops; not at a reload): the object is
+ * removed, as the library leaves it in /dev/shm after the last member. A
+ * master killed with SIGKILL leaves it; the next start with the same
+ * prefix and configuration file reuses it. */
+static void ngx_http_memlimits_exit_master(ngx_cycle_t *cycle)
+{
+	char obj[128];
+	(void)cycle;
+	if (!ml_shared_name[0])
+		return;
+	ngx_snprintf((u_char *)obj, sizeof obj - 1, "/memlimits.%d.%s%Z",
+	             (int)geteuid(), ml_shared_name);
+	if (ml_shared_leave)
+		ml_shared_leave();
+	(void)shm_unlink(obj); /* gone already: an upgrade's other master */
+	ml_shared_name[0] = 0;
 }

@@ -17,6 +17,10 @@
       when absent); and "REQ body ..." with its first 60 bytes
   nginx-client.py global PORT BIGMIB SECONDMIB  a slow PUT holding BIGMIB,
       then one of SECONDMIB, with small requests throughout
+  nginx-client.py shared PORT BIGMIB SMALLMIB N  a PUT of BIGMIB that
+      sends its head and waits, then N PUTs of SMALLMIB sent whole at once
+      (each on its own connection: with reuseport, any worker); prints the
+      big one's status (0: closed, -1: no answer in 20 s) and the others'
 Results are printed as "key value" lines for the shell test to check."""
 import http.client, socket, struct, sys, threading, time, zlib
 
@@ -202,6 +206,42 @@ def glob_puts(port, big, second, small):
     print('small_bad', small['bad'])
 
 
+def shared(port, big, small, n):
+    s = put_start(port, '/big', big << 20)  # nginx allocates its buffer
+    put_send(s, 4 << 20)
+    time.sleep(0.5)  # ordering only: the big one's buffer exists first
+    sts = [None] * n
+
+    def one(i):
+        sts[i] = put_full(port, '/big', small)
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    # The big one's answer: it is never sent the rest of its body.
+    s.settimeout(20)
+    data = b''
+    st = -1
+    try:
+        while b'\r\n' not in data:
+            d = s.recv(4096)
+            if not d:
+                break
+            data += d
+        try:
+            st = int(data.split(b' ')[1])
+        except (IndexError, ValueError):
+            st = 0  # closed without an answer
+    except socket.timeout:
+        st = -1
+    except OSError:
+        st = 0
+    s.close()
+    for t in ts:
+        t.join()
+    print('big_status', st)
+    print('small_status', ' '.join(str(x) for x in sts))
+
+
 def pressure(port, big, reqs):
     """A slow PUT holds BIG MiB; a GET and REQS meanwhile, and again after
     it ended."""
@@ -292,6 +332,8 @@ def main(a):
         ask_all(int(a[1]), a[2:])
     elif a[0] == 'global':
         glob(int(a[1]), int(a[2]), int(a[3]))
+    elif a[0] == 'shared':
+        shared(int(a[1]), int(a[2]), int(a[3]), int(a[4]))
 
 
 main(sys.argv[1:])

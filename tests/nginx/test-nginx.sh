@@ -30,7 +30,19 @@
 #  - memlimits_global (256 MiB here): a slow PUT holding 150 MiB is
 #    stopped when a second one of 110 MiB comes (usage then stays within
 #    the limit's margin L/8, so that the second is not stopped too), which then succeeds,
-#    while small requests carry on.
+#    while small requests carry on;
+#  - memlimits_shared_limit 300m over 4 workers (listen ... reuseport;
+#    as root, workers as nobody, which cannot reopen the master's shared
+#    object: they use the mapping they were forked with): a PUT of 250 MiB
+#    (its body buffer is allocated when its body starts) waits, then three
+#    of 60 MiB come at once: the total goes over 300 MiB, the 250 MiB one,
+#    the largest holder in any worker, is stopped (503, or closed while
+#    its body is read; -1 would be no answer in 20 s) and the others get
+#    200 (180 MiB is within the budget, and the big one's memory, on its
+#    way back, is not paid for by them); the error-log line says it was
+#    the shared budget and names the worker, one of the master's children;
+#    the budget's object in /dev/shm is there while nginx runs and gone
+#    once it stopped (the master removes it at its exit).
 # Probabilities: the held limit of 64 MiB needs 839 samples at the default
 # interval (80000 bytes); the bomb keeps what it allocates, so it is
 # stopped with certainty well before 576 MiB, and the estimate overshoots
@@ -68,7 +80,7 @@ master=
 stop_nginx() {
 	if [ -n "$master" ]; then
 		kill "$master" 2>/dev/null
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
+		for _ in $(seq 50); do
 			kill -0 "$master" 2>/dev/null || break
 			sleep 0.2
 		done
@@ -331,5 +343,62 @@ if tap_case global; then
 		diag "$tmp/gb.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
 	fi
 	stop_nginx
+fi
+if tap_case shared; then
+	conf 768m
+	# 4 workers, each with its own listening socket; the per-worker
+	# memlimits_global stays out of the way (768 MiB).
+	sed -i -e 's|^worker_processes 1;|worker_processes 4;|' \
+		-e "s|listen 127.0.0.1:$p1;|listen 127.0.0.1:$p1 reuseport;|" \
+		-e 's|^    memlimits_global 768m;|&\n    memlimits_shared_limit 300m;|' \
+		"$tmp/nginx.conf"
+	if [ "$(id -u)" = 0 ]; then
+		# Workers as nobody: they never reopen the object (root's).
+		sed -i 's|^user root;|user nobody nogroup;|' "$tmp/nginx.conf"
+		chmod 755 "$tmp" "$tmp/html"
+	fi
+	shm_before=$(ls /dev/shm 2>/dev/null | grep "^memlimits\.$(id -u)\.nginx-" | sort)
+	start_nginx
+	shm_during=$(ls /dev/shm 2>/dev/null | grep "^memlimits\.$(id -u)\.nginx-" | sort)
+	workers=$(pgrep -P "$master" | tr '\n' ' ')
+	timeout 90 "$PY" "$CLIENT" shared "$p1" 250 60 3 >"$tmp/s.out" 2>&1
+	v() { sed -n "s/^$1 //p" "$tmp/s.out"; }
+	b=$(v big_status)
+	line=$(grep 'memlimits: request stopped.*shared budget.*request: "PUT /big' "$tmp/logs/error.log" | head -1)
+	wpid=$(printf '%s\n' "$line" | sed -n 's/.* in worker \([0-9]*\):.*/\1/p')
+	echo "# workers: $workers; big: $b; others: $(v small_status)"
+	if { [ "$b" = 503 ] || [ "$b" = 0 ]; } && [ -n "$line" ]; then
+		ok "memlimits_shared_limit: the 250 MiB PUT, the largest holder of 4 workers, is stopped (status $b), logged as the shared budget"
+	else
+		notok "the 250 MiB PUT under memlimits_shared_limit: status $b"
+		diag "$tmp/s.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	if [ "$(v small_status)" = "200 200 200" ]; then
+		ok "the three 60 MiB PUTs meanwhile: 200"
+	else
+		notok "the three 60 MiB PUTs: $(v small_status)"
+		diag "$tmp/s.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	case " $workers" in
+	*" $wpid "*) [ -n "$wpid" ] && ok "the log line names the worker ($wpid), one of the master's" ||
+		notok "the log line names no worker" ;;
+	*) notok "the log line names worker '$wpid', not one of: $workers"
+		printf '%s\n' "$line" | diag /dev/stdin ;;
+	esac
+	stop_nginx
+	shm_after=$(ls /dev/shm 2>/dev/null | grep "^memlimits\.$(id -u)\.nginx-" | sort)
+	new= left=
+	for o in $shm_during; do
+		printf '%s\n' "$shm_before" | grep -qxF "$o" || new="$new $o"
+	done
+	new=${new# }
+	for o in $new; do
+		printf '%s\n' "$shm_after" | grep -qxF "$o" && left="$left $o"
+	done
+	if [ -n "$new" ] && [ -z "$left" ]; then
+		ok "the budget's object /dev/shm/$new existed while nginx ran and is removed at its exit"
+	else
+		notok "the budget's object: made '$new', left behind '$left'"
+	fi
 fi
 tap_done
