@@ -41,6 +41,10 @@ void ml__global_limit_set(uint64_t bytes)
 {
 	global_limit = bytes;
 }
+bool ml__shared_member(void)
+{
+	return false; /* the settings alone: no tree budget joined */
+}
 
 /* As the library's constructor does first (lib/api/init.c). */
 __attribute__((constructor)) static void start(void)
