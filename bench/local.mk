@@ -22,8 +22,15 @@ clean-bench-before:
 .PHONY: clean-bench-before
 EXTRA_DIST += bench/run-bench.sh bench/run-overhead.sh bench/run-costs.sh \
 	bench/build-before.sh bench/make-gcc-input.sh docs/performance.md
-# Shared budgets (issue 27): what being a member costs an allocation.
+# Shared budgets (issue 27): what being a member costs an allocation
+# (callgrind, bench/ml-bench), and the stop latency across processes and
+# the overshoot at the stop (bench/shared-latency).
 EXTRA_DIST += bench/run-shared.sh
+EXTRA_PROGRAMS += bench/shared-latency
+bench_shared_latency_SOURCES = bench/shared-latency.c
+bench_shared_latency_LDADD = lib/libmemlimits.la
+bench_shared_latency_LDFLAGS = -no-install
+CLEANFILES += bench/shared-latency$(EXEEXT)
 
 # The library at BENCH_BEFORE, built once from git into
 # bench/before-COMMIT (bench/build-before.sh; nothing from a dist tarball),
@@ -36,7 +43,7 @@ BENCH_BEFORE = 77f52ed
 # make check must not judge (refusals and captures by stack depth,
 # memlimits bounds: callgrind).
 bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
-		tests/cli/test-stacks-retry$(EXEEXT)
+		tests/cli/test-stacks-retry$(EXEEXT) bench/shared-latency$(EXEEXT)
 	@before=`SRCDIR='$(abs_top_srcdir)' BUILDDIR='$(abs_top_builddir)' \
 	    COMMIT='$(BENCH_BEFORE)' CC='$(CC)' CFLAGS='$(CFLAGS)' \
 	    CPPFLAGS='$(CPPFLAGS)' LDFLAGS='$(LDFLAGS)' \
@@ -47,7 +54,9 @@ bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
 	BEFORE_LIB="$$before" BEFORE_NAME='$(BENCH_BEFORE)' CC_GCC='$(CC)' \
 	VALGRIND='$(VALGRIND)' \
 	$(SHELL) $(srcdir)/bench/run-bench.sh
-	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' VALGRIND='$(VALGRIND)' $(SHELL) $(srcdir)/bench/run-shared.sh
+	ML_BENCH='$(abs_top_builddir)/bench/ml-bench$(EXEEXT)' VALGRIND='$(VALGRIND)' \
+	SHARED_LATENCY='$(abs_top_builddir)/bench/shared-latency$(EXEEXT)' \
+	$(SHELL) $(srcdir)/bench/run-shared.sh
 	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	PYTHON3='$(PYTHON3)' $(SHELL) $(srcdir)/bench/run-overhead.sh

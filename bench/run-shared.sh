@@ -9,11 +9,33 @@
 # pair beyond the meter.  `make bench` runs it; docs/performance.md,
 # "Shared budgets (issue 27)", has the figures.
 #
-# Environment: ML_BENCH (bench/ml-bench), VALGRIND (empty or missing:
-# skipped).
+# Then (first, as it needs no valgrind) the stop latency across processes
+# and the overshoot at the stop: bench/shared-latency, 50 runs of two
+# members of a 64 MiB budget (V holds 40 MiB in a global task, C's task
+# crosses the limit), with FLAG and with JUMP delivery; latency from C's
+# crossing allocation to V's task seen stopped (CLOCK_MONOTONIC), the
+# overshoot as the total V reads at its stop minus the limit.
+#
+# Environment: ML_BENCH (bench/ml-bench), SHARED_LATENCY
+# (bench/shared-latency; empty or missing: skipped), VALGRIND (empty or
+# missing: skipped).
 set -eu
 : "${ML_BENCH:?}"
 VALGRIND=${VALGRIND-}
+SHARED_LATENCY=${SHARED_LATENCY-}
+if [ -n "$SHARED_LATENCY" ]; then
+	printf '\n%-34s %6s %10s %10s %10s %10s\n' \
+	    "stop across processes (issue 27)" "runs" "median us" "p99 us" \
+	    "over MiB" "max MiB"
+	for mode in flag jump; do
+		# mode good failed median p99 over-median over-max latency-max
+		"$SHARED_LATENCY" 50 $mode 64 40 | awk -v m="$mode" '{
+			printf "%-34s %6s %10s %10s %10s %10s\n",
+			    "64 MiB, 2 members, " m " delivery",
+			    $2 ($3 > 0 ? " (" $3 " failed)" : ""),
+			    $4, $5, $6, $7 }'
+	done
+fi
 if [ -z "$VALGRIND" ] || ! "$VALGRIND" --version >/dev/null 2>&1; then
 	echo "bench: valgrind not found: skipping shared budgets" >&2
 	exit 0
