@@ -24,8 +24,8 @@ void ml__metrics_unlisted(unsigned i, uint64_t v)
 void ml__metrics_tripped(ml_status why)
 {
 	if (why >= ML_ALLOC_LIMIT && why <= ML_HELD_LIMIT)
-		ml__metrics_add(&ml__self, ML__M_INTERRUPTED + (unsigned)why - 1,
-		                1);
+		ml__metrics_add(&ml__self,
+		                ML__M_INTERRUPTED + (unsigned)why - 1, 1);
 }
 
 void ml__metrics_thread_start(struct ml__thread *t)

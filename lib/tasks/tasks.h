@@ -391,8 +391,7 @@ bool ml__task_valid(const struct ml_task *task);
  * own record once it is listed (a live thread), else straight into the
  * exited threads' total (a thread that never allocated, or exiting). */
 void ml__metrics_unlisted(unsigned i, uint64_t v);
-static inline void ml__metrics_add(struct ml__thread *t, unsigned i,
-                                   uint64_t v)
+static inline void ml__metrics_add(struct ml__thread *t, unsigned i, uint64_t v)
 {
 	if (ml__likely(t->state == ML__T_LIVE))
 		ML__MBUMP(t->metrics.c[i], v);
