@@ -15,6 +15,10 @@
 ML__LOCK(static, lock, ML__RANK_STATS)
 static struct ml__metrics *live;
 static _Atomic uint64_t exited[ML__M_N];
+/* This thread's record while it is listed (NULL otherwise): a trip, which
+ * may come from any file of the layer, finds it here without naming
+ * ml__self (thread.c), which would make the files' references a loop. */
+static ML__TLS struct ml__metrics *mine;
 
 void ml__metrics_unlisted(unsigned i, uint64_t v)
 {
@@ -23,9 +27,14 @@ void ml__metrics_unlisted(unsigned i, uint64_t v)
 
 void ml__metrics_tripped(ml_status why)
 {
-	if (why >= ML_ALLOC_LIMIT && why <= ML_HELD_LIMIT)
-		ml__metrics_add(&ml__self,
-		                ML__M_INTERRUPTED + (unsigned)why - 1, 1);
+	if (why < ML_ALLOC_LIMIT || why > ML_HELD_LIMIT)
+		return;
+	unsigned i = ML__M_INTERRUPTED + (unsigned)why - 1;
+	struct ml__metrics *m = mine;
+	if (m)
+		ML__MBUMP(m->c[i], 1);
+	else
+		ml__metrics_unlisted(i, 1);
 }
 
 void ml__metrics_thread_start(struct ml__thread *t)
@@ -34,6 +43,7 @@ void ml__metrics_thread_start(struct ml__thread *t)
 	t->metrics.next = live;
 	live = &t->metrics;
 	ml__spin_unlock(&lock);
+	mine = &t->metrics;
 }
 
 void ml__metrics_thread_exit(struct ml__thread *t)
@@ -50,6 +60,7 @@ void ml__metrics_thread_exit(struct ml__thread *t)
 		ML__MBUMP(t->metrics.c[i], -t->metrics.c[i]);
 	}
 	t->metrics.next = NULL;
+	mine = NULL;
 	ml__spin_unlock(&lock);
 }
 
@@ -64,6 +75,7 @@ void ml__metrics_fork_child(struct ml__thread *t)
 	memset(t->metrics.c, 0, sizeof t->metrics.c);
 	t->metrics.next = NULL;
 	live = t->state == ML__T_LIVE ? &t->metrics : NULL;
+	mine = live;
 }
 
 void ml__metrics_sum(uint64_t sum[ML__M_N])

@@ -398,7 +398,8 @@ static inline void ml__metrics_add(struct ml__thread *t, unsigned i, uint64_t v)
 	else
 		ml__metrics_unlisted(i, v);
 }
-void ml__metrics_tripped(ml_status why); /* this thread set the status */
+/* The calling thread set a task's status to why. */
+void ml__metrics_tripped(ml_status why);
 void ml__metrics_thread_start(struct ml__thread *t); /* listed */
 void ml__metrics_thread_exit(struct ml__thread *t);  /* folded in */
 void ml__metrics_fork_child(struct ml__thread *t);   /* only t, emptied */

@@ -62,4 +62,25 @@ if tail -n 1 "$tmp/openmetrics.txt" | grep -qx '# EOF'; then
 else
 	notok "openmetrics ends with # EOF"
 fi
+# A version 1 file (before 0.3) is still read: its new counts are 0.
+mkdir "$tmp/v1"
+cat >"$tmp/v1/memlimits.1.json" <<'JSON'
+{"format": "memlimits-stats", "version": 1, "pid": 1, "interval": 80000,
+"allocations": 3, "bytes": 300, "sampled_allocations": 1, "samples": 1,
+"unsampled_windows": 0, "histogram": [[64, 3, 1]]}
+JSON
+if "$M" stats "$tmp/v1" >/dev/null 2>"$tmp/v1.err" &&
+	"$M" stats "$tmp/v1" --format prometheus >"$tmp/v1.txt" 2>>"$tmp/v1.err" &&
+	grep -qx 'memlimits_samples_total 1' "$tmp/v1.txt" &&
+	grep -qx 'memlimits_tasks_started_total 0' "$tmp/v1.txt"; then
+	ok "a version 1 file is still read (table and prometheus)"
+else
+	notok "a version 1 file"
+	diag "$tmp/v1.err" "$tmp/v1.txt"
+fi
+if [ -n "$have_promtool" ]; then
+	check "stats --format prometheus of a version 1 file" "$tmp/v1.txt"
+else
+	skip "promtool not found (Debian: apt-get install prometheus)"
+fi
 tap_done
