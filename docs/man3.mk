@@ -52,4 +52,5 @@ man_MANS += \
 	docs/gen/ml_token_set.3 \
 	docs/gen/ml_unmask.3 \
 	docs/gen/ml_version.3 \
-	docs/gen/ml_write_held_profile.3
+	docs/gen/ml_write_held_profile.3 \
+	docs/gen/ml_write_metrics.3

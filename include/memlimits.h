@@ -142,7 +142,7 @@ typedef struct ml_outcome {
  *                          value in force.
  *   Custom allocators      ml_note_alloc / ml_note_free, called as malloc
  *                          and free would be.
- *   Reports                text about a task: >= 0, or a negative
+ *   Reports                text about a task, metrics: >= 0, or a negative
  *                          ml_status with errno set, as write(2).
  *   Documented bounds      ml_bound_*: pure functions, no error codes.
  *   Version and capabilities
@@ -335,11 +335,12 @@ ML_EXPORT bool ml_note_alloc(size_t bytes);
 /* Tell the meter that a custom allocator freed `bytes`. */
 ML_EXPORT void ml_note_free(size_t bytes);
 
-/* ---- Reports: what a task holds, and why it stopped ----------------------
+/* ---- Reports: what a task holds, why it stopped, the metrics ----------------
  *
- * Convention: write text about a task and return an int as write(2) and
- * snprintf(3) do: >= 0 on success, else a negative ml_status (ML_EINVAL:
- * not a task, a bad descriptor or buffer; ML_ENOMEM) with errno set.
+ * Convention: write text about a task (or the process's metrics) and
+ * return an int as write(2) and snprintf(3) do: >= 0 on success, else a
+ * negative ml_status (ML_EINVAL: not a task, a bad descriptor or buffer;
+ * ML_ENOMEM) with errno set.
  * They may call malloc, on the library's own behalf, to name frames. */
 
 /* Write what t holds (t NULL: every task together) by call stack to fd,
@@ -356,6 +357,12 @@ ML_EXPORT int ml_write_held_profile(const ml_task *t, int fd);
  * line, as snprintf, or ML_EINVAL (not a task; buf NULL with len > 0).
  * See ml_task_describe(3).  Since 0.2. */
 ML_EXPORT int ml_task_describe(const ml_task *t, char *buf, size_t len);
+/* Write this process's metrics in the Prometheus text format (0.0.4) to
+ * fd: heap, global limit, shared usage, samples, tasks started, tasks
+ * interrupted by reason, pressure callbacks.  0, or ML_EINVAL (bad
+ * descriptor, errno EBADF; a write error, its errno).  Never allocates.
+ * See ml_write_metrics(3).  Since 0.3. */
+ML_EXPORT int ml_write_metrics(int fd);
 
 /* ---- Documented bounds: pure functions -----------------------------------
  *

@@ -22,7 +22,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/core/stacks.c \
 	lib/tasks/tasks.h \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/global.c \
-	lib/tasks/task.c lib/tasks/exact.c lib/tasks/guard.c \
+	lib/tasks/task.c lib/tasks/exact.c lib/tasks/guard.c lib/tasks/metrics.c \
 	lib/tasks/slow.c \
 	lib/shared/shared.h lib/shared/shared.c \
 	lib/api/api.h \
@@ -35,7 +35,7 @@ lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_SOURCES = \
 	lib/run/run.h \
 	lib/run/settings.c lib/run/symbols.c lib/run/report.c lib/run/describe.c \
-	lib/run/stats.c lib/run/counts.c lib/run/timeline.c \
+	lib/run/stats.c lib/run/counts.c lib/run/timeline.c lib/run/metrics.c \
 	lib/run/runmode.c
 lib_libmemlimits_la_CPPFLAGS = $(lib_libmlcore_la_CPPFLAGS)
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)

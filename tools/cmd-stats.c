@@ -31,11 +31,16 @@
 #define MAX_DEPTH 32
 #define NBUCKETS 65
 
-static const char synopsis[] = "DIR";
+static const char synopsis[] = "DIR [--format table|prometheus|openmetrics]";
 
 struct proc {
 	uint64_t pid, interval, threads, allocs, bytes, sampled_allocs, samples;
 	uint64_t window, dry;
+	/* Version 2 (issue 29), 0 in version 1 files: tasks started,
+	 * interrupted by reason (alloc, global, cancelled, held: ml_status
+	 * order), pressure callbacks, heap at exit, global limit (0: none),
+	 * shared budget usage. */
+	uint64_t version, started, intr[4], pressure, heap, glimit, shared;
 	uint64_t hist[NBUCKETS], hist_sampled[NBUCKETS];
 	char program[256];
 };
@@ -317,14 +322,39 @@ enum {
 	F_WINDOW,
 	F_DRY,
 	F_HIST,
+	F_STARTED, /* version 2 from here */
+	F_INTR_ALLOC,
+	F_INTR_GLOBAL,
+	F_INTR_CANCELLED,
+	F_INTR_HELD,
+	F_PRESSURE,
+	F_HEAP,
+	F_GLIMIT,
+	F_SHARED,
 	NFIELDS
 };
-static const char *const field_names[NFIELDS] = {
-    "format",      "version",  "pid",
-    "program",     "interval", "threads",
-    "allocations", "bytes",    "sampled_allocations",
-    "samples",     "window",   "unsampled_windows",
-    "histogram"};
+static const char *const field_names[NFIELDS] = {"format",
+                                                 "version",
+                                                 "pid",
+                                                 "program",
+                                                 "interval",
+                                                 "threads",
+                                                 "allocations",
+                                                 "bytes",
+                                                 "sampled_allocations",
+                                                 "samples",
+                                                 "window",
+                                                 "unsampled_windows",
+                                                 "histogram",
+                                                 "tasks_started",
+                                                 "interrupted_alloc_limit",
+                                                 "interrupted_global_limit",
+                                                 "interrupted_cancelled",
+                                                 "interrupted_held_limit",
+                                                 "pressure_callbacks",
+                                                 "heap_bytes",
+                                                 "global_limit",
+                                                 "shared_usage"};
 
 static void parse_file(const char *file, const char *s, size_t len,
                        struct proc *pr)
@@ -362,7 +392,8 @@ static void parse_file(const char *file, const char *s, size_t len,
 					                  "statistics file");
 				break;
 			case F_VERSION:
-				if (count(&r) != 1)
+				pr->version = count(&r);
+				if (pr->version != 1 && pr->version != 2)
 					r.p = at, bad(&r, "unknown version");
 				break;
 			case F_PROGRAM:
@@ -383,6 +414,15 @@ static void parse_file(const char *file, const char *s, size_t len,
 				    [F_SAMPLES] = &pr->samples,
 				    [F_WINDOW] = &pr->window,
 				    [F_DRY] = &pr->dry,
+				    [F_STARTED] = &pr->started,
+				    [F_INTR_ALLOC] = &pr->intr[0],
+				    [F_INTR_GLOBAL] = &pr->intr[1],
+				    [F_INTR_CANCELLED] = &pr->intr[2],
+				    [F_INTR_HELD] = &pr->intr[3],
+				    [F_PRESSURE] = &pr->pressure,
+				    [F_HEAP] = &pr->heap,
+				    [F_GLIMIT] = &pr->glimit,
+				    [F_SHARED] = &pr->shared,
 				};
 				*dst[f] = v;
 			}
@@ -395,7 +435,7 @@ static void parse_file(const char *file, const char *s, size_t len,
 		bad(&r, "text after the object");
 	for (int f = 0; f < NFIELDS; f++)
 		if (!seen[f] && f != F_PROGRAM && f != F_THREADS &&
-		    f != F_WINDOW) {
+		    f != F_WINDOW && (f < F_STARTED || pr->version >= 2)) {
 			char msg[80];
 			snprintf(msg, sizeof msg, "missing member \"%s\"",
 			         field_names[f]);
@@ -526,11 +566,74 @@ static bool stats_name(const char *n)
 	return !strcmp(p, ".json");
 }
 
+/* ---- Prometheus and OpenMetrics ---------------------------------------- */
+
+/* A family's HELP and TYPE lines.  The counters' families keep their
+ * _total in both formats: Prometheus' OpenMetrics parser takes them so,
+ * and promtool check metrics (which reads only the 0.0.4 text format)
+ * would find the _total samples of a family named without it undocumented
+ * (issue 29 asks that promtool accept both). */
+static void family(const char *name, const char *type, const char *help,
+                   bool om)
+{
+	(void)om;
+	printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void metric(const char *name, const char *type, const char *help,
+                   uint64_t v, bool om)
+{
+	family(name, type, help, om);
+	printf("%s %" PRIu64 "\n", name, v);
+}
+
+/* The run's totals: the same families as ml_write_metrics(3), summed over
+ * the processes (the gauges: the heap of each at exit, summed; the largest
+ * global limit and shared usage).  Version 1 files count 0 for what they
+ * lack. */
+static void metrics(const struct proc *t, size_t n, bool om)
+{
+	metric("memlimits_processes", "gauge",
+	       "Processes of the run (statistics files read).", n, om);
+	metric("memlimits_heap_bytes", "gauge",
+	       "Heap in use by the run's processes at their exit, summed.",
+	       t->heap, om);
+	family("memlimits_global_limit_bytes", "gauge",
+	       "The largest global limit of the run's processes; +Inf when "
+	       "none set one.",
+	       om);
+	if (t->glimit)
+		printf("memlimits_global_limit_bytes %" PRIu64 "\n", t->glimit);
+	else
+		printf("memlimits_global_limit_bytes +Inf\n");
+	metric("memlimits_shared_usage_bytes", "gauge",
+	       "The largest shared budget usage a process saw at exit.",
+	       t->shared, om);
+	metric("memlimits_samples_total", "counter",
+	       "Samples taken by the allocation slow path.", t->samples, om);
+	metric("memlimits_tasks_started_total", "counter",
+	       "Tasks started: ml_run calls and task objects (not slices).",
+	       t->started, om);
+	family("memlimits_tasks_interrupted_total", "counter",
+	       "Tasks interrupted, by the reason of the interruption.", om);
+	static const char *const reasons[4] = {"alloc_limit", "global_limit",
+	                                       "cancelled", "held_limit"};
+	for (int j = 0; j < 4; j++)
+		printf("memlimits_tasks_interrupted_total{reason=\"%s\"} "
+		       "%" PRIu64 "\n",
+		       reasons[j], t->intr[j]);
+	metric("memlimits_pressure_callbacks_total", "counter",
+	       "Calls of the pressure callback.", t->pressure, om);
+	if (om)
+		printf("# EOF\n");
+}
+
 static int stats_main(int argc, char **argv)
 {
 	if (argc == 2 &&
 	    (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-		printf("Usage: memlimits stats DIR\n\n"
+		printf("Usage: memlimits stats DIR [--format "
+		       "table|prometheus|openmetrics]\n\n"
 		       "Merge the files memlimits.PID.json that 'memlimits "
 		       "run --stats DIR' wrote\n(one per process) into one "
 		       "table: a row per process and the total.\n"
@@ -539,21 +642,46 @@ static int stats_main(int argc, char **argv)
 		       "fraction of allocations sampled, samples over\n"
 		       "expected samples (bytes / interval: near 1), and "
 		       "windows of 100000\nconsecutive allocations of a "
-		       "thread without a sample.\n");
+		       "thread without a sample.\n"
+		       "--format prometheus (text format 0.0.4) or "
+		       "openmetrics: the run's totals\nas metrics, the "
+		       "families of ml_write_metrics(3).\n");
 		return ML__TOOL_OK;
 	}
-	int i = 1;
-	if (i < argc && !strcmp(argv[i], "--"))
-		i++;
-	if (i >= argc)
+	const char *dir = NULL, *format = "table";
+	bool opts = true;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (opts && !strcmp(a, "--")) {
+			opts = false;
+		} else if (opts && !strcmp(a, "--format")) {
+			if (++i >= argc)
+				ml__tool_usage_error(CMD, "--format needs a "
+				                          "value");
+			format = argv[i];
+		} else if (opts && !strncmp(a, "--format=", 9)) {
+			format = a + 9;
+		} else if (opts && a[0] == '-' && a[1]) {
+			ml__tool_usage_error(CMD, "unknown option '%s'", a);
+		} else if (dir) {
+			ml__tool_usage_error(CMD, "unexpected argument '%s'",
+			                     a);
+		} else {
+			dir = a;
+		}
+	}
+	if (!dir)
 		ml__tool_usage_error(CMD, "missing directory (memlimits stats "
 		                          "DIR)");
-	if (argv[i][0] == '-' && argv[i][1] && i == 1)
-		ml__tool_usage_error(CMD, "unknown option '%s'", argv[i]);
-	if (i + 1 < argc)
-		ml__tool_usage_error(CMD, "unexpected argument '%s'",
-		                     argv[i + 1]);
-	const char *dir = argv[i];
+	int fmt = !strcmp(format, "table")         ? 0
+	          : !strcmp(format, "prometheus")  ? 1
+	          : !strcmp(format, "openmetrics") ? 2
+	                                           : -1;
+	if (fmt < 0)
+		ml__tool_usage_error(CMD,
+		                     "unknown format '%s' (table, prometheus, "
+		                     "openmetrics)",
+		                     format);
 	DIR *d = opendir(dir);
 	if (!d)
 		ml__tool_usage_error(CMD, "cannot read directory '%s': %s", dir,
@@ -603,10 +731,32 @@ static int stats_main(int argc, char **argv)
 		                           &tot.samples) ||
 		    __builtin_add_overflow(tot.dry, p->dry, &tot.dry))
 			ml__tool_usage_error(CMD, "the totals overflow");
+		for (int j = 0; j < 4; j++)
+			if (__builtin_add_overflow(tot.intr[j], p->intr[j],
+			                           &tot.intr[j]))
+				ml__tool_usage_error(CMD,
+				                     "the totals overflow");
+		if (__builtin_add_overflow(tot.started, p->started,
+		                           &tot.started) ||
+		    __builtin_add_overflow(tot.pressure, p->pressure,
+		                           &tot.pressure) ||
+		    __builtin_add_overflow(tot.heap, p->heap, &tot.heap))
+			ml__tool_usage_error(CMD, "the totals overflow");
+		if (p->glimit > tot.glimit)
+			tot.glimit = p->glimit;
+		if (p->shared > tot.shared)
+			tot.shared = p->shared;
+		tot.version =
+		    p->version > tot.version ? p->version : tot.version;
 		est += (double)p->samples * (double)p->interval;
 		expected += (double)p->bytes / (double)p->interval;
 	}
 
+	if (fmt) {
+		metrics(&tot, n, fmt == 2);
+		free(procs);
+		return fflush(stdout) == 0 ? ML__TOOL_OK : 1;
+	}
 	printf("%-8s %-16s %7s %12s %11s %9s %11s %9s %10s %8s\n", "PID",
 	       "PROGRAM", "THREADS", "ALLOCATIONS", "BYTES", "SAMPLES",
 	       "ESTIMATE", "SAMPLED", "SAMP/EXP", "DRY-WIN");

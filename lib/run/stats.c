@@ -228,7 +228,7 @@ static void format(struct ml__out *o, const struct counts *c, uint64_t threads,
 {
 	uint64_t interval = atomic_load(&ml__interval);
 	ml__out_puts(o,
-	             "{\n  \"format\": \"memlimits-stats\",\n  \"version\": 1");
+	             "{\n  \"format\": \"memlimits-stats\",\n  \"version\": 2");
 	field_u(o, "pid", (uint64_t)getpid());
 	field_u(o, "ppid", (uint64_t)getppid());
 	ml__out_puts(o, ",\n  \"program\": ");
@@ -246,6 +246,23 @@ static void format(struct ml__out *o, const struct counts *c, uint64_t threads,
 	           c->allocs ? (double)c->sampled_allocs / (double)c->allocs
 	                     : 0);
 	field_frac(o, "expected_samples", (double)c->bytes / (double)interval);
+	/* Version 2 (issue 29): what `memlimits stats --format prometheus`
+	 * needs; version 1 files have none of these. */
+	uint64_t m[ML__M_N], limit = atomic_load(&ml__global_limit);
+	ml__metrics_sum(m);
+	field_u(o, "tasks_started", m[ML__M_STARTED]);
+	field_u(o, "interrupted_alloc_limit",
+	        m[ML__M_INTERRUPTED + ML_ALLOC_LIMIT - 1]);
+	field_u(o, "interrupted_global_limit",
+	        m[ML__M_INTERRUPTED + ML_GLOBAL_LIMIT - 1]);
+	field_u(o, "interrupted_cancelled",
+	        m[ML__M_INTERRUPTED + ML_CANCELLED - 1]);
+	field_u(o, "interrupted_held_limit",
+	        m[ML__M_INTERRUPTED + ML_HELD_LIMIT - 1]);
+	field_u(o, "pressure_callbacks", m[ML__M_PRESSURE]);
+	field_u(o, "heap_bytes", ml__meter_usage());
+	field_u(o, "global_limit", limit == ML_NO_LIMIT ? 0 : limit);
+	field_u(o, "shared_usage", ml__shared_usage());
 	field_u(o, "window", WINDOW);
 	field_u(o, "unsampled_windows", c->dry_windows);
 	ml__out_puts(o, ",\n  \"histogram\": [");

@@ -167,9 +167,11 @@ void ml__pressure_poll(void)
 	                              memory_order_acquire))
 		return;
 	ml_pressure_fn fn = atomic_load(&pressure_fn);
-	if (fn)
+	if (fn) {
+		ml__metrics_add(&ml__self, ML__M_PRESSURE, 1);
 		fn(ml__meter_usage(), atomic_load(&ml__global_limit),
 		   atomic_load(&pressure_arg));
+	}
 }
 
 ML_EXPORT int ml_set_pressure_callback(double fraction, ml_pressure_fn fn,

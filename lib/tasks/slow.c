@@ -30,6 +30,7 @@ static void on_thread_exit(void *arg)
 		h->thread_exit(t);
 	ml__held_thread_exit();
 	ml__meter_flush();
+	ml__metrics_thread_exit(t);
 	t->state = ML__T_EXITING;
 	t->busy = 0;
 }
@@ -64,6 +65,7 @@ static void atfork_child(void)
 		ml__thread_reseed(t);
 		ml__thread_set_gap(t, ml__sampler_gap(&t->sampler));
 	}
+	ml__metrics_fork_child(t);
 	if (h->fork_child)
 		h->fork_child(t);
 }
@@ -109,6 +111,7 @@ void ml__thread_init(struct ml__thread *t)
 	ml__global_init();
 	t->index = atomic_fetch_add(&thread_count, 1);
 	ml__thread_reseed(t);
+	ml__metrics_thread_start(t);
 	t->state = ML__T_LIVE;
 	h = ml__hooks_get();
 	if (h->thread_start)
@@ -175,6 +178,7 @@ int ml__alloc_begin(uint64_t n)
 	if (ml__unlikely(t->exact) && ml__exact_check(t, n))
 		ml__tasks_poll(t);
 	if (s) {
+		ml__metrics_add(t, ML__M_SAMPLES, s);
 		/* No fold of the meter here: a check reads the total plus
 		 * this thread's own delta, and a fold at every sample wrote
 		 * the shared total from every thread (issue 17). */

@@ -690,6 +690,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 	struct ml__slice slice;
 	void *ret;
 	task_init(&task, limits, ML__TASK_FRAME);
+	ml__metrics_add(t, ML__M_STARTED, 1);
 	if (ml__unlikely(held_limited(task.held_limit)))
 		ml__held_need(); /* until slice_end */
 	slice.task = &task;
@@ -746,6 +747,7 @@ ML_EXPORT ml_task *ml_task_new(const ml_limits *limits)
 	 * (task_unref). */
 	ml__held_need();
 	task_init(task, limits, ML__TASK_LIVE);
+	ml__metrics_add(&ml__self, ML__M_STARTED, 1);
 	if (task->global)
 		ml__global_register(task);
 	return task;

@@ -104,6 +104,28 @@ struct ml__slice {
 	sigjmp_buf jb;
 };
 
+/* ---- Metrics (metrics.c) ----------------------------------------------
+ *
+ * Counts for ml_write_metrics, each thread counting in its own TLS record
+ * (struct ml__thread's `metrics`): a task start or a sample writes no
+ * cache line that another thread writes (issue 26).  Only the owner
+ * writes its record, with relaxed atomic stores; a reader sums the live
+ * threads' records and the exited threads' total under a lock. */
+enum {
+	ML__M_STARTED,     /* ml_run calls and task objects      */
+	ML__M_SAMPLES,     /* samples the slow path took          */
+	ML__M_PRESSURE,    /* pressure callbacks called           */
+	ML__M_INTERRUPTED, /* + ML_ALLOC_LIMIT - 1 ... ML_HELD_LIMIT - 1 */
+	ML__M_N = ML__M_INTERRUPTED + 4
+};
+struct ml__metrics {
+	uint64_t c[ML__M_N];
+	struct ml__metrics *next; /* the live list, while listed */
+};
+#define ML__MLOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define ML__MBUMP(x, v) \
+	__atomic_store_n(&(x), ML__MLOAD(x) + (v), __ATOMIC_RELAXED)
+
 /* ---- Per-thread state (thread.c) ---------------------------------------
  *
  * Everything the allocation path touches lives in one initial-exec TLS
@@ -149,6 +171,8 @@ struct ml__thread {
 	uint64_t armed, cut;
 	/* A task with an interval of its own is on the stack (thread.c). */
 	uint8_t own_interval;
+	/* Its counts for ml_write_metrics (metrics.c). */
+	struct ml__metrics metrics;
 };
 
 enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
@@ -363,6 +387,25 @@ uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums);
  * ml_run's while it runs. */
 bool ml__task_valid(const struct ml_task *task);
 
+/* Metrics (metrics.c).  Count v events of kind i (ML__M_*) on t: in its
+ * own record once it is listed (a live thread), else straight into the
+ * exited threads' total (a thread that never allocated, or exiting). */
+void ml__metrics_unlisted(unsigned i, uint64_t v);
+static inline void ml__metrics_add(struct ml__thread *t, unsigned i, uint64_t v)
+{
+	if (ml__likely(t->state == ML__T_LIVE))
+		ML__MBUMP(t->metrics.c[i], v);
+	else
+		ml__metrics_unlisted(i, v);
+}
+/* The calling thread set a task's status to why. */
+void ml__metrics_tripped(ml_status why);
+void ml__metrics_thread_start(struct ml__thread *t); /* listed */
+void ml__metrics_thread_exit(struct ml__thread *t);  /* folded in */
+void ml__metrics_fork_child(struct ml__thread *t);   /* only t, emptied */
+/* The process's counts: every live thread's and the exited ones'. */
+void ml__metrics_sum(uint64_t sum[ML__M_N]);
+
 /* Interrupt task for `why`, unless it was already: its status is then
  * the first reason.  The estimates of the moment are kept
  * (ml_task_describe). */
@@ -371,6 +414,7 @@ static inline ml_status ml__task_trip(struct ml_task *task, ml_status why)
 	int expect = ML_OK;
 	if (!atomic_compare_exchange_strong(&task->status, &expect, (int)why))
 		return (ml_status)expect;
+	ml__metrics_tripped(why);
 	task->trip_allocated =
 	    task->exact
 	        ? atomic_load_explicit(&task->exact_used, memory_order_relaxed)

@@ -213,3 +213,12 @@ tests_api_test_refusal_guard_SOURCES = tests/api/test-refusal-guard.c
 tests_api_test_refusal_guard_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_refusal_guard_LDADD = $(ML_TEST_LIBS)
 tests_api_test_refusal_guard_LDFLAGS = $(ML_TEST_LINK)
+
+# Issue 29: ml_write_metrics; promtool accepts its text.
+check_PROGRAMS += tests/api/test-metrics
+TESTS += tests/api/test-metrics tests/api/test-metrics-promtool.sh
+EXTRA_DIST += tests/api/test-metrics-promtool.sh
+tests_api_test_metrics_SOURCES = tests/api/test-metrics.c
+tests_api_test_metrics_CFLAGS = $(ML_TEST_CFLAGS) -pthread
+tests_api_test_metrics_LDADD = $(ML_TEST_LIBS)
+tests_api_test_metrics_LDFLAGS = $(ML_TEST_LINK) -pthread
