@@ -17,7 +17,6 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -403,47 +402,11 @@ static void help(void)
 
 static int flamegraph_main(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-	    {"output", required_argument, NULL, 'o'},
-	    {"title", required_argument, NULL, 'T'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
-	};
 	const char *out = NULL, *title = NULL;
-	opterr = 0;
-	optind = 1;
-	for (;;) {
-		int prev = optind;
-		int c = getopt_long(argc, argv, ":o:h", longopts, NULL);
-		if (c == -1)
-			break;
-		switch (c) {
-		case 'o':
-			out = optarg;
-			break;
-		case 'T':
-			title = optarg;
-			break;
-		case 'h':
-			help();
-			return ML__TOOL_OK;
-		case ':':
-			ml__tool_usage_error(CMD, "option '%s' needs a value",
-			                     argv[optind - 1]);
-		default:
-			ml__tool_usage_error(
-			    CMD,
-			    "unknown option '%s' (see memlimits %s --help)",
-			    argv[prev < argc ? prev : argc - 1], CMD);
-		}
-	}
-	if (optind >= argc)
-		ml__tool_usage_error(CMD, "missing PROFILE (memlimits "
-		                          "flamegraph [-o OUT.svg] PROFILE)");
-	if (optind + 1 < argc)
-		ml__tool_usage_error(CMD, "one PROFILE only (got '%s' too)",
-		                     argv[optind + 1]);
-	const char *in = argv[optind];
+	const char *in =
+	    ml__svg_args(CMD, "PROFILE", argc, argv, help, &out, &title);
+	if (!in)
+		return ML__TOOL_OK;
 	FILE *f = ml__svg_open_in(CMD, in);
 	read_profile(strcmp(in, "-") ? in : "stdin", f);
 	if (f != stdin)

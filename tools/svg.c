@@ -5,6 +5,7 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdarg.h>
@@ -347,4 +348,51 @@ void ml__svg_close_out(const char *cmd, FILE *f, const char *out)
 		ml__tool_usage_error(cmd, "cannot write '%s': %s",
 		                     strcmp(out, "-") ? out : "stdout",
 		                     strerror(err));
+}
+
+const char *ml__svg_args(const char *cmd, const char *what, int argc,
+                         char **argv, void (*help)(void), const char **out,
+                         const char **title)
+{
+	static const struct option longopts[] = {
+	    {"output", required_argument, NULL, 'o'},
+	    {"title", required_argument, NULL, 'T'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	opterr = 0;
+	optind = 1;
+	for (;;) {
+		int prev = optind;
+		int c = getopt_long(argc, argv, ":o:h", longopts, NULL);
+		if (c == -1)
+			break;
+		switch (c) {
+		case 'o':
+			*out = optarg;
+			break;
+		case 'T':
+			*title = optarg;
+			break;
+		case 'h':
+			help();
+			return NULL;
+		case ':':
+			ml__tool_usage_error(cmd, "option '%s' needs a value",
+			                     argv[optind - 1]);
+		default:
+			ml__tool_usage_error(
+			    cmd,
+			    "unknown option '%s' (see memlimits %s --help)",
+			    argv[prev < argc ? prev : argc - 1], cmd);
+		}
+	}
+	if (optind >= argc)
+		ml__tool_usage_error(
+		    cmd, "missing %s (memlimits %s [-o OUT.svg] %s)", what, cmd,
+		    what);
+	if (optind + 1 < argc)
+		ml__tool_usage_error(cmd, "one %s only (got '%s' too)", what,
+		                     argv[optind + 1]);
+	return argv[optind];
 }

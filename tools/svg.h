@@ -60,6 +60,13 @@ uint32_t ml__svg_hash(const char *s, size_t n);
 
 /* The input file ("-": stdin), or one line and status 2. */
 FILE *ml__svg_open_in(const char *cmd, const char *path);
+/* The two picture commands' arguments: [-o OUT] [--title T] INPUT (what
+ * names the input in messages: "PROFILE", "TIMELINE").  Returns INPUT, or
+ * NULL when --help was asked (help() has printed it); bad usage is one
+ * line on stderr and status 2. */
+const char *ml__svg_args(const char *cmd, const char *what, int argc,
+                         char **argv, void (*help)(void), const char **out,
+                         const char **title);
 /* The output's name: out, else IN.svg ("-", stdout, for an input "-"). */
 const char *ml__svg_out_name(const char *in, const char *out);
 /* Opened for writing ("-": stdout), or one line and status 2. */
