@@ -54,9 +54,11 @@ struct plan {
 	uint64_t stop;     /* bytes after which the task ends (0: far away) */
 	uint64_t interval; /* the task's own interval (0: the process's) */
 	bool outer;        /* run inside a task at the process's interval */
-	/* ... or, when outer and not 0, at this interval of its own */
-	uint64_t outer_interval;
 };
+
+/* When not 0, the outer task (plan.outer) has this interval of its own
+ * (set around one case of test_own_interval). */
+static uint64_t outer_interval;
 
 /* Size of allocation j: a fixed function of j, never of the sampler. */
 static uint64_t size_of(const struct plan *p, uint64_t j)
@@ -143,7 +145,7 @@ static struct result run_one(const struct plan *p)
 		/* The thread samples at the process's interval for the outer
 		 * task: the inner one keeps its samples by thinning. */
 		ml_limits outer = ML_LIMITS_INIT;
-		outer.interval = p->outer_interval;
+		outer.interval = outer_interval;
 		ml_run(&outer, run_inner, &in, NULL);
 	} else {
 		run_inner(&in);
@@ -641,11 +643,13 @@ static void test_own_interval(void)
 	 * of its own: the thread samples at the process's again (the slice
 	 * entering without an interval of its own must recompute it: 0.2
 	 * kept 16384, and the inner task fired at 4x its limit). */
-	struct plan under = {MIXED, 3 * S, 12 * S, false, ML_DELIVER_JUMP,
-	                     0,     0,     true,   16384};
+	struct plan under = {MIXED,           3 * S, 12 * S, false,
+	                     ML_DELIVER_JUMP, 0,     0,      true};
+	outer_interval = 16384;
 	run_ks("process interval 4096 under an own-interval 16384 task, "
 	       "k = 12",
 	       &under, N_TASKS(5000), 74);
+	outer_interval = 0;
 	atomic_store(&bg_stop, true);
 	pthread_join(bg, NULL);
 	/* Another thread's tasks at S = 4096: estimate of B bytes has
