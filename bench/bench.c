@@ -340,7 +340,8 @@ static double trip_once(ml_status want, const char *kind)
 	for (int i = 0; i < ntrip; i++)
 		free(trip_blocks[i]);
 	if (st != want) {
-		fprintf(stderr, "bench: trip %s: %s\n", kind, ml_status_str(st));
+		fprintf(stderr, "bench: trip %s: %s\n", kind,
+		        ml_status_str(st));
 		exit(1);
 	}
 	return dt;

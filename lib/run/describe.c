@@ -36,12 +36,12 @@ static void describe(struct ml__out *o, const struct ml_task *task,
 	else if (st == ML_HELD_LIMIT)
 		limit = task->held_limit;
 	else if (st == ML_GLOBAL_LIMIT)
-		limit = task->shared_trip ? ml__shared_limit()
-		                          : ml_global_limit();
+		limit =
+		    task->shared_trip ? ml__shared_limit() : ml_global_limit();
 	if (limit != ML_NO_LIMIT) {
 		ml__out_puts(o, st != ML_GLOBAL_LIMIT ? "limit "
-		                : task->shared_trip ? "shared budget "
-		                                    : "global limit ");
+		                : task->shared_trip   ? "shared budget "
+		                                      : "global limit ");
 		ml__out_human(o, limit);
 		ml__out_puts(o, ", ");
 	}

@@ -271,7 +271,12 @@ static void test_format(void)
 		for (int j = 0; j < nfam; j++)
 			found += !strcmp(want[i], fam[j]);
 	tap_is(found, 7, "every family of the contract");
-	tap_ok(value("memlimits_heap_bytes") > 0, "the heap");
+	/* Under valgrind the meter's level starts at 0 (no mallinfo2 from its
+	 * allocator) and may read 0 here. */
+	if (tap_under_valgrind())
+		tap_skip(1, "the heap's level: under valgrind");
+	else
+		tap_ok(value("memlimits_heap_bytes") > 0, "the heap");
 }
 
 static void test_badfd(void)
