@@ -76,8 +76,8 @@ void ml__run_tree_make(const char *v)
 		}
 		snprintf(tree_name, sizeof tree_name, "run.%ld.%016" PRIx64,
 		         (long)getpid(), r);
-		snprintf(tree_object, sizeof tree_object, "/memlimits.%lu.%s",
-		         (unsigned long)geteuid(), tree_name);
+		ml__shared_object_name(tree_name, tree_object,
+		                       sizeof tree_object);
 		int fd = shm_open(
 		    tree_object,
 		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);

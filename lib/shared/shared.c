@@ -108,45 +108,6 @@ static _Atomic uint64_t pressure_total;
 ML__LOCK(static, join_lock, ML__RANK_UNWIND)
 ML__LOCK(static, pub, ML__RANK_UNWIND)
 
-/* ---- Names ------------------------------------------------------------- */
-
-bool ml__shared_name_ok(const char *name)
-{
-	if (!name)
-		return false;
-	size_t n = 0;
-	for (; name[n]; n++) {
-		char c = name[n];
-		if (n >= ML__SHARED_NAME_MAX ||
-		    !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-		      c == '-'))
-			return false;
-	}
-	/* "." and ".." would still be one object name under our prefix, but
-	 * they read like paths: refused. */
-	return n > 0 && strcmp(name, ".") && strcmp(name, "..");
-}
-
-bool ml__shared_object_name(const char *name, char *buf, size_t len)
-{
-	if (!ml__shared_name_ok(name) || len < 96)
-		return false;
-	char num[ML__UTOA_BYTES];
-	size_t k = 0;
-	static const char prefix[] = "/memlimits.";
-	memcpy(buf, prefix, sizeof prefix - 1);
-	k = sizeof prefix - 1;
-	const char *d = ml__utoa((uint64_t)geteuid(), 10, num);
-	size_t m = strlen(d);
-	memcpy(buf + k, d, m);
-	k += m;
-	buf[k++] = '.';
-	m = strlen(name);
-	memcpy(buf + k, name, m + 1);
-	return true;
-}
-
 /* ---- Processes --------------------------------------------------------- */
 
 /* A process's start time and whether it is a zombie, from
@@ -799,14 +760,6 @@ uint64_t ml__shared_overshoot(uint64_t n)
 	ml__spin_unlock(&pub);
 	total = add_sat(add_sat(total, heap_now()), n);
 	return total > limit ? total - limit : 0;
-}
-
-int ml__shared_unlink(const char *name)
-{
-	char obj[128];
-	if (!ml__shared_object_name(name, obj, sizeof obj))
-		return ML_EINVAL;
-	return shm_unlink(obj) == 0 ? ML_OK : ML_EINVAL;
 }
 
 void ml__shared_from_env(void)

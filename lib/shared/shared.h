@@ -17,17 +17,10 @@
 /* Slots in one budget's table: members at once.  A join finding none free
  * (after sweeping the dead) fails with ML_ENOMEM. */
 #define ML__SHARED_SLOTS 1024
-/* A name: 1 to 64 characters of [A-Za-z0-9._-]. */
-#define ML__SHARED_NAME_MAX 64
 /* A member publishes when its heap has changed by the batch since it last
  * did: max(limit / (8 * ML__SHARED_SLOTS), ML__SHARED_MIN_BATCH). */
 #define ML__SHARED_MIN_BATCH ((uint64_t)1 << 20)
 
-/* The name is acceptable. */
-bool ml__shared_name_ok(const char *name);
-/* The shared-memory object of `name` for this user ("/memlimits.UID.NAME")
- * into buf (at least 96 bytes); false for a bad name. */
-bool ml__shared_object_name(const char *name, char *buf, size_t len);
 /* ml_shared_join / ml_shared_leave / ml_shared_usage / ml_shared_limit. */
 int ml__shared_join(const char *name, uint64_t limit);
 int ml__shared_leave(void);
@@ -46,9 +39,6 @@ void ml__shared_from_env(void);
  * mode's --tree-heap-limit refuses the allocation then).  Atomics only:
  * callable inside malloc. */
 uint64_t ml__shared_overshoot(uint64_t n);
-/* Remove the budget's object of this user (run mode's tree budget, when
- * the run ends); members keep their mapping.  ML_OK or ML_EINVAL. */
-int ml__shared_unlink(const char *name);
 
 #pragma GCC visibility pop
 

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 static int is_digit(char c)
 {
@@ -245,4 +246,43 @@ char *ml__utoa(uint64_t v, unsigned base, char buf[ML__UTOA_BYTES])
 		v /= base;
 	} while (v);
 	return p;
+}
+
+/* ---- Shared budgets' names (lib/shared, tools/run-tree.c) ---------------- */
+
+bool ml__shared_name_ok(const char *name)
+{
+	if (!name)
+		return false;
+	size_t n = 0;
+	for (; name[n]; n++) {
+		char c = name[n];
+		if (n >= ML__SHARED_NAME_MAX ||
+		    !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+		      c == '-'))
+			return false;
+	}
+	/* "." and ".." would still be one object name under our prefix, but
+	 * they read like paths: refused. */
+	return n > 0 && strcmp(name, ".") && strcmp(name, "..");
+}
+
+bool ml__shared_object_name(const char *name, char *buf, size_t len)
+{
+	if (!ml__shared_name_ok(name) || len < 96)
+		return false;
+	char num[ML__UTOA_BYTES];
+	size_t k = 0;
+	static const char prefix[] = "/memlimits.";
+	memcpy(buf, prefix, sizeof prefix - 1);
+	k = sizeof prefix - 1;
+	const char *d = ml__utoa((uint64_t)geteuid(), 10, num);
+	size_t m = strlen(d);
+	memcpy(buf + k, d, m);
+	k += m;
+	buf[k++] = '.';
+	m = strlen(name);
+	memcpy(buf + k, name, m + 1);
+	return true;
 }

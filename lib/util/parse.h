@@ -4,6 +4,8 @@
 #ifndef ML_PARSE_H
 #define ML_PARSE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* "123", "64k", "64KB", "64KiB", "1.5M", "2GiB", "1T": binary multiples;
@@ -42,5 +44,14 @@ char *ml__utoa(uint64_t v, unsigned base, char buf[ML__UTOA_BYTES]);
  * 8-bit terminal).  Sets *used to the bytes of s it took (1 to 4); writes
  * at most 8 bytes to out; returns how many. */
 unsigned ml__show_char(const char *s, char out[8], unsigned *used);
+
+/* Shared budgets' names (lib/shared, and `memlimits run
+ * --tree-heap-limit`, which makes the object itself): 1 to 64 characters
+ * of [A-Za-z0-9._-]. */
+#define ML__SHARED_NAME_MAX 64
+bool ml__shared_name_ok(const char *name);
+/* The shared-memory object of `name` for this user ("/memlimits.UID.NAME")
+ * into buf (at least 96 bytes); false for a bad name. */
+bool ml__shared_object_name(const char *name, char *buf, size_t len);
 
 #endif
