@@ -98,8 +98,12 @@ static void counted_flush(void);
 static void local_flush(void)
 {
 	struct ml__meter_local *t = &ml__meter_self;
-	fold((int64_t)(t->down - t->up));
+	int64_t d = (int64_t)(t->down - t->up);
+	/* Reset before the fold: its hook reads ml__meter_usage, the total
+	 * plus this thread's delta, which would count d twice (issue 27: a
+	 * 250 MiB block read as 500 by a shared budget's member). */
 	t->up = t->down = ML__METER_BATCH;
+	fold(d);
 }
 
 static bool counted_exiting(void);
@@ -172,12 +176,15 @@ static ML__COLD void counted_fold(const void *fresh)
 		c->pub_d = d;
 		c->epoch = e;
 	}
-	if (ML__METER_ON)
-		fold((int64_t)(a - c->pub_a) - (int64_t)(d - c->pub_d));
+	int64_t delta = (int64_t)(a - c->pub_a) - (int64_t)(d - c->pub_d);
+	/* Settled before the total moves: the fold hook reads
+	 * ml__meter_usage (the total plus this thread's delta). */
 	c->pub_a = a;
 	c->pub_d = d;
 	c->next_a = c->exited ? 0 : a + ML__METER_BATCH;
 	c->next_d = c->exited ? 0 : d + ML__METER_BATCH;
+	if (ML__METER_ON)
+		fold(delta);
 }
 
 /* The family's other members (calloc, realloc, memalign...): their

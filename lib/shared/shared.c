@@ -96,6 +96,8 @@ static uint32_t my_lineage; /* ml__lineage when the above were set */
 static uint64_t base;       /* heap inherited at a fork: not ours */
 static uint64_t published;  /* the heap we last published */
 static uint64_t last_stopping;
+/* Held estimates' movement since we last published (on_held_moved). */
+static _Atomic uint64_t held_moved;
 static uint64_t id_key; /* task identities: pointer ^ key */
 static uint32_t sums;   /* sums done (every FULL_EVERY-th is full) */
 static bool claim_failed;
@@ -310,6 +312,7 @@ static void publish(struct table *t)
 	atomic_store_explicit(&s->stopping, top.stopping, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->seq, 1, memory_order_release);
 	published = heap;
+	atomic_store_explicit(&held_moved, 0, memory_order_relaxed);
 	last_stopping = top.stopping;
 	if (slots_used(t) <= (uint32_t)my_slot)
 		raise_hw(t, (uint32_t)my_slot + 1);
@@ -512,6 +515,36 @@ static void on_fold(void)
 	ml__spin_unlock(&pub);
 }
 
+/* The held hook: a sampled block recorded or freed.  A fold runs inside
+ * the allocation, before its block is recorded: what it published was
+ * our largest task's estimate without that block, and a member that then
+ * goes quiet (a worker waiting for the rest of a request body) would
+ * leave it so, so that a chooser elsewhere sees every task at its old
+ * figure and asks the wrong one.  So the estimates are republished, in
+ * batches as the heap is. */
+static void on_held_moved(uint64_t w)
+{
+	if (!atomic_load_explicit(&tab, memory_order_relaxed))
+		return;
+	uint64_t m =
+	    atomic_fetch_add_explicit(&held_moved, w, memory_order_relaxed) + w;
+	if (m < ML__SHARED_MIN_BATCH || !ml__spin_trylock(&pub))
+		return;
+	struct table *t = atomic_load(&tab);
+	if (t && my_lineage == ml__lineage && slot_ours(t) &&
+	    atomic_load_explicit(&held_moved, memory_order_relaxed) >=
+	        batch_of(t)) {
+		if (atomic_load_explicit(&t->slot[my_slot].request,
+		                         memory_order_relaxed))
+			obey(t);
+		else {
+			publish(t);
+			check(t, false);
+		}
+	}
+	ml__spin_unlock(&pub);
+}
+
 /* At every safe point (ml_check, ml_is_interrupted, the end of ml_run
  * and of a slice): a stop request, or stopping tasks to republish; the
  * pressure callback with the shared limit. */
@@ -554,6 +587,7 @@ static void atfork_child(void)
 	know_self();
 	base = ml__meter_usage();
 	published = 0;
+	atomic_store(&held_moved, 0);
 	last_stopping = 0;
 	atomic_store(&shared_above, false);
 	atomic_store(&shared_pressure, false);
@@ -672,6 +706,7 @@ int ml__shared_join(const char *name, uint64_t limit)
 		publish(t);
 		atomic_store(&tab, t);
 		atomic_store(&ml__meter_fold_hook, on_fold);
+		atomic_store(&ml__held_moved_hook, on_held_moved);
 		atomic_store(&ml__safe_point_hook, on_safe_point);
 		check(t, true);
 	}
@@ -693,6 +728,7 @@ int ml__shared_leave(void)
 		return ML_EINVAL;
 	}
 	atomic_store(&ml__meter_fold_hook, NULL);
+	atomic_store(&ml__held_moved_hook, NULL);
 	atomic_store(&ml__safe_point_hook, NULL);
 	atomic_store(&tab, NULL);
 	pub_lock(); /* nobody is in a hook with the table now */

@@ -200,6 +200,16 @@ static void release(const struct record *r)
 
 static void drain_check(void);
 
+void (*_Atomic ml__held_moved_hook)(uint64_t weight);
+
+static inline void held_moved(uint64_t weight)
+{
+	void (*hook)(uint64_t) =
+	    atomic_load_explicit(&ml__held_moved_hook, memory_order_relaxed);
+	if (ml__unlikely(hook != NULL))
+		hook(weight);
+}
+
 /* The free hook (alloc/alloc.h): p's bucket is marked. */
 static void held_free(void *p)
 {
@@ -218,8 +228,10 @@ static void held_free(void *p)
 		drained = !sh->used && !ML__HELD_ON;
 	}
 	ml__spin_unlock(&shard_lock[k].lock);
-	if (r.addr)
+	if (r.addr) {
 		release(&r);
+		held_moved(r.weight);
+	}
 	if (ml__unlikely(drained))
 		drain_check();
 }
@@ -298,6 +310,8 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 		release(&stale);
 	if (!kept)
 		release(&r); /* no memory for the table: not tracked */
+	else
+		held_moved(r.weight);
 }
 
 uint64_t ml__held_bytes(const struct ml_task *task)
