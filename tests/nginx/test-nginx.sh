@@ -17,7 +17,8 @@
 #    reaches the backend;
 #  - memlimits_pressure 0.5 of 256 MiB: while a slow PUT holds 150 MiB a
 #    new request is refused with 503 and one error-log line; once it
-#    ended, requests are served again;
+#    ended, requests are served again; memlimits_metrics' refusal count
+#    is the error log's;
 #  - behind the other filters that may rewrite or hold back a response
 #    (image_filter, gzip, sub_filter, ssi, addition: the locations of
 #    $tmp/filters.conf), a request refused at memlimits_pressure and one
@@ -53,8 +54,8 @@
 #    required (20 connections can land on one); promtool check metrics
 #    accepts the text; a real Prometheus server scraping the endpoint every
 #    second reads 4 for that series through its HTTP API (polled for 60 s
-#    at most, never timed).  Each skipped where promtool or prometheus is
-#    missing.
+#    at most, never timed; each skipped where promtool or prometheus is
+#    missing); after a reload (SIGHUP) a new worker still reads 4.
 # Probabilities: the held limit of 64 MiB needs 839 samples at the default
 # interval (80000 bytes); the bomb keeps what it allocates, so it is
 # stopped with certainty well before 576 MiB, and the estimate overshoots
@@ -338,6 +339,17 @@ if tap_case pressure; then
 		notok "refused behind filters, not the module's answer:$bad"
 		diag "$tmp/p.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
 	fi
+	# memlimits_metrics counts each refusal the error log names.
+	mkdir "$tmp/pm"
+	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/pm" >/dev/null 2>&1
+	refused=$(grep -c 'memlimits: request refused' "$tmp/logs/error.log")
+	if [ "$refused" -gt 0 ] &&
+		grep -qx "memlimits_requests_refused_total $refused" "$tmp/pm/0.txt"; then
+		ok "memlimits_requests_refused_total: $refused, one per refusal logged"
+	else
+		notok "memlimits_requests_refused_total, $refused refusals logged"
+		diag "$tmp/pm/0.txt"
+	fi
 	stop_nginx
 fi
 
@@ -439,9 +451,11 @@ fi
 if tap_case metrics; then
 	conf 768m
 	# 2 workers, each with its own listening socket: a new connection
-	# goes to either.
+	# goes to either; a shared budget far above what 4 bombs at 64 MiB
+	# held hold, for its two gauges.
 	sed -i -e 's|^worker_processes 1;|worker_processes 2;|' \
 		-e "s|listen 127.0.0.1:$p1;|listen 127.0.0.1:$p1 reuseport;|" \
+		-e 's|^    memlimits_global 768m;|&\n    memlimits_shared_limit 1024m;|' \
 		"$tmp/nginx.conf"
 	start_nginx
 	workers=$(pgrep -P "$master" | tr '\n' ' ')
@@ -482,6 +496,14 @@ if tap_case metrics; then
 	else
 		notok "memlimits_metrics: $good of 20 answers right; bombs: $stopped stopped, $held logged"
 		diag "$tmp/mb.out" "$tmp/m.out" "$tmp/m/0.txt"
+	fi
+	if grep -qx 'memlimits_shared_limit_bytes 1073741824' "$tmp/m/0.txt" &&
+		grep -qx 'memlimits_shared_usage_bytes [1-9][0-9]*' "$tmp/m/0.txt" &&
+		grep -qx 'memlimits_global_limit_bytes 805306368' "$tmp/m/0.txt"; then
+		ok "memlimits_shared_limit_bytes, memlimits_shared_usage_bytes and memlimits_global_limit_bytes: the configuration's"
+	else
+		notok "the limits' gauges"
+		diag "$tmp/m/0.txt"
 	fi
 	if [ -n "$bad" ]; then
 		notok "memlimits_heap_bytes: worker labels$bad are not the workers' ($workers) or the heap is 0"
@@ -529,6 +551,31 @@ EOF
 		stop_prom
 	else
 		skip "prometheus not found (Debian: apt-get install prometheus)"
+	fi
+	# A reload keeps the zone, and the counts: the new workers answer 4.
+	kill -HUP "$master"
+	mkdir "$tmp/mr"
+	# The old workers (idle) exit at once; 10 s at most.
+	new=
+	for _ in $(seq 100); do
+		new=$(pgrep -P "$master" | tr '\n' ' ')
+		old=
+		for o in $workers; do
+			case " $new" in *" $o "*) old=1 ;; esac
+		done
+		[ -z "$old" ] && break
+		sleep 0.1
+	done
+	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/mr" >/dev/null 2>&1
+	w=$(sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"}.*/\1/p' "$tmp/mr/0.txt")
+	nw=
+	case " $new" in *" $w "*) nw=1 ;; esac
+	case " $workers" in *" $w "*) nw= ;; esac
+	if [ -n "$w" ] && [ -n "$nw" ] && grep -qxF "$want" "$tmp/mr/0.txt"; then
+		ok "after a reload a new worker ($w) still reads held_limit 4"
+	else
+		notok "after a reload: worker '$w' (new ones: $new; old: $workers)"
+		diag "$tmp/mr/0.txt"
 	fi
 	stop_nginx
 fi
