@@ -20,6 +20,11 @@
  * then); requests are global tasks then, and the one holding the most in
  * any worker is stopped.  The master removes the object at its exit.
  *
+ * memlimits_metrics answers the Prometheus text format for the whole
+ * nginx: the request counters live in a shared memory zone, made by the
+ * master when it reads the configuration, so that whichever worker
+ * answers counts every worker's requests.
+ *
  * The library must be the process's allocator (LD_PRELOAD or memlimits
  * run): checked at start-up with ml_capabilities(). */
 #include <ngx_config.h>
@@ -56,6 +61,9 @@ int ml_task_describe(const ml_task *t, char *buf, size_t len)
 int ml_shared_join(const char *name, uint64_t limit) __attribute__((weak));
 int ml_shared_leave(void) __attribute__((weak));
 uint64_t ml_shared_limit(void) __attribute__((weak));
+uint64_t ml_shared_usage(void) __attribute__((weak));
+/* memlimits_metrics: the worker's global limit (0.1's name). */
+#pragma weak ml_global_memory_limit
 
 typedef struct {
 	ngx_flag_t enable;
@@ -68,6 +76,8 @@ typedef struct {
 	size_t global;      /* 0: none */
 	ngx_int_t pressure; /* fraction in 1/10000; 0: none */
 	size_t shared;      /* memlimits_shared_limit; 0: none */
+	/* memlimits_metrics: the zone of the counters */
+	ngx_shm_zone_t *metrics;
 } ngx_http_memlimits_main_conf_t;
 
 /* One slice running on this thread (on the C stack of the wrapper that
@@ -113,6 +123,10 @@ static char *ngx_http_memlimits_pressure(ngx_conf_t *cf, ngx_command_t *cmd,
                                          void *conf);
 static char *ngx_http_memlimits_set_status(ngx_conf_t *cf, ngx_command_t *cmd,
                                            void *conf);
+static char *ngx_http_memlimits_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+                                        void *conf);
+static ngx_int_t ml_metrics_zone(ngx_conf_t *cf,
+                                 ngx_http_memlimits_main_conf_t *mcf);
 
 static ngx_command_t ngx_http_memlimits_commands[] = {
     {ngx_string("memlimits"),
@@ -142,6 +156,8 @@ static ngx_command_t ngx_http_memlimits_commands[] = {
     {ngx_string("memlimits_shared_limit"), NGX_HTTP_MAIN_CONF | NGX_CONF_TAKE1,
      ngx_conf_set_size_slot, NGX_HTTP_MAIN_CONF_OFFSET,
      offsetof(ngx_http_memlimits_main_conf_t, shared), NULL},
+    {ngx_string("memlimits_metrics"), NGX_HTTP_LOC_CONF | NGX_CONF_NOARGS,
+     ngx_http_memlimits_metrics, 0, 0, NULL},
     ngx_null_command};
 
 static ngx_http_module_t ngx_http_memlimits_module_ctx = {
@@ -265,6 +281,40 @@ static ngx_http_memlimits_ctx_t *ml_get_ctx(ngx_http_request_t *r)
 	return NULL;
 }
 
+/* ---- Counters for memlimits_metrics -------------------------------------
+ *
+ * In a shared memory zone, as stub_status keeps its counters: the master
+ * makes it when it reads the configuration, the workers inherit it, so
+ * that the worker answering memlimits_metrics counts every worker's
+ * requests.  A reload finds the zone by its name and keeps the counts.
+ * nginx's atomics, never a lock: a worker may die at any instruction. */
+typedef struct {
+	ngx_atomic_t started; /* requests run as tasks */
+	ngx_atomic_t refused; /* refused at memlimits_pressure */
+	/* Stopped, by ml_status - 1: ML_ALLOC_LIMIT, ML_GLOBAL_LIMIT,
+	 * ML_CANCELLED, ML_HELD_LIMIT. */
+	ngx_atomic_t interrupted[4];
+} ml_ngx_counts_t;
+
+/* Set in the master (the zone's init), inherited by the workers; NULL
+ * until then, and nothing is counted. */
+static ml_ngx_counts_t *ml_counts;
+
+#define ML_COUNT(field)                                                   \
+	do {                                                              \
+		if (ml_counts)                                            \
+			(void)ngx_atomic_fetch_add(&ml_counts->field, 1); \
+	} while (0)
+
+/* Once per stopped request: from ml_note, the first time the module sees
+ * it stopped (before its answer goes out). */
+static void ml_count_stop(ngx_http_memlimits_ctx_t *ctx)
+{
+	ml_status st = ml_task_status(ctx->task);
+	if (ml_counts && st >= ML_ALLOC_LIMIT && st <= ML_HELD_LIMIT)
+		(void)ngx_atomic_fetch_add(&ml_counts->interrupted[st - 1], 1);
+}
+
 /* ---- Why and where, for the log ------------------------------------------ */
 
 static void ml_note(ngx_http_memlimits_ctx_t *ctx)
@@ -272,6 +322,7 @@ static void ml_note(ngx_http_memlimits_ctx_t *ctx)
 	if (ctx->noted || !ctx->task)
 		return;
 	ctx->noted = 1;
+	ml_count_stop(ctx);
 	ctx->stop_allocated = ml_task_allocated(ctx->task);
 	ctx->stop_held = ml_task_held(ctx->task);
 }
@@ -537,6 +588,7 @@ static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 				/* The header filter makes whatever answer
 				 * reaches it the module's. */
 				ctx->refused = 1;
+				ML_COUNT(refused);
 				r->keepalive = 0;
 				return lcf->status;
 			}
@@ -556,6 +608,7 @@ static ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 			              "served without limits");
 			return NGX_DECLINED;
 		}
+		ML_COUNT(started);
 		ctx->alloc_limit = l.alloc_bytes;
 		ctx->held_limit = l.held_bytes;
 		ngx_queue_insert_tail(&ml_live, &ctx->live);
@@ -814,6 +867,8 @@ static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
 		              "libmemlimits 0.3 or later");
 		return NGX_ERROR;
 	}
+	if (ml_metrics_zone(cf, mcf) != NGX_OK)
+		return NGX_ERROR;
 
 	cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
 	h = ngx_array_push(&cmcf->phases[NGX_HTTP_PREACCESS_PHASE].handlers);
@@ -955,4 +1010,164 @@ static void ngx_http_memlimits_exit_master(ngx_cycle_t *cycle)
 		ml_shared_leave();
 	(void)shm_unlink(obj); /* gone already: an upgrade's other master */
 	ml_shared_name[0] = 0;
+}
+
+/* ---- memlimits_metrics: the Prometheus text format 0.0.4 ------------------
+ *
+ * For the whole nginx: the request counters are the zone's (every
+ * worker's requests); the heap is the answering worker's, labelled with
+ * its pid; the limits are the configuration's, the same in every worker. */
+
+static ngx_int_t ml_metrics_init_zone(ngx_shm_zone_t *zone, void *data)
+{
+	ngx_slab_pool_t *sp = (ngx_slab_pool_t *)zone->shm.addr;
+	ml_ngx_counts_t *c = data; /* a reload: the old cycle's counts */
+
+	if (c == NULL && zone->shm.exists)
+		c = sp->data;
+	if (c == NULL) {
+		c = ngx_slab_calloc(sp, sizeof *c);
+		if (c == NULL)
+			return NGX_ERROR;
+		sp->data = c;
+	}
+	zone->data = c;
+	ml_counts = c;
+	return NGX_OK;
+}
+
+/* Made whether or not a location has memlimits_metrics, so that the
+ * counts are whole when a reload adds one. */
+static ngx_int_t ml_metrics_zone(ngx_conf_t *cf,
+                                 ngx_http_memlimits_main_conf_t *mcf)
+{
+	static ngx_str_t name = ngx_string("memlimits_metrics");
+	/* The smallest zone nginx's own modules accept: the slab pool's
+	 * header and page table take part of it. */
+	mcf->metrics = ngx_shared_memory_add(cf, &name, 8 * ngx_pagesize,
+	                                     &ngx_http_memlimits_module);
+	if (mcf->metrics == NULL)
+		return NGX_ERROR;
+	mcf->metrics->init = ml_metrics_init_zone;
+	return NGX_OK;
+}
+
+static u_char *ml_family(u_char *p, u_char *last, const char *name,
+                         const char *type, const char *help)
+{
+	return ngx_slprintf(p, last, "# HELP %s %s\n# TYPE %s %s\n", name, help,
+	                    name, type);
+}
+
+static u_char *ml_gauge(u_char *p, u_char *last, const char *name,
+                        const char *help, uint64_t v)
+{
+	p = ml_family(p, last, name, "gauge", help);
+	return ngx_slprintf(p, last, "%s %uL\n", name, v);
+}
+
+static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
+{
+	/* In the order of the label values the docs give; the index is
+	 * ml_status - 1. */
+	static const struct {
+		const char *reason;
+		int st;
+	} reasons[4] = {{"alloc_limit", ML_ALLOC_LIMIT},
+	                {"held_limit", ML_HELD_LIMIT},
+	                {"global_limit", ML_GLOBAL_LIMIT},
+	                {"cancelled", ML_CANCELLED}};
+	static const char *const ctype = "text/plain; version=0.0.4; "
+	                                 "charset=utf-8";
+	ngx_http_memlimits_main_conf_t *mcf;
+	ngx_chain_t out;
+	ngx_buf_t *b;
+	ngx_int_t rc;
+	u_char *p, *last;
+	uint64_t limit;
+
+	if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD)))
+		return NGX_HTTP_NOT_ALLOWED;
+	rc = ngx_http_discard_request_body(r);
+	if (rc != NGX_OK)
+		return rc;
+	mcf = ngx_http_get_module_main_conf(r, ngx_http_memlimits_module);
+	b = ngx_create_temp_buf(r->pool, 4096);
+	if (b == NULL || ml_counts == NULL)
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	p = b->pos;
+	last = b->end;
+
+	p = ml_family(p, last, "memlimits_tasks_started_total", "counter",
+	              "Requests run as memlimits tasks, by all the workers.");
+	p = ngx_slprintf(p, last, "memlimits_tasks_started_total %uA\n",
+	                 ml_counts->started);
+	p = ml_family(p, last, "memlimits_tasks_interrupted_total", "counter",
+	              "Requests stopped by their limits or a global or "
+	              "shared limit, by the reason, by all the workers.");
+	for (int i = 0; i < 4; i++)
+		p = ngx_slprintf(
+		    p, last,
+		    "memlimits_tasks_interrupted_total{reason=\"%s\"} %uA\n",
+		    reasons[i].reason,
+		    ml_counts->interrupted[reasons[i].st - 1]);
+	p = ml_family(p, last, "memlimits_requests_refused_total", "counter",
+	              "Requests refused at memlimits_pressure, before they "
+	              "ran, by all the workers.");
+	p = ngx_slprintf(p, last, "memlimits_requests_refused_total %uA\n",
+	                 ml_counts->refused);
+	p = ml_family(p, last, "memlimits_heap_bytes", "gauge",
+	              "Heap in use by the worker that answered (its pid), as "
+	              "libmemlimits measures it.");
+	p = ngx_slprintf(p, last, "memlimits_heap_bytes{worker=\"%P\"} %uL\n",
+	                 ngx_pid, (uint64_t)ml_global_memory_usage());
+	/* ml_write_metrics' convention: +Inf when there is no limit. */
+	limit = ml_global_memory_limit ? ml_global_memory_limit() : ML_NO_LIMIT;
+	p = ml_family(p, last, "memlimits_global_limit_bytes", "gauge",
+	              "memlimits_global, each worker's limit on its heap; "
+	              "+Inf when none is set.");
+	if (limit == ML_NO_LIMIT)
+		p = ngx_slprintf(p, last,
+		                 "memlimits_global_limit_bytes +Inf\n");
+	else
+		p = ngx_slprintf(p, last, "memlimits_global_limit_bytes %uL\n",
+		                 limit);
+	if (mcf->shared && ml_shared_usage && ml_shared_limit) {
+		p = ml_gauge(p, last, "memlimits_shared_usage_bytes",
+		             "The heap of all the processes of this nginx's "
+		             "shared budget (memlimits_shared_limit).",
+		             ml_shared_usage());
+		p = ml_gauge(
+		    p, last, "memlimits_shared_limit_bytes",
+		    "memlimits_shared_limit, the shared budget's limit.",
+		    ml_shared_limit());
+	}
+	b->last = p;
+	b->last_buf = (r == r->main) ? 1 : 0;
+	b->last_in_chain = 1;
+
+	r->headers_out.status = NGX_HTTP_OK;
+	r->headers_out.content_length_n = b->last - b->pos;
+	r->headers_out.content_type.len = ngx_strlen(ctype);
+	r->headers_out.content_type.data = (u_char *)ctype;
+	/* Shorter than the type: nginx appends no second charset. */
+	r->headers_out.content_type_len = sizeof("text/plain") - 1;
+	r->headers_out.content_type_lowcase = NULL;
+	rc = ngx_http_send_header(r);
+	if (rc == NGX_ERROR || rc > NGX_OK || r->header_only)
+		return rc;
+	out.buf = b;
+	out.next = NULL;
+	return ngx_http_output_filter(r, &out);
+}
+
+static char *ngx_http_memlimits_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+                                        void *conf)
+{
+	ngx_http_core_loc_conf_t *clcf =
+	    ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+	(void)cmd;
+	(void)conf;
+	clcf->handler = ngx_http_memlimits_metrics_handler;
+	return NGX_CONF_OK;
 }

@@ -21,8 +21,16 @@
       sends its head and waits, then N PUTs of SMALLMIB sent whole at once
       (each on its own connection: with reuseport, any worker); prints the
       big one's status (0: closed, -1: no answer in 20 s) and the others'
+  nginx-client.py metrics PORT PATH N DIR  N GETs of PATH, each on its own
+      connection (with reuseport, any worker): the body of the i-th in
+      DIR/i.txt, and one line "i STATUS CONTENT-TYPE" each
+  nginx-client.py promquery PORT QUERY WANT SECONDS  asks the Prometheus
+      server on PORT (its HTTP API, /api/v1/query) for QUERY every 0.5 s
+      until its one value is WANT or SECONDS have passed; prints the last
+      value read ("none" before the first) and "found 1" or "found 0"
 Results are printed as "key value" lines for the shell test to check."""
-import http.client, socket, struct, sys, threading, time, zlib
+import http.client, json, socket, struct, sys, threading, time, zlib
+import urllib.parse, urllib.request
 
 
 def png(w, h, rowfn):
@@ -309,6 +317,42 @@ def ask_all(port, reqs, prefix=''):
         print(prefix + req, 'body', repr(body[:60]))
 
 
+def metrics(port, path, n, out):
+    for i in range(n):
+        c = http.client.HTTPConnection('127.0.0.1', port, timeout=10)
+        try:
+            c.request('GET', path, headers={'Connection': 'close'})
+            r = c.getresponse()
+            body = r.read()
+            st, ct = r.status, r.getheader('Content-Type', '-')
+        except (OSError, http.client.HTTPException):
+            st, ct, body = 0, '-', b''
+        finally:
+            c.close()
+        open('%s/%d.txt' % (out, i), 'wb').write(body)
+        print(i, st, ct)
+
+
+def promquery(port, query, want, seconds):
+    url = ('http://127.0.0.1:%d/api/v1/query?query=%s'
+           % (port, urllib.parse.quote(query)))
+    last = 'none'
+    end = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                res = json.load(r)['data']['result']
+            if len(res) == 1:
+                last = res[0]['value'][1]
+        except (OSError, ValueError, KeyError, IndexError):
+            pass  # not up yet, or nothing scraped yet
+        if last == want or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    print('value', last)
+    print('found', 1 if last == want else 0)
+
+
 def main(a):
     if a[0] == 'png':
         if a[1] == 'bomb':
@@ -334,6 +378,10 @@ def main(a):
         glob(int(a[1]), int(a[2]), int(a[3]))
     elif a[0] == 'shared':
         shared(int(a[1]), int(a[2]), int(a[3]), int(a[4]))
+    elif a[0] == 'metrics':
+        metrics(int(a[1]), a[2], int(a[3]), a[4])
+    elif a[0] == 'promquery':
+        promquery(int(a[1]), a[2], a[3], float(a[4]))
 
 
 main(sys.argv[1:])

@@ -17,7 +17,8 @@
 #    reaches the backend;
 #  - memlimits_pressure 0.5 of 256 MiB: while a slow PUT holds 150 MiB a
 #    new request is refused with 503 and one error-log line; once it
-#    ended, requests are served again;
+#    ended, requests are served again; memlimits_metrics' refusal count
+#    is the error log's;
 #  - behind the other filters that may rewrite or hold back a response
 #    (image_filter, gzip, sub_filter, ssi, addition: the locations of
 #    $tmp/filters.conf), a request refused at memlimits_pressure and one
@@ -42,7 +43,19 @@
 #    way back, is not paid for by them); the error-log line says it was
 #    the shared budget and names the worker, one of the master's children;
 #    the budget's object in /dev/shm is there while nginx runs and gone
-#    once it stopped (the master removes it at its exit).
+#    once it stopped (the master removes it at its exit);
+#  - memlimits_metrics over 2 workers (listen ... reuseport): after 4 PNG
+#    bombs stopped by their held limit, 20 fetches of /memlimits-metrics,
+#    each on its own connection (either worker may answer), all read
+#    memlimits_tasks_interrupted_total{reason="held_limit"} 4 (the counters
+#    are in nginx's shared memory: every worker's requests), as the 0.0.4
+#    content type, with a worker label that is one of the master's
+#    children; that both workers answered is checked when they did, never
+#    required (20 connections can land on one); promtool check metrics
+#    accepts the text; a real Prometheus server scraping the endpoint every
+#    second reads 4 for that series through its HTTP API (polled for 60 s
+#    at most, never timed; each skipped where promtool or prometheus is
+#    missing); after a reload (SIGHUP) a new worker still reads 4.
 # Probabilities: the held limit of 64 MiB needs 839 samples at the default
 # interval (80000 bytes); the bomb keeps what it allocates, so it is
 # stopped with certainty well before 576 MiB, and the estimate overshoots
@@ -93,14 +106,27 @@ stop_nginx() {
 		master=
 	fi
 }
-trap 'stop_nginx; rm -rf "$tmp"' EXIT INT TERM
+prom=
+stop_prom() {
+	if [ -n "$prom" ]; then
+		kill "$prom" 2>/dev/null
+		for _ in $(seq 50); do
+			kill -0 "$prom" 2>/dev/null || break
+			sleep 0.2
+		done
+		kill -9 "$prom" 2>/dev/null
+		wait "$prom" 2>/dev/null
+		prom=
+	fi
+}
+trap 'stop_prom; stop_nginx; rm -rf "$tmp"' EXIT INT TERM
 mkdir -p "$tmp/html" "$tmp/logs" "$tmp/var"
-# Two free ports, as the kernel gives them.
+# Three free ports, as the kernel gives them (the third: Prometheus).
 set -- $("$PY" -c 'import socket
-ss = [socket.socket() for _ in range(2)]
+ss = [socket.socket() for _ in range(3)]
 for s in ss: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])')
-p1=$1 p2=$2
+p1=$1 p2=$2 p3=$3
 # conf GLOBAL [PRESSURE]: the example with this test's paths, ports,
 # modules, its memlimits_global and memlimits_pressure (none if not given).
 conf() {
@@ -313,6 +339,17 @@ if tap_case pressure; then
 		notok "refused behind filters, not the module's answer:$bad"
 		diag "$tmp/p.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
 	fi
+	# memlimits_metrics counts each refusal the error log names.
+	mkdir "$tmp/pm"
+	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/pm" >/dev/null 2>&1
+	refused=$(grep -c 'memlimits: request refused' "$tmp/logs/error.log")
+	if [ "$refused" -gt 0 ] &&
+		grep -qx "memlimits_requests_refused_total $refused" "$tmp/pm/0.txt"; then
+		ok "memlimits_requests_refused_total: $refused, one per refusal logged"
+	else
+		notok "memlimits_requests_refused_total, $refused refusals logged"
+		diag "$tmp/pm/0.txt"
+	fi
 	stop_nginx
 fi
 
@@ -418,5 +455,136 @@ if tap_case shared; then
 	else
 		notok "the budget's object: made '$new', left behind '$left'"
 	fi
+fi
+if tap_case metrics; then
+	conf 768m
+	# 2 workers, each with its own listening socket: a new connection
+	# goes to either; a shared budget far above what 4 bombs at 64 MiB
+	# held hold, for its two gauges.
+	sed -i -e 's|^worker_processes 1;|worker_processes 2;|' \
+		-e "s|listen 127.0.0.1:$p1;|listen 127.0.0.1:$p1 reuseport;|" \
+		-e 's|^    memlimits_global 768m;|&\n    memlimits_shared_limit 1024m;|' \
+		"$tmp/nginx.conf"
+	start_nginx
+	workers=$(pgrep -P "$master" | tr '\n' ' ')
+	timeout 120 "$PY" "$CLIENT" ask "$p1" GET:/thumb/bomb.png GET:/thumb/bomb.png \
+		GET:/thumb/bomb.png GET:/thumb/bomb.png >"$tmp/mb.out" 2>&1
+	stopped=$(grep -cE '^GET:/thumb/bomb.png (503|0) ' "$tmp/mb.out")
+	held=$(grep -c 'memlimits: request stopped.*held memory limit.*"GET /thumb/bomb.png' "$tmp/logs/error.log")
+	want='memlimits_tasks_interrupted_total{reason="held_limit"} 4'
+	# Counted before the answer goes out; waited for all the same (5 s at
+	# most), so that a slow worker cannot make the test flaky.
+	mkdir "$tmp/m0" "$tmp/m"
+	for _ in $(seq 50); do
+		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/m0" >/dev/null 2>&1
+		grep -qxF "$want" "$tmp/m0/0.txt" && break
+		sleep 0.1
+	done
+	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 20 "$tmp/m" >"$tmp/m.out" 2>&1
+	ct='text/plain; version=0.0.4; charset=utf-8'
+	reasons='^memlimits_tasks_interrupted_total{reason="\(alloc_limit\|held_limit\|global_limit\|cancelled\)"} [0-9]*$'
+	good=0 seen= bad=
+	for i in $(seq 0 19); do
+		if grep -qxF "$i 200 $ct" "$tmp/m.out" && grep -qxF "$want" "$tmp/m/$i.txt" &&
+			[ "$(grep -c "$reasons" "$tmp/m/$i.txt")" = 4 ]; then
+			good=$((good + 1))
+		fi
+		w=$(sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"} [1-9][0-9]*$/\1/p' "$tmp/m/$i.txt")
+		case " $workers" in
+		*" $w "*) [ -n "$w" ] && seen="$seen $w" || bad="$bad '$w'" ;;
+		*) bad="$bad '$w'" ;;
+		esac
+	done
+	answered=$(printf '%s\n' $seen | sort | uniq -c | awk '{printf " %s:%s", $2, $1}')
+	nw=$(printf '%s\n' $seen | sort -u | grep -c .)
+	echo "# 4 bombs: $stopped answered 503 or closed, $held logged as the held limit; workers: $workers; answers (worker:count):$answered"
+	sed 's/^/# /' "$tmp/m/0.txt"
+	if [ "$stopped" = 4 ] && [ "$held" = 4 ] && [ "$good" = 20 ]; then
+		ok "memlimits_metrics: 20 fetches over 2 workers all read held_limit 4 after 4 bombs, as $ct"
+	else
+		notok "memlimits_metrics: $good of 20 answers right; bombs: $stopped stopped, $held logged"
+		diag "$tmp/mb.out" "$tmp/m.out" "$tmp/m/0.txt"
+	fi
+	if grep -qx 'memlimits_shared_limit_bytes 1073741824' "$tmp/m/0.txt" &&
+		grep -qx 'memlimits_shared_usage_bytes [1-9][0-9]*' "$tmp/m/0.txt" &&
+		grep -qx 'memlimits_global_limit_bytes 805306368' "$tmp/m/0.txt"; then
+		ok "memlimits_shared_limit_bytes, memlimits_shared_usage_bytes and memlimits_global_limit_bytes: the configuration's"
+	else
+		notok "the limits' gauges"
+		diag "$tmp/m/0.txt"
+	fi
+	if [ -n "$bad" ]; then
+		notok "memlimits_heap_bytes: worker labels$bad are not the workers' ($workers) or the heap is 0"
+	elif [ "$nw" -ge 2 ]; then
+		ok "both workers answered, each with its own pid in memlimits_heap_bytes:$answered"
+	else
+		# 20 connections on one of 2 reuseport sockets: 2^-19, but not
+		# a failure of the module.
+		skip "one worker answered all 20 fetches:$answered"
+	fi
+	if command -v "${PROMTOOL:-promtool}" >/dev/null 2>&1; then
+		if "${PROMTOOL:-promtool}" check metrics <"$tmp/m/0.txt" >"$tmp/pt.out" 2>&1; then
+			ok "promtool check metrics accepts the endpoint's text"
+		else
+			notok "promtool check metrics refuses the endpoint's text"
+			diag "$tmp/pt.out" "$tmp/m/0.txt"
+		fi
+	else
+		skip "promtool not found (Debian: apt-get install prometheus)"
+	fi
+	PROM=${PROMETHEUS:-prometheus}
+	if command -v "$PROM" >/dev/null 2>&1; then
+		mkdir "$tmp/prom"
+		cat >"$tmp/prom/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: nginx
+    metrics_path: /memlimits-metrics
+    static_configs:
+      - targets: ['127.0.0.1:$p1']
+EOF
+		"$PROM" --config.file="$tmp/prom/prometheus.yml" \
+			--storage.tsdb.path="$tmp/prom/data" \
+			--web.listen-address="127.0.0.1:$p3" >"$tmp/prom/out" 2>&1 &
+		prom=$!
+		timeout 90 "$PY" "$CLIENT" promquery "$p3" \
+			'memlimits_tasks_interrupted_total{reason="held_limit"}' 4 60 >"$tmp/pq.out" 2>&1
+		if grep -qx 'found 1' "$tmp/pq.out"; then
+			ok "a Prometheus server scraping /memlimits-metrics reads held_limit 4"
+		else
+			notok "Prometheus read held_limit '$(sed -n 's/^value //p' "$tmp/pq.out")', not 4, in 60 s"
+			diag "$tmp/pq.out"; tail -20 "$tmp/prom/out" | diag /dev/stdin
+		fi
+		stop_prom
+	else
+		skip "prometheus not found (Debian: apt-get install prometheus)"
+	fi
+	# A reload keeps the zone, and the counts: the new workers answer 4.
+	kill -HUP "$master"
+	mkdir "$tmp/mr"
+	# The old workers (idle) exit at once; 10 s at most.
+	new=
+	for _ in $(seq 100); do
+		new=$(pgrep -P "$master" | tr '\n' ' ')
+		old=
+		for o in $workers; do
+			case " $new" in *" $o "*) old=1 ;; esac
+		done
+		[ -z "$old" ] && break
+		sleep 0.1
+	done
+	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/mr" >/dev/null 2>&1
+	w=$(sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"}.*/\1/p' "$tmp/mr/0.txt")
+	nw=
+	case " $new" in *" $w "*) nw=1 ;; esac
+	case " $workers" in *" $w "*) nw= ;; esac
+	if [ -n "$w" ] && [ -n "$nw" ] && grep -qxF "$want" "$tmp/mr/0.txt"; then
+		ok "after a reload a new worker ($w) still reads held_limit 4"
+	else
+		notok "after a reload: worker '$w' (new ones: $new; old: $workers)"
+		diag "$tmp/mr/0.txt"
+	fi
+	stop_nginx
 fi
 tap_done
