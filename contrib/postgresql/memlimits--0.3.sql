@@ -13,3 +13,13 @@ CREATE FUNCTION memlimits_activity(
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'memlimits_activity'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+
+-- The Prometheus text format (0.0.4) for the cluster: statements started
+-- and interrupted in every backend since the server started, each
+-- backend's heap (with memlimits.cluster_limit set; otherwise the calling
+-- backend's), the cluster limit and its usage, the calling session's
+-- statement limits (docs/postgresql.md, "Metrics").
+CREATE FUNCTION memlimits_metrics()
+RETURNS text
+AS 'MODULE_PATHNAME', 'memlimits_metrics'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;

@@ -31,8 +31,10 @@
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "optimizer/planner.h"
+#include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -61,11 +63,14 @@ PG_MODULE_MAGIC;
  * library lacks it, and then memlimits.cluster_limit refuses to start. */
 extern int ml_shared_join(const char *name, uint64_t limit);
 extern uint64_t ml_shared_usage(void);
+extern uint64_t ml_shared_limit(void);
 #pragma weak ml_shared_join
 #pragma weak ml_shared_usage
+#pragma weak ml_shared_limit
 
 void _PG_init(void);
 PG_FUNCTION_INFO_V1(memlimits_activity);
+PG_FUNCTION_INFO_V1(memlimits_metrics);
 
 /* ---- Settings ------------------------------------------------------- */
 
@@ -118,6 +123,36 @@ typedef struct activity_slot {
 } activity_slot;
 static activity_slot *activity; /* MaxBackends slots, by MyBackendId */
 
+/* ---- Counters, shared between backends (memlimits_metrics) ------------- */
+
+/* Statements started as tasks, and those the library interrupted, by
+ * reason: indexed as ml_status (ML_ALLOC_LIMIT .. ML_HELD_LIMIT). */
+enum { C_STARTED = 0, C_N = ML_HELD_LIMIT + 1 };
+/* One slot per backend, each on its own cache line: a backend adds only
+ * to its own (no line written by every backend at every statement);
+ * memlimits_metrics sums them.  A slot outlives its backend: the next
+ * backend with that BackendId adds to the same totals. */
+typedef union counter_slot {
+	pg_atomic_uint64 c[C_N];
+	char pad[PG_CACHE_LINE_SIZE];
+} counter_slot;
+StaticAssertDecl(sizeof(pg_atomic_uint64) * C_N <= PG_CACHE_LINE_SIZE,
+                 "counters fit in a cache line");
+/* MaxBackends + 1 slots: by MyBackendId, the last one for processes
+ * without one. */
+static counter_slot *counters;
+
+static void count(unsigned i)
+{
+	if (!counters)
+		return;
+	counter_slot *s = MyBackendId != InvalidBackendId && MyBackendId >= 1 &&
+	                          MyBackendId <= MaxBackends
+	                      ? &counters[MyBackendId - 1]
+	                      : &counters[MaxBackends];
+	pg_atomic_fetch_add_u64(&s->c[i], 1);
+}
+
 static bool statements_limited(void)
 {
 	return statement_limit_kb > 0 || statement_alloc_limit_kb > 0 ||
@@ -136,7 +171,24 @@ static ml_task *statement_task_new(void)
 	l.held_bytes = kb_bytes(statement_limit_kb);
 	l.alloc_bytes = kb_bytes(statement_alloc_limit_kb);
 	l.global = cluster_limit_kb > 0;
-	return ml_task_new(&l); /* NULL (no memory): the statement runs free */
+	ml_task *task = ml_task_new(&l);
+	if (task) /* NULL (no memory): the statement runs free, uncounted */
+		count(C_STARTED);
+	return task;
+}
+
+/* A statement's task ends (every task is freed here, once): counted as
+ * interrupted when the library interrupted it, whether the statement
+ * then failed with our error (nearly always) or finished anyway (its
+ * refusals let through in a critical section). */
+static void task_end(ml_task *task)
+{
+	if (!task)
+		return;
+	ml_status st = ml_task_status(task);
+	if (st >= ML_ALLOC_LIMIT && st <= ML_HELD_LIMIT)
+		count((unsigned)st);
+	ml_task_free(task);
 }
 
 static activity_slot *my_slot(void)
@@ -246,7 +298,7 @@ static void limit_error(ml_task *task)
 	}
 	size_text(h, sizeof(h), held);
 	size_text(a, sizeof(a), allocated);
-	ml_task_free(task);
+	task_end(task);
 	if (st == ML_GLOBAL_LIMIT) {
 		char total[32];
 		size_text(total, sizeof(total),
@@ -285,7 +337,7 @@ static void run_slice(ml_task *task, void (*fn)(void *), void *arg, bool ends)
 		 * statement stops at its next step; its end runs plainly. */
 		if (ends) {
 			fn(arg);
-			ml_task_free(task);
+			task_end(task);
 			return;
 		}
 		limit_error(task);
@@ -307,13 +359,13 @@ static void run_slice(ml_task *task, void (*fn)(void *), void *arg, bool ends)
 			FlushErrorState();
 			limit_error(task);
 		}
-		ml_task_free(task);
+		task_end(task);
 		PG_RE_THROW();
 	}
 	if (st != ML_OK && !ends)
 		limit_error(task);
 	if (ends)
-		ml_task_free(task);
+		task_end(task);
 }
 
 static void forget_stmt(QueryDesc *qd, ml_task **task)
@@ -325,7 +377,7 @@ static void forget_stmt(QueryDesc *qd, ml_task **task)
 			if (task)
 				*task = e->task;
 			else
-				ml_task_free(e->task);
+				task_end(e->task);
 			pfree(e);
 			return;
 		}
@@ -350,7 +402,7 @@ static void xact_end(XactEvent event, void *arg)
 		return;
 	while (stmts)
 		forget_stmt(stmts->qd, NULL);
-	ml_task_free(pending_task);
+	task_end(pending_task);
 	pending_task = NULL;
 }
 
@@ -388,7 +440,7 @@ static PlannedStmt *ml_planner(Query *parse, const char *query_string,
 	}
 	/* A statement planned and never started (a Bind whose portal
 	 * was not executed) ends here. */
-	ml_task_free(pending_task);
+	task_end(pending_task);
 	pending_task = statement_task_new();
 	ml_task *task = pending_task;
 	PG_TRY();
@@ -590,16 +642,25 @@ static bool refusal_ok(void *arg)
 
 /* ---- Shared memory and the cluster's budget ----------------------------- */
 
+/* The counters always (memlimits_metrics); the activity slots with a
+ * cluster limit (other backends' figures are shown only then). */
 static Size activity_size(void)
 {
 	return mul_size(MaxBackends, sizeof(activity_slot));
+}
+
+static Size counters_size(void)
+{
+	return mul_size(add_size(MaxBackends, 1), sizeof(counter_slot));
 }
 
 static void ml_shmem_request(void)
 {
 	if (prev_shmem_request)
 		prev_shmem_request();
-	RequestAddinShmemSpace(activity_size());
+	RequestAddinShmemSpace(counters_size());
+	if (cluster_limit_kb > 0)
+		RequestAddinShmemSpace(activity_size());
 }
 
 static void ml_shmem_startup(void)
@@ -608,14 +669,22 @@ static void ml_shmem_startup(void)
 	if (prev_shmem_startup)
 		prev_shmem_startup();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	activity =
-	    ShmemInitStruct("memlimits activity", activity_size(), &found);
+	counters =
+	    ShmemInitStruct("memlimits counters", counters_size(), &found);
 	if (!found)
-		for (int i = 0; i < MaxBackends; i++) {
-			pg_atomic_init_u32(&activity[i].pid, 0);
-			pg_atomic_init_u64(&activity[i].heap, 0);
-			pg_atomic_init_u64(&activity[i].held, 0);
-		}
+		for (int i = 0; i <= MaxBackends; i++)
+			for (int j = 0; j < C_N; j++)
+				pg_atomic_init_u64(&counters[i].c[j], 0);
+	if (cluster_limit_kb > 0) {
+		activity = ShmemInitStruct("memlimits activity",
+		                           activity_size(), &found);
+		if (!found)
+			for (int i = 0; i < MaxBackends; i++) {
+				pg_atomic_init_u32(&activity[i].pid, 0);
+				pg_atomic_init_u64(&activity[i].heap, 0);
+				pg_atomic_init_u64(&activity[i].held, 0);
+			}
+	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -706,12 +775,10 @@ void _PG_init(void)
 	ml_set_refusal_guard(refusal_ok, NULL);
 	cluster_join();
 
-	if (cluster_limit_kb > 0) {
-		prev_shmem_request = shmem_request_hook;
-		shmem_request_hook = ml_shmem_request;
-		prev_shmem_startup = shmem_startup_hook;
-		shmem_startup_hook = ml_shmem_startup;
-	}
+	prev_shmem_request = shmem_request_hook;
+	shmem_request_hook = ml_shmem_request;
+	prev_shmem_startup = shmem_startup_hook;
+	shmem_startup_hook = ml_shmem_startup;
 	prev_planner = planner_hook;
 	planner_hook = ml_planner;
 	prev_ExecutorStart = ExecutorStart_hook;
@@ -764,4 +831,116 @@ Datum memlimits_activity(PG_FUNCTION_ARGS)
 		                     nulls);
 	}
 	return (Datum)0;
+}
+
+/* ---- memlimits_metrics() ---------------------------------------------- */
+
+static void metric_family(StringInfo s, const char *name, const char *type,
+                          const char *help)
+{
+	appendStringInfo(s, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
+	                 type);
+}
+
+static void metric_gauge(StringInfo s, const char *name, const char *help,
+                         uint64 v)
+{
+	metric_family(s, name, "gauge", help);
+	appendStringInfo(s, "%s " UINT64_FORMAT "\n", name, v);
+}
+
+/* One backend's gauges, into heap and held (two families, written one
+ * after the other). */
+static void metric_backend(StringInfo heap, StringInfo held, uint32 pid,
+                           uint64 h, uint64 sh)
+{
+	appendStringInfo(heap,
+	                 "memlimits_heap_bytes{pid=\"%u\"} " UINT64_FORMAT "\n",
+	                 pid, h);
+	appendStringInfo(
+	    held,
+	    "memlimits_statement_held_bytes{pid=\"%u\"} " UINT64_FORMAT "\n",
+	    pid, sh);
+}
+
+/* The Prometheus text format (0.0.4) for the cluster: the counters of
+ * every backend since the server started (shared memory), the backends'
+ * heaps where the cluster limit lets a backend see the others (as
+ * memlimits_activity), the cluster's budget, and the calling session's
+ * statement limits.  Names as the library's ml_write_metrics where they
+ * mean the same. */
+Datum memlimits_metrics(PG_FUNCTION_ARGS)
+{
+	/* In the library's order of reasons (ml_status 1 .. 4). */
+	static const char *const reasons[C_N] = {
+	    NULL, "alloc_limit", "global_limit", "cancelled", "held_limit"};
+	uint64 sum[C_N] = {0};
+	if (counters)
+		for (int i = 0; i <= MaxBackends; i++)
+			for (int j = 0; j < C_N; j++)
+				sum[j] += pg_atomic_read_u64(&counters[i].c[j]);
+
+	StringInfoData s, held;
+	initStringInfo(&s);
+	initStringInfo(&held);
+	metric_family(&s, "memlimits_tasks_started_total", "counter",
+	              "Statements started under a memlimits limit, in every "
+	              "backend since the server started.");
+	appendStringInfo(&s,
+	                 "memlimits_tasks_started_total " UINT64_FORMAT "\n",
+	                 sum[C_STARTED]);
+	metric_family(&s, "memlimits_tasks_interrupted_total", "counter",
+	              "Statements interrupted by a limit, by reason "
+	              "(alloc_limit: memlimits.statement_alloc_limit, "
+	              "held_limit: memlimits.statement_limit, global_limit: "
+	              "memlimits.cluster_limit).");
+	for (int j = ML_ALLOC_LIMIT; j < C_N; j++)
+		appendStringInfo(
+		    &s,
+		    "memlimits_tasks_interrupted_total{reason=\"%s\"} " UINT64_FORMAT
+		    "\n",
+		    reasons[j], sum[j]);
+
+	metric_family(&s, "memlimits_heap_bytes", "gauge",
+	              "Heap in use by each backend, as libmemlimits measures "
+	              "it (every backend with memlimits.cluster_limit set, "
+	              "the calling one otherwise).");
+	metric_family(&held, "memlimits_statement_held_bytes", "gauge",
+	              "The held estimate of the statement each backend is "
+	              "running; 0 when idle.");
+	/* The calling backend's own figures, read now. */
+	metric_backend(&s, &held, (uint32)MyProcPid, ml_global_memory_usage(),
+	               current_task ? ml_task_held(current_task) : 0);
+	if (activity)
+		for (int i = 0; i < MaxBackends; i++) {
+			uint32 pid = pg_atomic_read_u32(&activity[i].pid);
+			if (pid == 0 || (int)pid == MyProcPid)
+				continue;
+			metric_backend(&s, &held, pid,
+			               pg_atomic_read_u64(&activity[i].heap),
+			               pg_atomic_read_u64(&activity[i].held));
+		}
+	appendBinaryStringInfo(&s, held.data, held.len);
+	pfree(held.data);
+
+	if (cluster_limit_kb > 0) {
+		metric_gauge(&s, "memlimits_global_limit_bytes",
+		             "memlimits.cluster_limit: the memory all backends "
+		             "may hold together.",
+		             ml_shared_limit ? ml_shared_limit()
+		                             : kb_bytes(cluster_limit_kb));
+		metric_gauge(&s, "memlimits_shared_usage_bytes",
+		             "The heap of all backends together, as the "
+		             "cluster limit counts it.",
+		             ml_shared_usage ? ml_shared_usage() : 0);
+	}
+	metric_gauge(&s, "memlimits_statement_limit_bytes",
+	             "memlimits.statement_limit in the calling session; 0 = "
+	             "none.",
+	             (uint64)statement_limit_kb * 1024);
+	metric_gauge(&s, "memlimits_statement_alloc_limit_bytes",
+	             "memlimits.statement_alloc_limit in the calling session; "
+	             "0 = none.",
+	             (uint64)statement_alloc_limit_kb * 1024);
+	PG_RETURN_TEXT_P(cstring_to_text_with_len(s.data, s.len));
 }

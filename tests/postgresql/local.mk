@@ -1,6 +1,7 @@
 # PostgreSQL with the memlimits extension (issue 28, docs/postgresql.md):
 # a cluster in a temporary directory, runaway statements of five kinds
-# stopped while pgbench -S runs beside them, the settings' permissions.
+# stopped while pgbench -S runs beside them, the settings' permissions,
+# memlimits_activity() and memlimits_metrics() (promtool check metrics).
 # Skipped with the reason where PostgreSQL or the extension's build is
 # missing.
 TESTS += tests/postgresql/test-postgresql.sh

@@ -21,6 +21,12 @@
 #    statements;
 #  - memlimits_activity() (the extension's SQL script) returns the calling
 #    backend's row.
+#  - memlimits_metrics(): after two statements stopped by statement_limit
+#    in one session and one by statement_alloc_limit in another, a third
+#    session reads exactly those counts (and the statements started), its
+#    own heap only, the session's limits; with the cluster limit, every
+#    holder's heap, the budget and its usage, the one global_limit stop;
+#    promtool check metrics accepts both, no series twice.
 #  - restarted with memlimits.cluster_limit = '1GB': three sessions each
 #    holding ~180 MB in one statement finish while a fourth, growing
 #    without bound, fails with 53200 "memlimits: cluster memory limit
@@ -253,6 +259,67 @@ else
 	notok "memlimits_activity(): $out"
 fi
 
+# ---- memlimits_metrics() ---------------------------------------------------------
+# Counted in shared memory by every backend: two statements stopped by
+# statement_limit in one session, one by statement_alloc_limit in
+# another, read from a third (before and after: the earlier cases'
+# statements are in the totals too).  Started: every statement run as a
+# task in between, the reading statements included (each is started
+# before it reads): 3 + 2 + 2 after the first read.
+# metric FILE SERIES: the value of one series ("" when absent).
+metric() { awk -v n="$2" '$1 == n { print $2 }' "$1"; }
+# prom_ok FILE WHAT: promtool accepts it (skipped without promtool), and
+# no family or series appears twice (promtool does not check that).
+prom_ok() {
+	dup=$(grep -v '^# ' "$1" | sed 's/ [^ ]*$//' | sort | uniq -d)
+	dup=$dup$(grep -E '^# (HELP|TYPE) ' "$1" | cut -d' ' -f2,3 | sort | uniq -d)
+	if [ -n "$dup" ]; then
+		notok "$2: series or families twice: $(echo $dup)"
+	elif ! command -v promtool >/dev/null 2>&1; then
+		skip "$2: promtool check metrics (no promtool: Debian's prometheus)"
+	elif promtool check metrics <"$1" >"$tmp/promtool.out" 2>&1; then
+		ok "$2: promtool check metrics accepts it, no series twice"
+	else
+		notok "$2: promtool check metrics"
+		diag "$tmp/promtool.out"
+	fi
+}
+q -c "select memlimits_metrics()" >"$tmp/metrics0"
+q -c "set memlimits.statement_limit = '32MB'" \
+	-c "select array_agg(repeat('x', 1000)) from generate_series(1, 10000000)" \
+	-c "select jsonb_agg(repeat('x', 1000)) from generate_series(1, 10000000)" \
+	>"$tmp/metrics-s1.out"
+q -c "set memlimits.statement_alloc_limit = '128MB'" -c "$big" >"$tmp/metrics-s2.out"
+q -c "select pg_backend_pid()" -c "select memlimits_metrics()" >"$tmp/metrics1.out"
+reader=$(head -n 1 "$tmp/metrics1.out")
+sed 1d "$tmp/metrics1.out" >"$tmp/metrics1"
+delta() { # delta SERIES: its change from metrics0 to metrics1
+	awk -v n="$1" 'FNR == NR { if ($1 == n) a = $2; next }
+		$1 == n { b = $2 } END { print a == "" || b == "" ? "missing" : b - a }' \
+		"$tmp/metrics0" "$tmp/metrics1"
+}
+i=memlimits_tasks_interrupted_total
+got="started $(delta memlimits_tasks_started_total) held $(delta "$i{reason=\"held_limit\"}") alloc $(delta "$i{reason=\"alloc_limit\"}") global $(delta "$i{reason=\"global_limit\"}") cancelled $(delta "$i{reason=\"cancelled\"}")"
+if [ "$(grep -c 'ERROR:  53200: memlimits: statement memory limit' "$tmp/metrics-s1.out")" = 2 ] &&
+	grep -q 'ERROR:  53200: memlimits: statement allocation limit' "$tmp/metrics-s2.out" &&
+	[ "$got" = "started 7 held 2 alloc 1 global 0 cancelled 0" ]; then
+	ok "memlimits_metrics() from a third session counts both sessions' stopped statements: $got"
+else
+	notok "memlimits_metrics() after 2 + 1 stopped statements in two sessions: $got"
+	sed 's/^/# /' "$tmp/metrics-s1.out" "$tmp/metrics-s2.out" "$tmp/metrics1"
+fi
+if [ "$(grep -c '^memlimits_heap_bytes{' "$tmp/metrics1")" = 1 ] &&
+	[ "$(metric "$tmp/metrics1" "memlimits_heap_bytes{pid=\"$reader\"}")" -gt 1000000 ] 2>/dev/null &&
+	[ "$(metric "$tmp/metrics1" memlimits_statement_limit_bytes)" = 268435456 ] &&
+	[ "$(metric "$tmp/metrics1" memlimits_statement_alloc_limit_bytes)" = 0 ] &&
+	! grep -q '^memlimits_global_limit_bytes' "$tmp/metrics1"; then
+	ok "without a cluster limit: the calling backend's heap only, the session's limits (256MB, 0), no cluster gauges"
+else
+	notok "memlimits_metrics() gauges without a cluster limit"
+	sed 's/^/# /' "$tmp/metrics1"
+fi
+prom_ok "$tmp/metrics1" "memlimits_metrics()"
+
 # ---- the cluster limit ----------------------------------------------------------
 # Restarted with memlimits.cluster_limit = '1GB' (a server start setting)
 # and no statement limit.  Three sessions each hold ~180 MB in one
@@ -325,6 +392,23 @@ end \$\$" >/dev/null
 		notok "the fourth session was not stopped by the cluster limit"
 		printf '%s\n' "$out" | head -n 20 | sed 's/^/# /'
 	fi
+	# The metrics while the three still hold: every backend's heap
+	# (the three holders', the reader's), the budget, the one stop
+	# (counters start again with the server).
+	q -c "select memlimits_metrics()" >"$tmp/metrics2"
+	big_heaps=$(grep -c '^memlimits_heap_bytes{pid="[0-9]*"} [0-9]\{9,\}$' "$tmp/metrics2")
+	usage=$(metric "$tmp/metrics2" memlimits_shared_usage_bytes)
+	if [ "$big_heaps" -ge 3 ] &&
+		[ "$(metric "$tmp/metrics2" memlimits_global_limit_bytes)" = 1073741824 ] &&
+		[ "${usage:-0}" -gt $((3 * hold_mb * 1048576)) ] &&
+		[ "$(metric "$tmp/metrics2" 'memlimits_tasks_interrupted_total{reason="global_limit"}')" = 1 ] &&
+		[ "$(metric "$tmp/metrics2" 'memlimits_tasks_interrupted_total{reason="held_limit"}')" = 0 ]; then
+		ok "memlimits_metrics() with the cluster limit: $(grep -c '^memlimits_heap_bytes{' "$tmp/metrics2") backends' heaps ($big_heaps over 100 MB), limit 1 GiB, usage $((usage / 1048576)) MiB, 1 stopped by global_limit"
+	else
+		notok "memlimits_metrics() with the cluster limit"
+		sed 's/^/# /' "$tmp/metrics2"
+	fi
+	prom_ok "$tmp/metrics2" "memlimits_metrics() with the cluster limit"
 	q -c "insert into ml_flag values (1)" >/dev/null
 	good=0
 	for i in 1 2 3; do
