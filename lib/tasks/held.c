@@ -200,14 +200,14 @@ static void release(const struct record *r)
 
 static void drain_check(void);
 
-void (*_Atomic ml__held_moved_hook)(uint64_t weight);
+void (*_Atomic ml__held_moved_hook)(int64_t delta);
 
-static inline void held_moved(uint64_t weight)
+static inline void held_moved(int64_t delta)
 {
-	void (*hook)(uint64_t) =
+	void (*hook)(int64_t) =
 	    atomic_load_explicit(&ml__held_moved_hook, memory_order_relaxed);
 	if (ml__unlikely(hook != NULL))
-		hook(weight);
+		hook(delta);
 }
 
 /* The free hook (alloc/alloc.h): p's bucket is marked. */
@@ -230,7 +230,7 @@ static void held_free(void *p)
 	ml__spin_unlock(&shard_lock[k].lock);
 	if (r.addr) {
 		release(&r);
-		held_moved(r.weight);
+		held_moved(-(int64_t)r.weight);
 	}
 	if (ml__unlikely(drained))
 		drain_check();
@@ -311,7 +311,7 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 	if (!kept)
 		release(&r); /* no memory for the table: not tracked */
 	else
-		held_moved(r.weight);
+		held_moved((int64_t)r.weight);
 }
 
 uint64_t ml__held_bytes(const struct ml_task *task)

@@ -362,11 +362,11 @@ bool ml__held_tracking_test(bool *filtered);
 /* The block p, just allocated on t's slow path with s samples, is held
  * by the tasks on t's stack. */
 void ml__held_note(struct ml__thread *t, void *p, uint64_t s);
-/* A consumer's work when a sampled block's weight is recorded or freed
- * (lib/shared republishes its largest task's estimate): called with the
- * weight after the accounts have it, on the slow path and in the sampled
- * free only.  NULL: none. */
-extern void (*_Atomic ml__held_moved_hook)(uint64_t weight);
+/* A consumer's work when a sampled block's weight is recorded (+weight)
+ * or freed (-weight) (lib/shared republishes its largest task's
+ * estimate): called after the accounts have it, on the slow path and in
+ * the sampled free only.  NULL: none. */
+extern void (*_Atomic ml__held_moved_hook)(int64_t delta);
 /* A task's held estimate and its peak, in bytes. */
 uint64_t ml__held_bytes(const struct ml_task *task);
 uint64_t ml__held_peak(const struct ml_task *task);
