@@ -25,12 +25,15 @@
 #     alone); statement (statement_limit = '1GB' only: a task per
 #     statement, no cluster budget); memlimits (as in 1).
 # ROUNDS=5 SECONDS_PER_RUN=5 CLIENTS=2 SCALE=10 CG_TRANSACTIONS=1000 by
-# default; CG_TRANSACTIONS=0 skips 2, ROUNDS=0 skips 1.
+# default; CG_TRANSACTIONS=0 skips 2, ROUNDS=0 skips 1; TPS_MODES (plain
+# memlimits) and TPS_TESTS (S N) choose what 1 compares.
 : "${top_builddir:?}" "${PG_BINDIR:?}"
 export LC_ALL=C
 unset LD_PRELOAD PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS
 ROUNDS=${ROUNDS:-5} SECS=${SECONDS_PER_RUN:-5} CLIENTS=${CLIENTS:-2} SCALE=${SCALE:-10}
 CG_TX=${CG_TRANSACTIONS:-1000}
+# The modes compared for tps (of those of mode_conf below) and the tests.
+TPS_MODES=${TPS_MODES:-plain memlimits} TPS_TESTS=${TPS_TESTS:-S N}
 EXT=$top_builddir/contrib/postgresql/build/memlimits.so
 LIB=$top_builddir/lib/.libs/libmemlimits.so
 bindir=$PG_BINDIR
@@ -93,9 +96,9 @@ mode plain
 pgb -i -s "$SCALE" -q >/dev/null 2>&1
 if [ "$ROUNDS" -gt 0 ]; then
 	for r in $(seq "$ROUNDS"); do
-		for m in plain memlimits; do
+		for m in $TPS_MODES; do
 			mode $m
-			for t in S N; do
+			for t in $TPS_TESTS; do
 				tps=$(pgb -$t -c "$CLIENTS" -j "$CLIENTS" -T "$SECS" 2>/dev/null |
 					sed -n 's/^tps = \([0-9.]*\) .*/\1/p')
 				echo "$m $t $tps" >>"$tmp/runs"
@@ -103,8 +106,8 @@ if [ "$ROUNDS" -gt 0 ]; then
 		done
 	done
 	echo "pgbench, $ROUNDS interleaved runs of ${SECS}s, $CLIENTS clients, scale $SCALE ($(nproc) CPUs):"
-	for t in S N; do
-		for m in plain memlimits; do
+	for t in $TPS_TESTS; do
+		for m in $TPS_MODES; do
 			awk -v m=$m -v t=$t '$1 == m && $2 == t { print $3 }' "$tmp/runs" | sort -n |
 				awk -v m=$m -v t=$t '{ v[NR] = $1 } END {
 					med = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2

@@ -89,6 +89,9 @@ static int nesting_level;
  * ProcessUtility adopt it). */
 static ml_task *pending_task;
 
+/* The task of a statement in its ExecutorEnd (freed after it). */
+static ml_task *ending_task;
+
 /* The running portals' tasks: each top-level QueryDesc, from its
  * ExecutorStart to its ExecutorEnd (a portal fetched over several Execute
  * messages is one statement).  Kept in TopMemoryContext; freed at
@@ -116,10 +119,15 @@ static shmem_startup_hook_type prev_shmem_startup;
 
 /* ---- Activity, shared between backends (cluster_limit > 0) ------------ */
 
-typedef struct activity_slot {
-	pg_atomic_uint32 pid;
-	pg_atomic_uint64 heap;
-	pg_atomic_uint64 held;
+/* A cache line each: a backend writes its own at every slice, and
+ * neighbours sharing a line would slow each other (false sharing). */
+typedef union activity_slot {
+	struct {
+		pg_atomic_uint32 pid;
+		pg_atomic_uint64 heap;
+		pg_atomic_uint64 held;
+	};
+	char pad[PG_CACHE_LINE_SIZE];
 } activity_slot;
 static activity_slot *activity; /* MaxBackends slots, by MyBackendId */
 
@@ -166,6 +174,17 @@ static uint64_t kb_bytes(int kb)
 
 static ml_task *statement_task_new(void)
 {
+	/* A task object that lives for the session and never runs keeps held
+	 * tracking on between statements: otherwise the library switches it
+	 * off when a statement's task goes and on for the next one, and the
+	 * sampled blocks freed in between each look for the last record
+	 * (lib/tasks/held.c's drain), about 300 instructions a pgbench -S
+	 * transaction. */
+	static ml_task *keep_tracking;
+	if (!keep_tracking) {
+		ml_limits k = ML_LIMITS_INIT;
+		keep_tracking = ml_task_new(&k);
+	}
 	ml_limits l = ML_LIMITS_INIT;
 	l.delivery = ML_DELIVER_FAIL;
 	l.held_bytes = kb_bytes(statement_limit_kb);
@@ -176,6 +195,8 @@ static ml_task *statement_task_new(void)
 		count(C_STARTED);
 	return task;
 }
+
+static ml_task *last_published; /* the task of our last publication */
 
 /* A statement's task ends (every task is freed here, once): counted as
  * interrupted when the library interrupted it, whether the statement
@@ -188,6 +209,8 @@ static void task_end(ml_task *task)
 	ml_status st = ml_task_status(task);
 	if (st >= ML_ALLOC_LIMIT && st <= ML_HELD_LIMIT)
 		count((unsigned)st);
+	if (last_published == task)
+		last_published = NULL; /* its address may come back */
 	ml_task_free(task);
 }
 
@@ -216,6 +239,7 @@ static void publish(ml_task *task)
 	activity_slot *s = my_slot();
 	if (!s)
 		return;
+	last_published = task;
 	if (!registered) {
 		before_shmem_exit(activity_clear, 0);
 		registered = true;
@@ -319,14 +343,18 @@ static void limit_error(ml_task *task)
 	                   name, limit, h, a)));
 }
 
-/* Run fn(arg) as a slice of task; task NULL: plainly.  On an ERROR the
- * task is freed (the statement ends there) and the error thrown again,
- * or replaced by the limit's when the task was interrupted and the error
- * is PostgreSQL's out of memory.  ends: the statement ends with this
- * call (the task is freed).  Returns normally only when the statement
- * goes on or ended well. */
-static void run_slice(ml_task *task, void (*fn)(void *), void *arg, bool ends)
+/* Run fn(arg) as a slice of the task *owner holds (NULL: plainly).  On
+ * an ERROR the task is freed (the statement ends there), *owner set to
+ * NULL first, and the error thrown again, or replaced by the limit's when
+ * the task was interrupted and the error is PostgreSQL's out of memory:
+ * so that the callers need no PG_TRY of their own (a sigsetjmp each).
+ * ends: the statement ends with this call (the caller has let go of the
+ * task; it is freed here).  Returns normally only when the statement goes
+ * on or ended well. */
+static void run_slice(ml_task **owner, void (*fn)(void *), void *arg,
+                      bool ends)
 {
+	ml_task *task = *owner;
 	if (!task) {
 		fn(arg);
 		return;
@@ -340,19 +368,24 @@ static void run_slice(ml_task *task, void (*fn)(void *), void *arg, bool ends)
 			task_end(task);
 			return;
 		}
+		*owner = NULL;
 		limit_error(task);
 	}
 	slice_call c = {fn, arg, false};
 	MemoryContext cxt = CurrentMemoryContext;
 	ml_task *outer = current_task;
 	current_task = task;
-	if (activity)
+	/* At a slice's start only when the last publication was another
+	 * task's: what the statement's last slice published at its end
+	 * holds until this one's (two fewer publications a statement). */
+	if (activity && last_published != task)
 		publish(task);
 	ml_status st = ml_task_run(task, slice_body, &c, NULL);
 	current_task = outer;
 	if (activity)
 		publish(ends || c.failed ? NULL : task);
 	if (c.failed) {
+		*owner = NULL;
 		/* In ErrorContext, with the error on the stack. */
 		if (st != ML_OK && geterrcode() == ERRCODE_OUT_OF_MEMORY) {
 			MemoryContextSwitchTo(cxt);
@@ -362,8 +395,10 @@ static void run_slice(ml_task *task, void (*fn)(void *), void *arg, bool ends)
 		task_end(task);
 		PG_RE_THROW();
 	}
-	if (st != ML_OK && !ends)
+	if (st != ML_OK && !ends) {
+		*owner = NULL;
 		limit_error(task);
+	}
 	if (ends)
 		task_end(task);
 }
@@ -385,11 +420,11 @@ static void forget_stmt(QueryDesc *qd, ml_task **task)
 		*task = NULL;
 }
 
-static ml_task *stmt_task(QueryDesc *qd)
+static stmt_entry *stmt_entry_of(QueryDesc *qd)
 {
 	for (stmt_entry *e = stmts; e; e = e->next)
 		if (e->qd == qd)
-			return e->task;
+			return e;
 	return NULL;
 }
 
@@ -404,6 +439,8 @@ static void xact_end(XactEvent event, void *arg)
 		forget_stmt(stmts->qd, NULL);
 	task_end(pending_task);
 	pending_task = NULL;
+	task_end(ending_task);
+	ending_task = NULL;
 }
 
 /* ---- Hooks ----------------------------------------------------------- */
@@ -442,19 +479,7 @@ static PlannedStmt *ml_planner(Query *parse, const char *query_string,
 	 * was not executed) ends here. */
 	task_end(pending_task);
 	pending_task = statement_task_new();
-	ml_task *task = pending_task;
-	PG_TRY();
-	{
-		run_slice(task, call_planner, &c, false);
-	}
-	PG_CATCH();
-	{
-		/* run_slice freed it */
-		if (pending_task == task)
-			pending_task = NULL;
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	run_slice(&pending_task, call_planner, &c, false);
 	return c.result;
 }
 
@@ -504,30 +529,17 @@ static void call_end(void *p)
 		standard_ExecutorEnd(c->qd);
 }
 
-/* A top-level executor call of qd's statement; its error ends it. */
-static void executor_slice(QueryDesc *qd, void (*fn)(void *), executor_call *c,
-                           bool ends)
+/* A top-level executor call of qd's statement; its error ends it (its
+ * entry stays, with no task, until ExecutorEnd or the transaction's
+ * end). */
+static void executor_slice(QueryDesc *qd, void (*fn)(void *), executor_call *c)
 {
-	ml_task *task = stmt_task(qd);
-	if (!task) {
+	stmt_entry *e = stmt_entry_of(qd);
+	if (!e || !e->task) {
 		fn(c);
 		return;
 	}
-	if (ends) {
-		forget_stmt(qd, &task);
-		run_slice(task, fn, c, true);
-		return;
-	}
-	PG_TRY();
-	{
-		run_slice(task, fn, c, false);
-	}
-	PG_CATCH();
-	{
-		forget_stmt(qd, &task); /* run_slice freed the task */
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	run_slice(&e->task, fn, c, false);
 }
 
 static void ml_ExecutorStart(QueryDesc *qd, int eflags)
@@ -550,7 +562,7 @@ static void ml_ExecutorStart(QueryDesc *qd, int eflags)
 	e->task = task;
 	e->next = stmts;
 	stmts = e;
-	executor_slice(qd, call_start, &c, false);
+	executor_slice(qd, call_start, &c);
 }
 
 static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
@@ -562,16 +574,26 @@ static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
 		call_run(&c);
 	}
 	else
-		executor_slice(qd, call_run, &c, false);
+		executor_slice(qd, call_run, &c);
 }
 
+/* ExecutorFinish runs AFTER triggers and a modifying CTE's remaining
+ * rows: a slice for those.  A plain SELECT has none (its functions ran
+ * in ExecutorRun); it finishes without a slice, which costs a pgbench -S
+ * transaction about 500 instructions (docs/postgresql.md). */
 static void ml_ExecutorFinish(QueryDesc *qd)
 {
 	executor_call c = {qd};
+	stmt_entry *e;
 	if (nesting_level > 0)
 		call_finish(&c);
-	else
-		executor_slice(qd, call_finish, &c, false);
+	else if (qd->operation == CMD_SELECT &&
+	         !qd->plannedstmt->hasModifyingCTE &&
+	         (!(e = stmt_entry_of(qd)) || !e->task ||
+	          ml_task_status(e->task) == ML_OK))
+		call_finish(&c);
+	else /* (one interrupted is stopped here, by run_slice) */
+		executor_slice(qd, call_finish, &c);
 }
 
 static void ml_ExecutorEnd(QueryDesc *qd)
@@ -580,9 +602,20 @@ static void ml_ExecutorEnd(QueryDesc *qd)
 	if (nesting_level > 0) {
 		publish_nested();
 		call_end(&c);
+		return;
 	}
-	else
-		executor_slice(qd, call_end, &c, true);
+	/* ExecutorEnd frees (what it allocates is a few bytes): no slice.
+	 * The task is freed after it, not before: the last task gone turns
+	 * held tracking off, and the executor's sampled blocks freed then
+	 * would each look for the last record (held.c's drain), about 700
+	 * instructions a pgbench -S transaction.  An ERROR in between leaves
+	 * it to the transaction's end (ending_task). */
+	forget_stmt(qd, &ending_task);
+	if (ending_task && activity)
+		publish(NULL);
+	call_end(&c);
+	task_end(ending_task);
+	ending_task = NULL;
 }
 
 typedef struct utility_call {
@@ -627,7 +660,7 @@ static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
 	 * slice, and end the transaction inside it). */
 	ml_task *task = pending_task ? pending_task : statement_task_new();
 	pending_task = NULL;
-	run_slice(task, call_utility, &c, true);
+	run_slice(&task, call_utility, &c, true);
 }
 
 /* ---- Refusals --------------------------------------------------------- */
