@@ -541,10 +541,16 @@ static void on_held_moved(int64_t d)
 	if (t && my_lineage == ml__lineage && slot_ours(t) &&
 	    (m < 0 ? -(uint64_t)m : (uint64_t)m) >= batch_of(t)) {
 		if (atomic_load_explicit(&t->slot[my_slot].request,
-		                         memory_order_relaxed))
+		                         memory_order_relaxed)) {
 			obey(t);
-		else
+		} else {
+			/* The heap's reference stays that of the last
+			 * publication that summed: the fold that moves the
+			 * heap a batch from it still sums and chooses. */
+			uint64_t summed = published;
 			publish(t);
+			published = summed;
+		}
 	}
 	ml__spin_unlock(&pub);
 }
