@@ -1059,6 +1059,13 @@ static u_char *ml_family(u_char *p, u_char *last, const char *name,
 	                    name, type);
 }
 
+static u_char *ml_counter(u_char *p, u_char *last, const char *name,
+                          const char *help, ngx_atomic_uint_t v)
+{
+	p = ml_family(p, last, name, "counter", help);
+	return ngx_slprintf(p, last, "%s %uA\n", name, v);
+}
+
 static u_char *ml_gauge(u_char *p, u_char *last, const char *name,
                         const char *help, uint64_t v)
 {
@@ -1098,10 +1105,9 @@ static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
 	p = b->pos;
 	last = b->end;
 
-	p = ml_family(p, last, "memlimits_tasks_started_total", "counter",
-	              "Requests run as memlimits tasks, by all the workers.");
-	p = ngx_slprintf(p, last, "memlimits_tasks_started_total %uA\n",
-	                 ml_counts->started);
+	p = ml_counter(p, last, "memlimits_tasks_started_total",
+	               "Requests run as memlimits tasks, by all the workers.",
+	               ml_counts->started);
 	p = ml_family(p, last, "memlimits_tasks_interrupted_total", "counter",
 	              "Requests stopped by their limits or a global or "
 	              "shared limit, by the reason, by all the workers.");
@@ -1111,11 +1117,10 @@ static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
 		    "memlimits_tasks_interrupted_total{reason=\"%s\"} %uA\n",
 		    reasons[i].reason,
 		    ml_counts->interrupted[reasons[i].st - 1]);
-	p = ml_family(p, last, "memlimits_requests_refused_total", "counter",
-	              "Requests refused at memlimits_pressure, before they "
-	              "ran, by all the workers.");
-	p = ngx_slprintf(p, last, "memlimits_requests_refused_total %uA\n",
-	                 ml_counts->refused);
+	p = ml_counter(p, last, "memlimits_requests_refused_total",
+	               "Requests refused at memlimits_pressure, before they "
+	               "ran, by all the workers.",
+	               ml_counts->refused);
 	p = ml_family(p, last, "memlimits_heap_bytes", "gauge",
 	              "Heap in use by the worker that answered (its pid), as "
 	              "libmemlimits measures it.");

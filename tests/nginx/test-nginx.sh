@@ -94,27 +94,26 @@ if [ -n "$why" ]; then
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-nginx.XXXXXX") || exit 1
+# stop_pid PID: SIGTERM, 10 s to go, then SIGKILL.
+stop_pid() {
+	kill "$1" 2>/dev/null
+	for _ in $(seq 50); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.2
+	done
+	kill -9 "$1" 2>/dev/null
+}
 master=
 stop_nginx() {
 	if [ -n "$master" ]; then
-		kill "$master" 2>/dev/null
-		for _ in $(seq 50); do
-			kill -0 "$master" 2>/dev/null || break
-			sleep 0.2
-		done
-		kill -9 "$master" 2>/dev/null
+		stop_pid "$master"
 		master=
 	fi
 }
 prom=
 stop_prom() {
 	if [ -n "$prom" ]; then
-		kill "$prom" 2>/dev/null
-		for _ in $(seq 50); do
-			kill -0 "$prom" 2>/dev/null || break
-			sleep 0.2
-		done
-		kill -9 "$prom" 2>/dev/null
+		stop_pid "$prom"
 		wait "$prom" 2>/dev/null
 		prom=
 	fi
