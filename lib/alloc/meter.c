@@ -497,6 +497,13 @@ SIZED_TAILS(query, QUERY_SIZE)
  * call NULL or skip the record. */
 ML__COLD void ml__sampled_lost(void *p)
 {
+	/* free(NULL) tests bucket 0, which a recorded block at an address
+	 * whose bits 6 to 27 are 0 marks (tcmalloc's spans start at such
+	 * addresses): the hook would look for a record of address 0, find an
+	 * empty slot (0 is what marks one) and erase it, a record count one
+	 * short and the probe sequences around it broken. */
+	if (ml__unlikely(p == NULL))
+		return;
 	void (*hook)(void *);
 	while (!(hook = atomic_load_explicit(&ml__sampled_free_hook,
 	                                     memory_order_acquire)))

@@ -121,8 +121,11 @@ static void test_capture_off(void)
 	free_all(blocks_a);
 	free_all(blocks_b);
 	rc = profile(t);
-	tap_ok(rc == 0 && buf[0] == 0 && ml_task_held(t) == 0,
-	       "all freed: an empty profile, ml_task_held 0");
+	held = ml_task_held(t);
+	tap_ok(rc == 0 && buf[0] == 0 && held == 0,
+	       "all freed: an empty profile, ml_task_held 0 (rc %d, held %llu, "
+	       "profile '%.60s')",
+	       rc, (unsigned long long)held, buf);
 	ml_task_free(t);
 }
 
