@@ -122,14 +122,16 @@ static void test_free_null(void)
 	ml__sampled_mark(zero);
 	for (int i = 0; i < 3; i++)
 		free(NULL);
-	tap_is(recorded(), before, "free(NULL) x 3, bucket 0 marked: the "
-	                           "records unchanged");
+	tap_is(recorded(), before,
+	       "free(NULL) x 3, bucket 0 marked: the "
+	       "records unchanged");
 	ml__sampled_unmark(zero);
 	ml_task_free(t);
 	for (int i = 0; i < n; i++)
 		free(blocks[i]);
-	tap_is(recorded(), 0, "the task gone, every block freed: no record "
-	                      "left");
+	tap_is(recorded(), 0,
+	       "the task gone, every block freed: no record "
+	       "left");
 	tap_ok(!tracking() && !filtered(),
 	       "the last record's free switched the filter off (no count "
 	       "left behind)");
