@@ -17,7 +17,7 @@
  * Publication, from the meter's fold hook (alloc/meter.c: every 32 KiB a
  * thread allocates or frees), atomics only: when this process's heap
  * (ml__meter_usage, less what it inherited at a fork) has moved by the
- * batch since it last published, or a stop request or stopping task
+ * batch since the last sum read it, or a stop request or stopping task
  * waits, the member stores its heap, its largest eligible global task's
  * held estimate and identity, and what its tasks interrupted for a limit
  * still hold (`stopping`), then sums the table.  Dead members are swept
@@ -94,7 +94,7 @@ static uint64_t my_start;   /* our start time */
 static pid_t my_pid;        /* getpid() of this lineage */
 static uint32_t my_lineage; /* ml__lineage when the above were set */
 static uint64_t base;       /* heap inherited at a fork: not ours */
-static uint64_t published;  /* the heap we last published */
+static uint64_t summed;     /* our heap as the last sum read it */
 static uint64_t last_stopping;
 /* The held estimates' net movement since we last published
  * (on_held_moved): blocks recorded less blocks freed, sampled weights. */
@@ -252,7 +252,7 @@ static int claim(struct table *t)
 			my_tag = (mine & ~(uint64_t)3) | LIVE;
 			atomic_store(&s->tag, my_tag);
 			my_slot = i;
-			published = 0;
+			summed = 0;
 			raise_hw(t, (uint32_t)i + 1);
 			return ML_OK;
 		}
@@ -312,7 +312,6 @@ static void publish(struct table *t)
 	                      memory_order_relaxed);
 	atomic_store_explicit(&s->stopping, top.stopping, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->seq, 1, memory_order_release);
-	published = heap;
 	atomic_store_explicit(&held_moved, 0, memory_order_relaxed);
 	last_stopping = top.stopping;
 	if (slots_used(t) <= (uint32_t)my_slot)
@@ -366,9 +365,11 @@ static void sum(struct table *t, bool full, int skip, struct view *v)
 		    atomic_load_explicit(&s->top_id, memory_order_relaxed);
 		uint64_t req =
 		    atomic_load_explicit(&s->request, memory_order_relaxed);
-		v->total =
-		    add_sat(v->total, clamp(atomic_load_explicit(
-		                          &s->heap, memory_order_relaxed)));
+		uint64_t heap =
+		    clamp(atomic_load_explicit(&s->heap, memory_order_relaxed));
+		if ((int)i == my_slot)
+			summed = heap; /* the fold's reference (on_fold) */
+		v->total = add_sat(v->total, heap);
 		v->stopping = add_sat(v->stopping,
 		                      clamp(atomic_load_explicit(
 		                          &s->stopping, memory_order_relaxed)));
@@ -496,8 +497,7 @@ static void on_fold(void)
 	struct table *t = atomic_load(&tab);
 	if (t && my_lineage == ml__lineage) {
 		uint64_t heap = heap_now();
-		uint64_t moved =
-		    heap > published ? heap - published : published - heap;
+		uint64_t moved = heap > summed ? heap - summed : summed - heap;
 		/* A fork child claims its slot at its first fold; after a
 		 * failed claim (a full table), once per batch. */
 		bool mine = slot_ours(t);
@@ -544,12 +544,9 @@ static void on_held_moved(int64_t d)
 		                         memory_order_relaxed)) {
 			obey(t);
 		} else {
-			/* The heap's reference stays that of the last
-			 * publication that summed: the fold that moves the
-			 * heap a batch from it still sums and chooses. */
-			uint64_t summed = published;
+			/* No sum: the fold that moves the heap a batch from
+			 * what the last sum read still sums and chooses. */
 			publish(t);
-			published = summed;
 		}
 	}
 	ml__spin_unlock(&pub);
@@ -596,7 +593,7 @@ static void atfork_child(void)
 	my_pid = 0;
 	know_self();
 	base = ml__meter_usage();
-	published = 0;
+	summed = 0;
 	atomic_store(&held_moved, 0);
 	last_stopping = 0;
 	atomic_store(&shared_above, false);
