@@ -99,6 +99,7 @@ bench-threads: bench/threads-bench$(EXEEXT) lib/libmemlimits.la
 # (docs/postgresql.md "Overhead"): its own target, not part of make bench.
 EXTRA_DIST += bench/run-postgres.sh
 bench-postgres: lib/libmemlimits.la
-	top_builddir='$(abs_top_builddir)' PG_BINDIR='$(PG_BINDIR)' \
+	top_builddir='$(abs_top_builddir)' top_srcdir='$(abs_top_srcdir)' \
+		PG_BINDIR='$(PG_BINDIR)' \
 		$(SHELL) $(top_srcdir)/bench/run-postgres.sh
 .PHONY: bench-postgres

@@ -27,7 +27,7 @@
 # ROUNDS=5 SECONDS_PER_RUN=5 CLIENTS=2 SCALE=10 CG_TRANSACTIONS=1000 by
 # default; CG_TRANSACTIONS=0 skips 2, ROUNDS=0 skips 1; TPS_MODES (plain
 # memlimits) and TPS_TESTS (S N) choose what 1 compares.
-: "${top_builddir:?}" "${PG_BINDIR:?}"
+: "${top_builddir:?}" "${top_srcdir:?}" "${PG_BINDIR:?}"
 export LC_ALL=C
 unset LD_PRELOAD PGHOST PGPORT PGUSER PGDATABASE PGOPTIONS
 ROUNDS=${ROUNDS:-5} SECS=${SECONDS_PER_RUN:-5} CLIENTS=${CLIENTS:-2} SCALE=${SCALE:-10}
@@ -38,27 +38,11 @@ EXT=$top_builddir/contrib/postgresql/build/memlimits.so
 LIB=$top_builddir/lib/.libs/libmemlimits.so
 bindir=$PG_BINDIR
 [ -f "$EXT" ] || { echo "bench-postgres: the extension is not built"; exit 1; }
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-pgbench.XXXXXX") || exit 1
-chmod 755 "$tmp"
-if [ "$(id -u)" = 0 ]; then
-	as() { runuser -u postgres -- "$@"; }
-	chown postgres "$tmp"
-else
-	as() { "$@"; }
-fi
-data=$tmp/data
-trap 'as "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1; wait; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT INT TERM
-as mkdir -p "$tmp/lib" "$tmp/sock"
-as cp "$LIB" "$tmp/lib/libmemlimits.so"
-as cp "$EXT" "$tmp/lib/memlimits.so"
-as "$bindir/initdb" -D "$data" -A trust -U postgres -E UTF8 --locale=C \
-	--no-sync >"$tmp/initdb.out" 2>&1 || { cat "$tmp/initdb.out"; exit 1; }
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 54331)
+. "$top_srcdir/tests/postgresql/pg-cluster.sh"
+tmp= data=
+trap '[ -z "$data" ] || as "$bindir/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1; wait; [ -n "${KEEP_TMP:-}" ] || [ -z "$tmp" ] || rm -rf "$tmp"' EXIT INT TERM
+pg_cluster ml-pgbench || { cat "$tmp/initdb.out"; exit 1; }
 as sh -c "cat >>'$data/postgresql.conf'" <<CONF
-listen_addresses = ''
-port = $port
-unix_socket_directories = '$tmp/sock'
-fsync = off
 synchronous_commit = off
 max_connections = 20
 shared_buffers = 128MB

@@ -5,5 +5,5 @@
 # Skipped with the reason where PostgreSQL or the extension's build is
 # missing.
 TESTS += tests/postgresql/test-postgresql.sh
-EXTRA_DIST += tests/postgresql/test-postgresql.sh
+EXTRA_DIST += tests/postgresql/test-postgresql.sh tests/postgresql/pg-cluster.sh
 AM_TESTS_ENVIRONMENT += PG_BINDIR='$(PG_BINDIR)'; export PG_BINDIR;

@@ -70,39 +70,22 @@ if [ -n "$why" ]; then
 	exit 0
 fi
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-pg.XXXXXX") || exit 1
-chmod 755 "$tmp"
-# as CMD...: run as the server's user.
-if [ "$(id -u)" = 0 ]; then
-	as() { runuser -u postgres -- "$@"; }
-	chown postgres "$tmp"
-else
-	as() { "$@"; }
-fi
-data=$tmp/data log=$tmp/server.log
-started=
+. "$top_srcdir/tests/postgresql/pg-cluster.sh"
+tmp= data= started=
 stop_server() {
 	[ -n "$started" ] && as "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
 	started=
 }
-trap 'stop_server; rm -rf "$tmp"' EXIT INT TERM
-as mkdir -p "$tmp/lib" "$tmp/sock"
-as cp "$LIB" "$tmp/lib/libmemlimits.so"
-as cp "$EXT" "$tmp/lib/memlimits.so"
-if ! as "$bindir/initdb" -D "$data" -A trust -U postgres -E UTF8 --locale=C \
-	--no-sync >"$tmp/initdb.out" 2>&1; then
+trap 'stop_server; [ -z "$tmp" ] || rm -rf "$tmp"' EXIT INT TERM
+if ! pg_cluster ml-pg; then
 	echo "Bail out! initdb failed"
 	cat "$tmp/initdb.out"
 	exit 1
 fi
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 54329)
+log=$tmp/server.log
 as sh -c "cat >>'$data/postgresql.conf'" <<CONF
-listen_addresses = ''
-port = $port
-unix_socket_directories = '$tmp/sock'
 shared_preload_libraries = '$tmp/lib/memlimits.so'
 memlimits.statement_limit = '256MB'
-fsync = off
 max_connections = 20
 shared_buffers = 32MB
 CONF
