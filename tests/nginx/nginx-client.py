@@ -141,6 +141,8 @@ def put_send(s, nbytes):
 
 
 def put_status(s, timeout):
+    """The status line's code; 0: closed without an answer; -1: no answer
+    in TIMEOUT seconds."""
     s.settimeout(timeout)
     data = b''
     try:
@@ -149,6 +151,9 @@ def put_status(s, timeout):
             if not d:
                 break
             data += d
+    except socket.timeout:
+        s.close()
+        return -1
     except OSError:
         pass
     s.close()
@@ -226,24 +231,7 @@ def shared(port, big, small, n):
     for t in ts:
         t.start()
     # The big one's answer: it is never sent the rest of its body.
-    s.settimeout(20)
-    data = b''
-    st = -1
-    try:
-        while b'\r\n' not in data:
-            d = s.recv(4096)
-            if not d:
-                break
-            data += d
-        try:
-            st = int(data.split(b' ')[1])
-        except (IndexError, ValueError):
-            st = 0  # closed without an answer
-    except socket.timeout:
-        st = -1
-    except OSError:
-        st = 0
-    s.close()
+    st = put_status(s, 20)
     for t in ts:
         t.join()
     print('big_status', st)
