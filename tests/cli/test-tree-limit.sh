@@ -81,17 +81,22 @@ two --heap-limit 50MiB --tree-heap-limit 1GiB
 check $? "--heap-limit 50MiB with --tree-heap-limit 1GiB: each refused by its own limit" ||
 	diag "$tmp/out"
 
+# The program writes its pid to $tmp/pid once it runs (60 s at most).
+wait_pid_file() {
+	i=0
+	while [ ! -s "$tmp/pid" ] && [ $i -lt 3000 ]; do
+		sleep 0.02
+		i=$((i + 1))
+	done
+}
+
 # ---- a program killed mid-run leaves nothing -----------------------------
 rm -f "$tmp/pid" "$tmp/shm"
 "$M" run --tree-heap-limit 64MiB -- sh -c \
 	"ls /dev/shm >'$tmp/shm'; echo \$\$ >'$tmp/pid.new'; mv '$tmp/pid.new' '$tmp/pid'; exec sleep 300" \
 	>/dev/null 2>"$tmp/err" &
 runpid=$!
-i=0
-while [ ! -s "$tmp/pid" ] && [ $i -lt 3000 ]; do
-	sleep 0.02
-	i=$((i + 1))
-done
+wait_pid_file
 grep -qE "^memlimits\.$uid\.run\.$runpid\." "$tmp/shm"
 check $? "the run's budget exists while the program runs"
 kill -KILL "$(cat "$tmp/pid")" 2>/dev/null
@@ -108,11 +113,7 @@ rm -f "$tmp/pid"
 	"trap 'echo got-term >\"$tmp/term\"; exit 7' TERM; echo \$\$ >'$tmp/pid'; while :; do sleep 0.05; done" \
 	>/dev/null 2>&1 &
 runpid=$!
-i=0
-while [ ! -s "$tmp/pid" ] && [ $i -lt 3000 ]; do
-	sleep 0.02
-	i=$((i + 1))
-done
+wait_pid_file
 kill -TERM $runpid
 wait $runpid
 st=$?
