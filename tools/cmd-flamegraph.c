@@ -49,6 +49,39 @@ static void *xrealloc(void *p, size_t n)
 	return p;
 }
 
+/* ---- Indexes: items by hash ------------------------------------------ */
+
+/* Open addressing, at most half full: an item's index + 1, 0 empty.  The
+ * items live in an array of their own; hash_of gives an item's hash. */
+struct index {
+	uint32_t *slot;
+	uint32_t size; /* a power of two, or 0 */
+	uint32_t (*hash_of)(uint32_t id);
+};
+
+static void index_put(struct index *x, uint32_t id)
+{
+	uint32_t m = x->size - 1, i = x->hash_of(id) & m;
+	while (x->slot[i])
+		i = (i + 1) & m;
+	x->slot[i] = id + 1;
+}
+
+/* Room for item n (items first..n-1 indexed): doubled and refilled. */
+static void index_room(struct index *x, uint32_t first, uint32_t n,
+                       uint32_t min_size)
+{
+	if (2 * (n + 1) <= x->size)
+		return;
+	free(x->slot);
+	x->size = x->size ? 2 * x->size : min_size;
+	x->slot = calloc(x->size, sizeof *x->slot);
+	if (!x->slot)
+		ml__tool_usage_error(CMD, "out of memory");
+	for (uint32_t i = first; i < n; i++)
+		index_put(x, i);
+}
+
 /* ---- Names, interned -------------------------------------------------- */
 
 struct name {
@@ -58,49 +91,37 @@ struct name {
 };
 static struct name *names;
 static uint32_t nnames, names_cap;
-static uint32_t *name_tab; /* open addressing: name index + 1, 0 empty */
-static uint32_t name_tab_size;
 
-static void name_tab_put(uint32_t id)
+static uint32_t name_hash(uint32_t id)
 {
-	uint32_t m = name_tab_size - 1, i = names[id].hash & m;
-	while (name_tab[i])
-		i = (i + 1) & m;
-	name_tab[i] = id + 1;
+	return names[id].hash;
 }
+static struct index name_index = {.hash_of = name_hash};
 
 static uint32_t intern(const char *s, size_t len)
 {
 	uint32_t h = ml__svg_hash(s, len);
-	if (name_tab_size) {
-		uint32_t m = name_tab_size - 1;
-		for (uint32_t i = h & m; name_tab[i]; i = (i + 1) & m) {
-			struct name *n = &names[name_tab[i] - 1];
+	if (name_index.size) {
+		uint32_t m = name_index.size - 1;
+		for (uint32_t i = h & m; name_index.slot[i]; i = (i + 1) & m) {
+			struct name *n = &names[name_index.slot[i] - 1];
 			if (n->hash == h && n->len == len &&
 			    !memcmp(n->s, s, len))
-				return name_tab[i] - 1;
+				return name_index.slot[i] - 1;
 		}
 	}
 	if (nnames == names_cap) {
 		names_cap = names_cap ? 2 * names_cap : 1024;
 		names = xrealloc(names, names_cap * sizeof *names);
 	}
-	if (2 * (nnames + 1) > name_tab_size) {
-		free(name_tab);
-		name_tab_size = name_tab_size ? 2 * name_tab_size : 4096;
-		name_tab = calloc(name_tab_size, sizeof *name_tab);
-		if (!name_tab)
-			ml__tool_usage_error(CMD, "out of memory");
-		for (uint32_t i = 0; i < nnames; i++)
-			name_tab_put(i);
-	}
+	index_room(&name_index, 0, nnames, 4096);
 	struct name *n = &names[nnames];
 	n->s = xrealloc(NULL, len + 1);
 	memcpy(n->s, s, len);
 	n->s[len] = 0;
 	n->len = len;
 	n->hash = h;
-	name_tab_put(nnames);
+	index_put(&name_index, nnames);
 	return nnames++;
 }
 
@@ -114,9 +135,6 @@ struct node {
 #define NONE UINT32_MAX
 static struct node *nodes;
 static uint32_t nnodes, nodes_cap;
-/* (parent, name) -> child: open addressing, node index + 1. */
-static uint32_t *kid_tab;
-static uint32_t kid_tab_size;
 
 static uint32_t kid_hash(uint32_t parent, uint32_t name)
 {
@@ -125,14 +143,12 @@ static uint32_t kid_hash(uint32_t parent, uint32_t name)
 	return (uint32_t)(k >> 32);
 }
 
-static void kid_tab_put(uint32_t id)
+static uint32_t node_hash(uint32_t id)
 {
-	uint32_t m = kid_tab_size - 1;
-	uint32_t i = kid_hash(nodes[id].parent, nodes[id].name) & m;
-	while (kid_tab[i])
-		i = (i + 1) & m;
-	kid_tab[i] = id + 1;
+	return kid_hash(nodes[id].parent, nodes[id].name);
 }
+/* (parent, name) -> child; every node but the root (0). */
+static struct index kid_index = {.hash_of = node_hash};
 
 static uint32_t new_node(uint32_t parent, uint32_t name)
 {
@@ -140,15 +156,7 @@ static uint32_t new_node(uint32_t parent, uint32_t name)
 		nodes_cap = nodes_cap ? 2 * nodes_cap : 4096;
 		nodes = xrealloc(nodes, nodes_cap * sizeof *nodes);
 	}
-	if (2 * (nnodes + 1) > kid_tab_size) {
-		free(kid_tab);
-		kid_tab_size = kid_tab_size ? 2 * kid_tab_size : 8192;
-		kid_tab = calloc(kid_tab_size, sizeof *kid_tab);
-		if (!kid_tab)
-			ml__tool_usage_error(CMD, "out of memory");
-		for (uint32_t i = 1; i < nnodes; i++)
-			kid_tab_put(i);
-	}
+	index_room(&kid_index, 1, nnodes, 8192);
 	uint32_t id = nnodes++;
 	nodes[id] = (struct node){
 	    .name = name, .parent = parent, .child = NONE, .next = NONE};
@@ -156,19 +164,19 @@ static uint32_t new_node(uint32_t parent, uint32_t name)
 		nodes[id].next = nodes[parent].child;
 		nodes[parent].child = id;
 		nodes[parent].nkids++;
-		kid_tab_put(id);
+		index_put(&kid_index, id);
 	}
 	return id;
 }
 
 static uint32_t child(uint32_t parent, uint32_t name)
 {
-	uint32_t m = kid_tab_size - 1;
-	for (uint32_t i = kid_hash(parent, name) & m; kid_tab[i];
+	uint32_t m = kid_index.size - 1;
+	for (uint32_t i = kid_hash(parent, name) & m; kid_index.slot[i];
 	     i = (i + 1) & m) {
-		struct node *n = &nodes[kid_tab[i] - 1];
+		struct node *n = &nodes[kid_index.slot[i] - 1];
 		if (n->parent == parent && n->name == name)
-			return kid_tab[i] - 1;
+			return kid_index.slot[i] - 1;
 	}
 	return new_node(parent, name);
 }
