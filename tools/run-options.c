@@ -328,14 +328,8 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 		case O_HELP:
 			help();
 			exit(ML__TOOL_OK);
-		case ':':
-			ml__tool_usage_error(CMD, "option '%s' needs a value",
-			                     argv[optind - 1]);
 		default:
-			ml__tool_usage_error(
-			    CMD,
-			    "unknown option '%s' (see memlimits run --help)",
-			    argv[prev < argc ? prev : argc - 1]);
+			ml__tool_option_error(CMD, c, argc, argv, prev);
 		}
 	}
 	if (optind >= argc)

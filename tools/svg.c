@@ -377,14 +377,8 @@ const char *ml__svg_args(const char *cmd, const char *what, int argc,
 		case 'h':
 			help();
 			return NULL;
-		case ':':
-			ml__tool_usage_error(cmd, "option '%s' needs a value",
-			                     argv[optind - 1]);
 		default:
-			ml__tool_usage_error(
-			    cmd,
-			    "unknown option '%s' (see memlimits %s --help)",
-			    argv[prev < argc ? prev : argc - 1], cmd);
+			ml__tool_option_error(cmd, c, argc, argv, prev);
 		}
 	}
 	if (optind >= argc)

@@ -28,4 +28,10 @@ enum { ML__TOOL_OK = 0, ML__TOOL_USAGE = 2 };
 _Noreturn void ml__tool_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* getopt_long answered c, ':' (an option without its value) or anything
+ * else (an unknown option): the usage error that says so, naming the
+ * option as given (argv[prev]: optind before that getopt_long call). */
+_Noreturn void ml__tool_option_error(const char *cmd, int c, int argc,
+                                     char **argv, int prev);
+
 #endif
