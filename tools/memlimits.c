@@ -6,7 +6,6 @@
  * (the bounds, the parsers) is compiled in. */
 #include "config.h"
 
-#include <getopt.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -56,17 +55,6 @@ _Noreturn void ml__tool_usage_error(const char *cmd, const char *fmt, ...)
 	fprintf(stderr, "memlimits%s%s: %s\n", cmd ? " " : "", cmd ? cmd : "",
 	        shown);
 	exit(ML__TOOL_USAGE);
-}
-
-_Noreturn void ml__tool_option_error(const char *cmd, int c, int argc,
-                                     char **argv, int prev)
-{
-	if (c == ':')
-		ml__tool_usage_error(cmd, "option '%s' needs a value",
-		                     argv[optind - 1]);
-	ml__tool_usage_error(cmd,
-	                     "unknown option '%s' (see memlimits %s --help)",
-	                     argv[prev < argc ? prev : argc - 1], cmd);
 }
 
 static void usage(FILE *to)

@@ -8,6 +8,8 @@
 #ifndef ML_TOOL_H
 #define ML_TOOL_H
 
+#include <getopt.h>
+
 struct ml__tool_cmd {
 	const char *name;
 	const char *synopsis; /* "[--interval SIZE] ..." for the usage text */
@@ -30,8 +32,18 @@ _Noreturn void ml__tool_usage_error(const char *cmd, const char *fmt, ...)
 
 /* getopt_long answered c, ':' (an option without its value) or anything
  * else (an unknown option): the usage error that says so, naming the
- * option as given (argv[prev]: optind before that getopt_long call). */
-_Noreturn void ml__tool_option_error(const char *cmd, int c, int argc,
-                                     char **argv, int prev);
+ * option as given (argv[prev]: optind before that getopt_long call).
+ * Inline: the fuzz targets link the commands' parsers with a stand-in of
+ * ml__tool_usage_error and without this file's. */
+static inline _Noreturn void
+ml__tool_option_error(const char *cmd, int c, int argc, char **argv, int prev)
+{
+	if (c == ':')
+		ml__tool_usage_error(cmd, "option '%s' needs a value",
+		                     argv[optind - 1]);
+	ml__tool_usage_error(cmd,
+	                     "unknown option '%s' (see memlimits %s --help)",
+	                     argv[prev < argc ? prev : argc - 1], cmd);
+}
 
 #endif
