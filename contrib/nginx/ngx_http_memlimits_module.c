@@ -26,7 +26,8 @@
  * answers counts every worker's requests.
  *
  * The library must be the process's allocator (LD_PRELOAD or memlimits
- * run): checked at start-up with ml_capabilities(). */
+ * run): checked at start-up with ml_capabilities(), but not in the
+ * processes that serve nothing (nginx -s, -t, -T). */
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
@@ -358,8 +359,8 @@ static void ml_log_stop(ngx_http_request_t *r, ngx_http_memlimits_ctx_t *ctx)
 	/* The error log's context adds the client and the request line. */
 	ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
 	              "memlimits: request stopped (%ui %s) in worker %P: %*s",
-	              ctx->status, ctx->answered ? "answered" : "closed", ngx_pid,
-	              p - line, line);
+	              ctx->status, ctx->answered ? "answered" : "closed",
+	              ngx_pid, p - line, line);
 }
 
 /* ---- Slices ---------------------------------------------------------------
@@ -839,16 +840,33 @@ static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
 	ngx_http_memlimits_main_conf_t *mcf;
 
 	/* Without the library as the process's allocator no request can be
-	 * limited: refuse to start (nginx -t too), with the fix. */
+	 * limited: refuse to start, with the fix.  Only a server: the
+	 * processes that read the configuration and serve nothing (nginx -s,
+	 * which signals the master; nginx -t and -T) run as the user typed
+	 * them, most often without the preload, and a refusal there would
+	 * fail a reload that the master, which has the library, would do. */
 	if (!ml_capabilities || !(ml_capabilities() & ML_CAP_INTERPOSED)) {
-		ngx_log_error(
-		    NGX_LOG_EMERG, cf->log, 0,
-		    "memlimits: libmemlimits is not nginx's allocator%s: "
-		    "start nginx with LD_PRELOAD=libmemlimits.so.0 "
-		    "(contrib/nginx/memlimits.conf for systemd) or "
-		    "under \"memlimits run --\"",
-		    ml_capabilities ? "" : " (not loaded)");
-		return NGX_ERROR;
+		const char *what = ml_capabilities ? "" : " (not loaded)";
+		if (ngx_process != NGX_PROCESS_SIGNALLER && !ngx_test_config) {
+			ngx_log_error(
+			    NGX_LOG_EMERG, cf->log, 0,
+			    "memlimits: libmemlimits is not nginx's "
+			    "allocator%s: start nginx with "
+			    "LD_PRELOAD=libmemlimits.so.0 "
+			    "(contrib/nginx/memlimits.conf for systemd) or "
+			    "under \"memlimits run --\"",
+			    what);
+			return NGX_ERROR;
+		}
+		if (ngx_test_config)
+			ngx_log_error(
+			    NGX_LOG_WARN, cf->log, 0,
+			    "memlimits: libmemlimits is not this "
+			    "process's allocator%s: the test goes on, "
+			    "but nginx itself must start with "
+			    "LD_PRELOAD=libmemlimits.so.0 or under "
+			    "\"memlimits run --\"",
+			    what);
 	}
 	mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_memlimits_module);
 	if (mcf->global == NGX_CONF_UNSET_SIZE)
@@ -860,11 +878,14 @@ static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
 	}
 	if (mcf->shared == NGX_CONF_UNSET_SIZE)
 		mcf->shared = 0;
-	if (mcf->shared && (!ml_shared_join || !ml_shared_limit)) {
-		ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-		              "memlimits_shared_limit: the libmemlimits loaded "
-		              "has no shared budgets (ml_shared_join): it needs "
-		              "libmemlimits 0.3 or later");
+	/* Not loaded at all (nginx -s, -t): no library to judge. */
+	if (mcf->shared && ml_capabilities &&
+	    (!ml_shared_join || !ml_shared_limit)) {
+		ngx_log_error(
+		    NGX_LOG_EMERG, cf->log, 0,
+		    "memlimits_shared_limit: the libmemlimits loaded "
+		    "has no shared budgets (ml_shared_join): it needs "
+		    "libmemlimits 0.3 or later");
 		return NGX_ERROR;
 	}
 	if (ml_metrics_zone(cf, mcf) != NGX_OK)
