@@ -21,12 +21,14 @@
  * any worker is stopped.  The master removes the object at its exit.
  *
  * memlimits_metrics answers the Prometheus text format for the whole
- * nginx: the request counters live in a shared memory zone, made by the
- * master when it reads the configuration, so that whichever worker
- * answers counts every worker's requests.
+ * nginx: the request counters and each worker's heap live in a shared
+ * memory zone, made by the master when it reads the configuration, so
+ * that whichever worker answers counts every worker's requests and lists
+ * every worker's heap.
  *
  * The library must be the process's allocator (LD_PRELOAD or memlimits
- * run): checked at start-up with ml_capabilities(). */
+ * run): checked at start-up with ml_capabilities(), but not in the
+ * processes that serve nothing (nginx -s, -t, -T). */
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
@@ -294,11 +296,40 @@ typedef struct {
 	/* Stopped, by ml_status - 1: ML_ALLOC_LIMIT, ML_GLOBAL_LIMIT,
 	 * ML_CANCELLED, ML_HELD_LIMIT. */
 	ngx_atomic_t interrupted[4];
+	/* Each worker's heap, in the slot of its number (ngx_worker), for
+	 * memlimits_heap_bytes: the worker's pid (0: none yet) and its heap
+	 * as it last published it (ml_publish_heap). */
+	struct {
+		ngx_atomic_t pid;
+		ngx_atomic_t heap;
+	} workers[NGX_MAX_PROCESSES];
 } ml_ngx_counts_t;
 
 /* Set in the master (the zone's init), inherited by the workers; NULL
  * until then, and nothing is counted. */
 static ml_ngx_counts_t *ml_counts;
+
+/* A worker publishes its heap at its start, when it answers
+ * memlimits_metrics, and at the end of a request at most once a second
+ * (ml_global_memory_usage may call mallinfo2 when no limit runs the
+ * meter: not on every request).  At a reload the new worker of the same
+ * number takes the slot at its start; the old one, still finishing its
+ * requests, writes no more once the slot names another pid. */
+#define ML_PUBLISH_MS 1000
+static ngx_msec_t ml_published; /* ngx_current_msec of the last one */
+
+static void ml_publish_heap(ngx_flag_t now)
+{
+	if (ml_counts == NULL || ngx_worker >= NGX_MAX_PROCESSES)
+		return;
+	if (!now && ngx_current_msec - ml_published < ML_PUBLISH_MS)
+		return;
+	if (ml_counts->workers[ngx_worker].pid != (ngx_atomic_uint_t)ngx_pid)
+		return;
+	ml_published = ngx_current_msec;
+	ml_counts->workers[ngx_worker].heap =
+	    (ngx_atomic_uint_t)ml_global_memory_usage();
+}
 
 #define ML_COUNT(field)                                                   \
 	do {                                                              \
@@ -358,8 +389,8 @@ static void ml_log_stop(ngx_http_request_t *r, ngx_http_memlimits_ctx_t *ctx)
 	/* The error log's context adds the client and the request line. */
 	ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
 	              "memlimits: request stopped (%ui %s) in worker %P: %*s",
-	              ctx->status, ctx->answered ? "answered" : "closed", ngx_pid,
-	              p - line, line);
+	              ctx->status, ctx->answered ? "answered" : "closed",
+	              ngx_pid, p - line, line);
 }
 
 /* ---- Slices ---------------------------------------------------------------
@@ -684,6 +715,7 @@ static ngx_int_t ngx_http_memlimits_header_filter(ngx_http_request_t *r)
 static ngx_int_t ngx_http_memlimits_log_handler(ngx_http_request_t *r)
 {
 	ngx_http_memlimits_ctx_t *ctx = ml_get_ctx(r);
+	ml_publish_heap(0);
 	if (!ctx || !ctx->task || ctx->logged ||
 	    ml_task_status(ctx->task) == ML_OK)
 		return NGX_OK;
@@ -839,16 +871,33 @@ static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
 	ngx_http_memlimits_main_conf_t *mcf;
 
 	/* Without the library as the process's allocator no request can be
-	 * limited: refuse to start (nginx -t too), with the fix. */
+	 * limited: refuse to start, with the fix.  Only a server: the
+	 * processes that read the configuration and serve nothing (nginx -s,
+	 * which signals the master; nginx -t and -T) run as the user typed
+	 * them, most often without the preload, and a refusal there would
+	 * fail a reload that the master, which has the library, would do. */
 	if (!ml_capabilities || !(ml_capabilities() & ML_CAP_INTERPOSED)) {
-		ngx_log_error(
-		    NGX_LOG_EMERG, cf->log, 0,
-		    "memlimits: libmemlimits is not nginx's allocator%s: "
-		    "start nginx with LD_PRELOAD=libmemlimits.so.0 "
-		    "(contrib/nginx/memlimits.conf for systemd) or "
-		    "under \"memlimits run --\"",
-		    ml_capabilities ? "" : " (not loaded)");
-		return NGX_ERROR;
+		const char *what = ml_capabilities ? "" : " (not loaded)";
+		if (ngx_process != NGX_PROCESS_SIGNALLER && !ngx_test_config) {
+			ngx_log_error(
+			    NGX_LOG_EMERG, cf->log, 0,
+			    "memlimits: libmemlimits is not nginx's "
+			    "allocator%s: start nginx with "
+			    "LD_PRELOAD=libmemlimits.so.0 "
+			    "(contrib/nginx/memlimits.conf for systemd) or "
+			    "under \"memlimits run --\"",
+			    what);
+			return NGX_ERROR;
+		}
+		if (ngx_test_config)
+			ngx_log_error(
+			    NGX_LOG_WARN, cf->log, 0,
+			    "memlimits: libmemlimits is not this "
+			    "process's allocator%s: the test goes on, "
+			    "but nginx itself must start with "
+			    "LD_PRELOAD=libmemlimits.so.0 or under "
+			    "\"memlimits run --\"",
+			    what);
 	}
 	mcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_memlimits_module);
 	if (mcf->global == NGX_CONF_UNSET_SIZE)
@@ -860,11 +909,14 @@ static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
 	}
 	if (mcf->shared == NGX_CONF_UNSET_SIZE)
 		mcf->shared = 0;
-	if (mcf->shared && (!ml_shared_join || !ml_shared_limit)) {
-		ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-		              "memlimits_shared_limit: the libmemlimits loaded "
-		              "has no shared budgets (ml_shared_join): it needs "
-		              "libmemlimits 0.3 or later");
+	/* Not loaded at all (nginx -s, -t): no library to judge. */
+	if (mcf->shared && ml_capabilities &&
+	    (!ml_shared_join || !ml_shared_limit)) {
+		ngx_log_error(
+		    NGX_LOG_EMERG, cf->log, 0,
+		    "memlimits_shared_limit: the libmemlimits loaded "
+		    "has no shared budgets (ml_shared_join): it needs "
+		    "libmemlimits 0.3 or later");
 		return NGX_ERROR;
 	}
 	if (ml_metrics_zone(cf, mcf) != NGX_OK)
@@ -890,6 +942,10 @@ static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle)
 	ngx_http_memlimits_main_conf_t *mcf;
 
 	ngx_queue_init(&ml_live);
+	if (ml_counts && ngx_worker < NGX_MAX_PROCESSES) {
+		ml_counts->workers[ngx_worker].pid = (ngx_atomic_uint_t)ngx_pid;
+		ml_publish_heap(1);
+	}
 	ml_dead_ev.handler = ml_free_dead;
 	ml_dead_ev.data = &ml_dead_conn;
 	ml_dead_ev.log = cycle->log;
@@ -1015,8 +1071,9 @@ static void ngx_http_memlimits_exit_master(ngx_cycle_t *cycle)
 /* ---- memlimits_metrics: the Prometheus text format 0.0.4 ------------------
  *
  * For the whole nginx: the request counters are the zone's (every
- * worker's requests); the heap is the answering worker's, labelled with
- * its pid; the limits are the configuration's, the same in every worker. */
+ * worker's requests); the heaps are the zone's too, one series for each
+ * worker, labelled with its pid; the limits are the configuration's, the
+ * same in every worker. */
 
 static ngx_int_t ml_metrics_init_zone(ngx_shm_zone_t *zone, void *data)
 {
@@ -1052,28 +1109,77 @@ static ngx_int_t ml_metrics_zone(ngx_conf_t *cf,
 	return NGX_OK;
 }
 
-static u_char *ml_family(u_char *p, u_char *last, const char *name,
-                         const char *type, const char *help)
+/* The text is made twice: measured, then written into a buffer of that
+ * size, as stub_status sizes its own: each piece adds the most it can
+ * take, a number at most NGX_INT64_LEN characters (every value is a
+ * uint64_t or an ngx_atomic_uint_t), so that any number of series fit
+ * and ngx_slprintf never cuts the text short. */
+typedef struct {
+	u_char *p, *last; /* p NULL: measuring */
+	size_t size;      /* measured: the most the text takes */
+} ml_text_t;
+
+static void ml_put(ml_text_t *t, size_t most, const char *fmt, ...)
 {
-	return ngx_slprintf(p, last, "# HELP %s %s\n# TYPE %s %s\n", name, help,
-	                    name, type);
+	va_list args;
+	if (t->p == NULL) {
+		t->size += most;
+		return;
+	}
+	va_start(args, fmt);
+	t->p = ngx_vslprintf(t->p, t->last, fmt, args);
+	va_end(args);
 }
 
-static u_char *ml_counter(u_char *p, u_char *last, const char *name,
-                          const char *help, ngx_atomic_uint_t v)
+static void ml_family(ml_text_t *t, const char *name, const char *type,
+                      const char *help)
 {
-	p = ml_family(p, last, name, "counter", help);
-	return ngx_slprintf(p, last, "%s %uA\n", name, v);
+	ml_put(t,
+	       sizeof("# HELP  \n# TYPE  \n") - 1 + 2 * ngx_strlen(name) +
+	           ngx_strlen(type) + ngx_strlen(help),
+	       "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static u_char *ml_gauge(u_char *p, u_char *last, const char *name,
-                        const char *help, uint64_t v)
+/* NAME VALUE, or NAME{LABEL="TEXT"} VALUE when label is given. */
+static void ml_series(ml_text_t *t, const char *name, const char *label,
+                      const char *text, uint64_t v)
 {
-	p = ml_family(p, last, name, "gauge", help);
-	return ngx_slprintf(p, last, "%s %uL\n", name, v);
+	if (label == NULL)
+		ml_put(t, ngx_strlen(name) + sizeof(" \n") - 1 + NGX_INT64_LEN,
+		       "%s %uL\n", name, v);
+	else
+		ml_put(t,
+		       ngx_strlen(name) + ngx_strlen(label) + ngx_strlen(text) +
+		           sizeof("{=\"\"} \n") - 1 + NGX_INT64_LEN,
+		       "%s{%s=\"%s\"} %uL\n", name, label, text, v);
 }
 
-static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
+static void ml_counter(ml_text_t *t, const char *name, const char *help,
+                       ngx_atomic_uint_t v)
+{
+	ml_family(t, name, "counter", help);
+	ml_series(t, name, NULL, NULL, (uint64_t)v);
+}
+
+static void ml_gauge(ml_text_t *t, const char *name, const char *help,
+                     uint64_t v)
+{
+	ml_family(t, name, "gauge", help);
+	ml_series(t, name, NULL, NULL, v);
+}
+
+/* The workers of this configuration (single process: this one). */
+static ngx_uint_t ml_metrics_workers(void)
+{
+	ngx_core_conf_t *ccf = (ngx_core_conf_t *)ngx_get_conf(
+	    ngx_cycle->conf_ctx, ngx_core_module);
+	if (ngx_process == NGX_PROCESS_SINGLE || ccf == NULL ||
+	    ccf->worker_processes < 1)
+		return 1;
+	return ngx_min((ngx_uint_t)ccf->worker_processes, NGX_MAX_PROCESSES);
+}
+
+static void ml_metrics_text(ml_text_t *t, ngx_http_memlimits_main_conf_t *mcf)
 {
 	/* In the order of the label values the docs give; the index is
 	 * ml_status - 1. */
@@ -1084,70 +1190,88 @@ static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
 	                {"held_limit", ML_HELD_LIMIT},
 	                {"global_limit", ML_GLOBAL_LIMIT},
 	                {"cancelled", ML_CANCELLED}};
+	static const char *const heap = "memlimits_heap_bytes";
+	static const char *const glimit = "memlimits_global_limit_bytes";
+	ngx_uint_t n = ml_metrics_workers();
+	u_char pid[NGX_INT64_LEN + 1];
+	uint64_t limit;
+
+	ml_counter(t, "memlimits_tasks_started_total",
+	           "Requests run as memlimits tasks, by all the workers.",
+	           ml_counts->started);
+	ml_family(t, "memlimits_tasks_interrupted_total", "counter",
+	          "Requests stopped by their limits or a global or shared "
+	          "limit, by the reason, by all the workers.");
+	for (int i = 0; i < 4; i++)
+		ml_series(t, "memlimits_tasks_interrupted_total", "reason",
+		          reasons[i].reason,
+		          ml_counts->interrupted[reasons[i].st - 1]);
+	ml_counter(t, "memlimits_requests_refused_total",
+	           "Requests refused at memlimits_pressure, before they ran, "
+	           "by all the workers.",
+	           ml_counts->refused);
+	ml_family(t, heap, "gauge",
+	          "Heap in use by each worker (its pid), as libmemlimits "
+	          "measures it: the answering worker's now, the others' as "
+	          "they last published it.");
+	for (ngx_uint_t i = 0; i < n; i++) {
+		ngx_atomic_uint_t w = ml_counts->workers[i].pid;
+		/* Measured: every worker's slot, whatever it holds now. */
+		if (t->p != NULL && w == 0)
+			continue;
+		ngx_sprintf(pid, "%uA%Z", w);
+		ml_series(t, heap, "worker",
+		          t->p == NULL ? "18446744073709551615" : (char *)pid,
+		          ml_counts->workers[i].heap);
+	}
+	/* ml_write_metrics' convention: +Inf when there is no limit. */
+	limit = ml_global_memory_limit ? ml_global_memory_limit() : ML_NO_LIMIT;
+	ml_family(t, glimit, "gauge",
+	          "memlimits_global, each worker's limit on its heap; +Inf "
+	          "when none is set.");
+	if (limit == ML_NO_LIMIT)
+		ml_put(t, ngx_strlen(glimit) + sizeof(" +Inf\n") - 1,
+		       "%s +Inf\n", glimit);
+	else
+		ml_series(t, glimit, NULL, NULL, limit);
+	if (mcf->shared && ml_shared_usage && ml_shared_limit) {
+		ml_gauge(t, "memlimits_shared_usage_bytes",
+		         "The heap of all the processes of this nginx's shared "
+		         "budget (memlimits_shared_limit).",
+		         ml_shared_usage());
+		ml_gauge(t, "memlimits_shared_limit_bytes",
+		         "memlimits_shared_limit, the shared budget's limit.",
+		         ml_shared_limit());
+	}
+}
+
+static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
+{
 	static const char *const ctype = "text/plain; version=0.0.4; "
 	                                 "charset=utf-8";
 	ngx_http_memlimits_main_conf_t *mcf;
+	ml_text_t t = {NULL, NULL, 0};
 	ngx_chain_t out;
 	ngx_buf_t *b;
 	ngx_int_t rc;
-	u_char *p, *last;
-	uint64_t limit;
 
 	if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD)))
 		return NGX_HTTP_NOT_ALLOWED;
 	rc = ngx_http_discard_request_body(r);
 	if (rc != NGX_OK)
 		return rc;
-	mcf = ngx_http_get_module_main_conf(r, ngx_http_memlimits_module);
-	b = ngx_create_temp_buf(r->pool, 4096);
-	if (b == NULL || ml_counts == NULL)
+	if (ml_counts == NULL)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
-	p = b->pos;
-	last = b->end;
-
-	p = ml_counter(p, last, "memlimits_tasks_started_total",
-	               "Requests run as memlimits tasks, by all the workers.",
-	               ml_counts->started);
-	p = ml_family(p, last, "memlimits_tasks_interrupted_total", "counter",
-	              "Requests stopped by their limits or a global or "
-	              "shared limit, by the reason, by all the workers.");
-	for (int i = 0; i < 4; i++)
-		p = ngx_slprintf(
-		    p, last,
-		    "memlimits_tasks_interrupted_total{reason=\"%s\"} %uA\n",
-		    reasons[i].reason,
-		    ml_counts->interrupted[reasons[i].st - 1]);
-	p = ml_counter(p, last, "memlimits_requests_refused_total",
-	               "Requests refused at memlimits_pressure, before they "
-	               "ran, by all the workers.",
-	               ml_counts->refused);
-	p = ml_family(p, last, "memlimits_heap_bytes", "gauge",
-	              "Heap in use by the worker that answered (its pid), as "
-	              "libmemlimits measures it.");
-	p = ngx_slprintf(p, last, "memlimits_heap_bytes{worker=\"%P\"} %uL\n",
-	                 ngx_pid, (uint64_t)ml_global_memory_usage());
-	/* ml_write_metrics' convention: +Inf when there is no limit. */
-	limit = ml_global_memory_limit ? ml_global_memory_limit() : ML_NO_LIMIT;
-	p = ml_family(p, last, "memlimits_global_limit_bytes", "gauge",
-	              "memlimits_global, each worker's limit on its heap; "
-	              "+Inf when none is set.");
-	if (limit == ML_NO_LIMIT)
-		p = ngx_slprintf(p, last,
-		                 "memlimits_global_limit_bytes +Inf\n");
-	else
-		p = ngx_slprintf(p, last, "memlimits_global_limit_bytes %uL\n",
-		                 limit);
-	if (mcf->shared && ml_shared_usage && ml_shared_limit) {
-		p = ml_gauge(p, last, "memlimits_shared_usage_bytes",
-		             "The heap of all the processes of this nginx's "
-		             "shared budget (memlimits_shared_limit).",
-		             ml_shared_usage());
-		p = ml_gauge(
-		    p, last, "memlimits_shared_limit_bytes",
-		    "memlimits_shared_limit, the shared budget's limit.",
-		    ml_shared_limit());
-	}
-	b->last = p;
+	mcf = ngx_http_get_module_main_conf(r, ngx_http_memlimits_module);
+	ml_publish_heap(1); /* this worker's heap: now */
+	ml_metrics_text(&t, mcf);
+	b = ngx_create_temp_buf(r->pool, t.size);
+	if (b == NULL)
+		return NGX_HTTP_INTERNAL_SERVER_ERROR;
+	t.p = b->pos;
+	t.last = b->end;
+	ml_metrics_text(&t, mcf);
+	b->last = t.p;
 	b->last_buf = (r == r->main) ? 1 : 0;
 	b->last_in_chain = 1;
 

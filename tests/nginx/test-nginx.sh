@@ -1,8 +1,10 @@
 #!/bin/sh
 # nginx with the memlimits module (issue 18), on loopback, running
 # contrib/nginx/nginx.conf with its paths and ports rewritten; one worker.
-#  - start-up: without libmemlimits as the allocator, nginx -t fails with
-#    one line naming the fix; with it, the configuration is accepted;
+#  - start-up: without libmemlimits as the allocator, nginx -t and -T
+#    succeed with one warning (issue 33: they were refused) and a server
+#    start fails with one line naming the fix; with it, the configuration
+#    is accepted;
 #  - a PNG bomb (420 KB declaring 12000x12000 pixels: 576 MiB to decode)
 #    through image_filter, 10 times, while 200 clients fetch thumbnails
 #    and a static file: every bomb is answered 503 (or closed; the slowest
@@ -49,13 +51,19 @@
 #    each on its own connection (either worker may answer), all read
 #    memlimits_tasks_interrupted_total{reason="held_limit"} 4 (the counters
 #    are in nginx's shared memory: every worker's requests), as the 0.0.4
-#    content type, with a worker label that is one of the master's
-#    children; that both workers answered is checked when they did, never
-#    required (20 connections can land on one); promtool check metrics
+#    content type, each with memlimits_heap_bytes for both workers (their
+#    pids, the master's children, heaps above 0); promtool check metrics
 #    accepts the text; a real Prometheus server scraping the endpoint every
 #    second reads 4 for that series through its HTTP API (polled for 60 s
 #    at most, never timed; each skipped where promtool or prometheus is
-#    missing); after a reload (SIGHUP) a new worker still reads 4.
+#    missing); after a reload by nginx -s reload run without the library
+#    (issue 33: the signalling process refused the configuration), the new
+#    workers read 4 and are the heap series' labels, serve a file and stop
+#    a PNG bomb;
+#  - memlimits_metrics over 100 workers: 100 heap series, one for each
+#    worker, about 6 KB of text, whole (issue 33: the handler wrote into
+#    4096 bytes, and ngx_slprintf cut the text short silently), which
+#    promtool check metrics accepts.
 # Probabilities: the held limit of 64 MiB needs 839 samples at the default
 # interval (80000 bytes); the bomb keeps what it allocates, so it is
 # stopped with certainty well before 576 MiB, and the estimate overshoots
@@ -155,6 +163,12 @@ start_nginx() {
 	worker=$(pgrep -P "$master" | head -1)
 }
 rss_kb() { sed -n "s/^$1:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$2/status"; }
+# labels FILE: the worker labels of memlimits_metrics' heap series with a
+# heap above 0, sorted, on one line.
+labels() {
+	sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"} [1-9][0-9]*$/\1/p' "$1" |
+		sort -n | paste -sd' ' -
+}
 
 # Locations behind other filters (issue 24).  gzip compresses only 200, 403
 # and 404 answers: its locations answer 403, so that gzip would act.
@@ -202,13 +216,35 @@ head -c 4096 /dev/urandom >"$tmp/html/f4k.bin"
 conf 768m
 
 if tap_case startup; then
+	# Without the library (LD_PRELOAD is unset above): nginx -t and -T
+	# only read the configuration, and go on with a warning (issue 33:
+	# they were refused); a server is refused, with one line.
 	"$NGINX_BIN" -t -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/t.log" >"$tmp/t.out" 2>&1
 	st=$?
-	lines=$(grep -c 'memlimits: libmemlimits is not nginx.s allocator.*LD_PRELOAD' "$tmp/t.out")
-	if [ "$st" != 0 ] && [ "$lines" = 1 ]; then
-		ok "without the library nginx -t fails with one line naming the fix"
+	lines=$(grep -c '\[warn\] memlimits: libmemlimits is not this process.s allocator.*LD_PRELOAD' "$tmp/t.out")
+	if [ "$st" = 0 ] && [ "$lines" = 1 ] && grep -q 'test is successful' "$tmp/t.out"; then
+		ok "without the library nginx -t succeeds, with one warning naming the fix"
 	else
-		notok "nginx -t without the library: status $st, $lines lines"
+		notok "nginx -t without the library: status $st, $lines warnings"
+		diag "$tmp/t.out"
+	fi
+	"$NGINX_BIN" -T -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/t.log" >"$tmp/t.out" 2>&1
+	st=$?
+	if [ "$st" = 0 ] && grep -q '^    memlimits_request_held 64m;' "$tmp/t.out"; then
+		ok "without the library nginx -T succeeds and dumps the configuration"
+	else
+		notok "nginx -T without the library: status $st"
+		diag "$tmp/t.out"
+	fi
+	# A server (daemon off): it must exit at once; 60 s is a backstop
+	# should it run.
+	timeout 60 "$NGINX_BIN" -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/t.log" >"$tmp/t.out" 2>&1
+	st=$?
+	lines=$(grep -c '\[emerg\] memlimits: libmemlimits is not nginx.s allocator.*LD_PRELOAD' "$tmp/t.out")
+	if [ "$st" != 0 ] && [ "$st" != 124 ] && [ "$lines" = 1 ]; then
+		ok "without the library nginx does not start: status $st, one line naming the fix"
+	else
+		notok "nginx started without the library: status $st, $lines lines"
 		diag "$tmp/t.out"
 	fi
 	if LD_PRELOAD=$LIB "$NGINX_BIN" -t -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/t.log" \
@@ -474,29 +510,28 @@ if tap_case metrics; then
 	# Counted before the answer goes out; waited for all the same (5 s at
 	# most), so that a slow worker cannot make the test flaky.
 	mkdir "$tmp/m0" "$tmp/m"
+	# Each worker publishes its heap at its start: waited for too.
 	for _ in $(seq 50); do
 		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/m0" >/dev/null 2>&1
-		grep -qxF "$want" "$tmp/m0/0.txt" && break
+		grep -qxF "$want" "$tmp/m0/0.txt" &&
+			[ "$(grep -c '^memlimits_heap_bytes{' "$tmp/m0/0.txt")" = 2 ] && break
 		sleep 0.1
 	done
 	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 20 "$tmp/m" >"$tmp/m.out" 2>&1
 	ct='text/plain; version=0.0.4; charset=utf-8'
 	reasons='^memlimits_tasks_interrupted_total{reason="\(alloc_limit\|held_limit\|global_limit\|cancelled\)"} [0-9]*$'
-	good=0 seen= bad=
+	sorted=$(printf '%s\n' $workers | sort -n | paste -sd' ' -)
+	good=0 bad=
 	for i in $(seq 0 19); do
 		if grep -qxF "$i 200 $ct" "$tmp/m.out" && grep -qxF "$want" "$tmp/m/$i.txt" &&
 			[ "$(grep -c "$reasons" "$tmp/m/$i.txt")" = 4 ]; then
 			good=$((good + 1))
 		fi
-		w=$(sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"} [1-9][0-9]*$/\1/p' "$tmp/m/$i.txt")
-		case " $workers" in
-		*" $w "*) [ -n "$w" ] && seen="$seen $w" || bad="$bad '$w'" ;;
-		*) bad="$bad '$w'" ;;
-		esac
+		[ "$(labels "$tmp/m/$i.txt")" = "$sorted" ] &&
+			[ "$(grep -c '^memlimits_heap_bytes{' "$tmp/m/$i.txt")" = 2 ] ||
+			bad="$bad $i:'$(labels "$tmp/m/$i.txt")'"
 	done
-	answered=$(printf '%s\n' $seen | sort | uniq -c | awk '{printf " %s:%s", $2, $1}')
-	nw=$(printf '%s\n' $seen | sort -u | grep -c .)
-	echo "# 4 bombs: $stopped answered 503 or closed, $held logged as the held limit; workers: $workers; answers (worker:count):$answered"
+	echo "# 4 bombs: $stopped answered 503 or closed, $held logged as the held limit; workers: $workers"
 	sed 's/^/# /' "$tmp/m/0.txt"
 	if [ "$stopped" = 4 ] && [ "$held" = 4 ] && [ "$good" = 20 ]; then
 		ok "memlimits_metrics: 20 fetches over 2 workers all read held_limit 4 after 4 bombs, as $ct"
@@ -512,14 +547,11 @@ if tap_case metrics; then
 		notok "the limits' gauges"
 		diag "$tmp/m/0.txt"
 	fi
-	if [ -n "$bad" ]; then
-		notok "memlimits_heap_bytes: worker labels$bad are not the workers' ($workers) or the heap is 0"
-	elif [ "$nw" -ge 2 ]; then
-		ok "both workers answered, each with its own pid in memlimits_heap_bytes:$answered"
+	if [ -z "$bad" ]; then
+		ok "every answer has memlimits_heap_bytes of both workers ($sorted), each by its pid, each above 0"
 	else
-		# 20 connections on one of 2 reuseport sockets: 2^-19, but not
-		# a failure of the module.
-		skip "one worker answered all 20 fetches:$answered"
+		notok "memlimits_heap_bytes: answers whose worker labels are not the workers' ($sorted) with a heap > 0:$bad"
+		diag "$tmp/m/0.txt"
 	fi
 	if command -v "${PROMTOOL:-promtool}" >/dev/null 2>&1; then
 		if "${PROMTOOL:-promtool}" check metrics <"$tmp/m/0.txt" >"$tmp/pt.out" 2>&1; then
@@ -560,7 +592,15 @@ EOF
 		skip "prometheus not found (Debian: apt-get install prometheus)"
 	fi
 	# A reload keeps the zone, and the counts: the new workers answer 4.
-	kill -HUP "$master"
+	# Asked for by nginx -s reload without the library, as a user types
+	# it (issue 33: the signalling process refused the configuration).
+	if "$NGINX_BIN" -s reload -p "$tmp" -c "$tmp/nginx.conf" -e "$tmp/logs/s.log" \
+		>"$tmp/s.out" 2>&1; then
+		ok "nginx -s reload without the library: accepted"
+	else
+		notok "nginx -s reload without the library failed"
+		diag "$tmp/s.out"
+	fi
 	mkdir "$tmp/mr"
 	# The old workers (idle) exit at once; 10 s at most.
 	new=
@@ -573,16 +613,67 @@ EOF
 		[ -z "$old" ] && break
 		sleep 0.1
 	done
-	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/mr" >/dev/null 2>&1
-	w=$(sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"}.*/\1/p' "$tmp/mr/0.txt")
-	nw=
-	case " $new" in *" $w "*) nw=1 ;; esac
-	case " $workers" in *" $w "*) nw= ;; esac
-	if [ -n "$w" ] && [ -n "$nw" ] && grep -qxF "$want" "$tmp/mr/0.txt"; then
-		ok "after a reload a new worker ($w) still reads held_limit 4"
+	# The new workers take their slots at their start: waited for (5 s).
+	snew=$(printf '%s\n' $new | sort -n | paste -sd' ' -)
+	for _ in $(seq 50); do
+		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/mr" >/dev/null 2>&1
+		[ "$(labels "$tmp/mr/0.txt")" = "$snew" ] && break
+		sleep 0.1
+	done
+	w=$(labels "$tmp/mr/0.txt")
+	if [ "$w" = "$snew" ] && [ "$snew" != "$sorted" ] && grep -qxF "$want" "$tmp/mr/0.txt"; then
+		ok "after a reload the new workers ($w) read held_limit 4 and list their own heaps"
 	else
-		notok "after a reload: worker '$w' (new ones: $new; old: $workers)"
+		notok "after a reload: worker labels '$w' (new ones: $new; old: $workers)"
 		diag "$tmp/mr/0.txt"
+	fi
+	# The new workers serve, and stop requests at their limits.
+	timeout 60 "$PY" "$CLIENT" ask "$p1" GET:/f4k.bin GET:/thumb/bomb.png >"$tmp/ra.out" 2>&1
+	if grep -q '^GET:/f4k.bin 200 4096 ' "$tmp/ra.out" &&
+		grep -qE '^GET:/thumb/bomb.png (503|0) ' "$tmp/ra.out"; then
+		ok "after the reload a file is served (200) and a PNG bomb is stopped"
+	else
+		notok "after the reload: not served or not stopped"
+		diag "$tmp/ra.out"; tail -20 "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	stop_nginx
+fi
+if tap_case series; then
+	conf 768m
+	# 100 workers: 100 series of memlimits_heap_bytes, about 6 KB of text,
+	# over the 4096 bytes the handler wrote into before issue 33 (cut
+	# short there, silently, by ngx_slprintf).
+	sed -i 's|^worker_processes 1;|worker_processes 100;|' "$tmp/nginx.conf"
+	start_nginx
+	workers=$(pgrep -P "$master" | sort -n | paste -sd' ' -)
+	mkdir "$tmp/ms"
+	# Each worker publishes its heap at its start: waited for, 30 s at
+	# most (a backstop).
+	for _ in $(seq 300); do
+		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/ms" >"$tmp/ms.out" 2>&1
+		[ "$(grep -c '^memlimits_heap_bytes{' "$tmp/ms/0.txt")" = 100 ] && break
+		sleep 0.1
+	done
+	size=$(wc -c <"$tmp/ms/0.txt")
+	nser=$(grep -c '^memlimits_heap_bytes{' "$tmp/ms/0.txt")
+	echo "# 100 workers: $size bytes, $nser heap series"
+	if [ "$nser" = 100 ] && [ "$(labels "$tmp/ms/0.txt")" = "$workers" ] && [ "$size" -gt 4096 ] &&
+		[ "$(tail -1 "$tmp/ms/0.txt")" = "memlimits_global_limit_bytes 805306368" ]; then
+		ok "memlimits_metrics over 100 workers: $size bytes, whole, a heap series for each worker"
+	else
+		notok "memlimits_metrics over 100 workers: $size bytes, $nser heap series, last line '$(tail -1 "$tmp/ms/0.txt")'"
+		# A text cut short has no newline at its end.
+		diag "$tmp/ms.out"; { tail -5 "$tmp/ms/0.txt"; echo; } | diag /dev/stdin
+	fi
+	if command -v "${PROMTOOL:-promtool}" >/dev/null 2>&1; then
+		if "${PROMTOOL:-promtool}" check metrics <"$tmp/ms/0.txt" >"$tmp/pt.out" 2>&1; then
+			ok "promtool check metrics accepts the 100 workers' text"
+		else
+			notok "promtool check metrics refuses the 100 workers' text"
+			diag "$tmp/pt.out"; { tail -5 "$tmp/ms/0.txt"; echo; } | diag /dev/stdin
+		fi
+	else
+		skip "promtool not found (Debian: apt-get install prometheus)"
 	fi
 	stop_nginx
 fi
