@@ -48,10 +48,11 @@ fuzz/fuzz-cli: $(top_srcdir)/fuzz/fuzz-cli.c $(top_srcdir)/fuzz/fuzz-cli.h \
 		$(top_srcdir)/lib/util/diag.c -lm
 fuzz/fuzz-stats: $(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/fuzz/usage-jump.h \
 		$(top_srcdir)/tools/cmd-stats.c $(top_srcdir)/lib/util/parse.c \
-		$(FUZZ_DEPS)
+		$(top_srcdir)/lib/util/prom.c $(FUZZ_DEPS)
 	@$(MKDIR_P) fuzz
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
-		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/util/parse.c -lm
+		$(top_srcdir)/fuzz/fuzz-stats.c $(top_srcdir)/lib/util/parse.c \
+		$(top_srcdir)/lib/util/prom.c -lm
 FUZZ_ELF_SRC = $(top_srcdir)/fuzz/fuzz-elf.c $(top_srcdir)/tools/run-elf.c \
 	$(top_srcdir)/tools/run-script.c $(top_srcdir)/lib/util/elf.c
 fuzz/fuzz-elf: $(FUZZ_ELF_SRC) $(top_srcdir)/fuzz/usage-jump.h \
@@ -118,7 +119,7 @@ fuzz_replay_cli_SOURCES = fuzz/replay.c fuzz/fuzz-cli.c fuzz/cli-run.c \
 fuzz_replay_cli_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_cli_LDADD = -lm
 fuzz_replay_stats_SOURCES = fuzz/replay.c fuzz/fuzz-stats.c fuzz/usage-jump.h \
-	lib/util/parse.c
+	lib/util/parse.c lib/util/prom.c
 fuzz_replay_stats_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_stats_LDADD = -lm
 fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \

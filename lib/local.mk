@@ -13,6 +13,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/util/parse.c lib/util/diag.c lib/util/pool.c \
 	lib/util/forklock.c lib/util/system.c lib/util/self.c \
 	lib/util/objects.c lib/util/memtotal.c lib/util/elf.c lib/util/elf.h \
+	lib/util/prom.c lib/util/prom.h \
 	lib/sampler/sampler.h \
 	lib/sampler/sampler.c lib/sampler/bounds.c \
 	lib/alloc/alloc.h \
@@ -27,7 +28,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/shared/shared.h lib/shared/shared.c \
 	lib/api/api.h \
 	lib/api/interpose.c lib/api/note.c lib/api/init.c lib/api/version.c \
-	lib/api/compat.c
+	lib/api/compat.c lib/api/metrics.c
 lib_libmlcore_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/lib -DMEMLIMITS_BUILDING
 lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 
@@ -35,8 +36,7 @@ lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_SOURCES = \
 	lib/run/run.h \
 	lib/run/settings.c lib/run/symbols.c lib/run/report.c lib/run/describe.c \
-	lib/run/stats.c lib/run/counts.c lib/run/timeline.c lib/run/metrics.c \
-	lib/run/runmode.c
+	lib/run/stats.c lib/run/counts.c lib/run/timeline.c lib/run/runmode.c
 lib_libmemlimits_la_CPPFLAGS = $(lib_libmlcore_la_CPPFLAGS)
 lib_libmemlimits_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 lib_libmemlimits_la_LDFLAGS = -version-info $(ML_LT_VERSION) $(LIB_LDFLAGS) \

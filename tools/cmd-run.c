@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +23,13 @@
 
 static int run_main(int argc, char **argv)
 {
+	/* SIGCHLD inherited as ignored (SIG_IGN survives exec) reaps
+	 * children without a status: --tree-heap-limit's wait would see
+	 * none, and neither would a program that waits for its own.  The
+	 * program starts with the default in both modes; every other
+	 * disposition and the mask reach it as a plain exec gives them
+	 * (nohup's SIGHUP stays ignored; tools/run-tree.c). */
+	signal(SIGCHLD, SIG_DFL);
 	struct ml__run_opts o;
 	ml__run_parse(argc, argv, &o);
 	char **prog = argv + optind;

@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #include "../lib/util/parse.h"
+#include "../lib/util/prom.h"
+#include "memlimits.h"
 #include "tool.h"
 
 #define CMD "stats"
@@ -568,23 +570,15 @@ static bool stats_name(const char *n)
 
 /* ---- Prometheus and OpenMetrics ---------------------------------------- */
 
-/* A family's HELP and TYPE lines.  The counters' families keep their
- * _total in both formats: Prometheus' OpenMetrics parser takes them so,
- * and promtool check metrics (which reads only the 0.0.4 text format)
- * would find the _total samples of a family named without it undocumented
- * (issue 29 asks that promtool accept both). */
-static void family(const char *name, const char *type, const char *help,
-                   bool om)
+/* The text goes to stdout through the library's writer of the format
+ * (lib/util/prom.c).  The counters' families keep their _total in both
+ * formats: Prometheus' OpenMetrics parser takes them so, and promtool
+ * check metrics (which reads only the 0.0.4 text format) would find the
+ * _total samples of a family named without it undocumented (issue 29
+ * asks that promtool accept both). */
+static void to_stdout(void *sink, const char *s, size_t n)
 {
-	(void)om;
-	printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void metric(const char *name, const char *type, const char *help,
-                   uint64_t v, bool om)
-{
-	family(name, type, help, om);
-	printf("%s %" PRIu64 "\n", name, v);
+	fwrite(s, 1, n, sink);
 }
 
 /* The run's totals: the same families as ml_write_metrics(3), summed over
@@ -593,37 +587,49 @@ static void metric(const char *name, const char *type, const char *help,
  * lack. */
 static void metrics(const struct proc *t, size_t n, bool om)
 {
-	metric("memlimits_processes", "gauge",
-	       "Processes of the run (statistics files read).", n, om);
-	metric("memlimits_heap_bytes", "gauge",
-	       "Heap in use by the run's processes at their exit, summed.",
-	       t->heap, om);
-	family("memlimits_global_limit_bytes", "gauge",
-	       "The largest global limit of the run's processes; +Inf when "
-	       "none set one.",
-	       om);
+	const struct ml__prom p = {.put = to_stdout, .sink = stdout};
+	ml__prom_one(&p, "memlimits_processes", "gauge",
+	             "Processes of the run (statistics files read).", n);
+	ml__prom_one(
+	    &p, "memlimits_heap_bytes", "gauge",
+	    "Heap in use by the run's processes at their exit, summed.",
+	    t->heap);
+	ml__prom_family(&p, "memlimits_global_limit_bytes", "gauge",
+	                "The largest global limit of the run's processes; +Inf "
+	                "when none set one.");
 	if (t->glimit)
-		printf("memlimits_global_limit_bytes %" PRIu64 "\n", t->glimit);
+		ml__prom_sample(&p, "memlimits_global_limit_bytes", NULL,
+		                t->glimit);
 	else
-		printf("memlimits_global_limit_bytes +Inf\n");
-	metric("memlimits_shared_usage_bytes", "gauge",
-	       "The largest shared budget usage a process saw at exit.",
-	       t->shared, om);
-	metric("memlimits_samples_total", "counter",
-	       "Samples taken by the allocation slow path.", t->samples, om);
-	metric("memlimits_tasks_started_total", "counter",
-	       "Tasks started: ml_run calls and task objects (not slices).",
-	       t->started, om);
-	family("memlimits_tasks_interrupted_total", "counter",
-	       "Tasks interrupted, by the reason of the interruption.", om);
-	static const char *const reasons[4] = {"alloc_limit", "global_limit",
-	                                       "cancelled", "held_limit"};
-	for (int j = 0; j < 4; j++)
-		printf("memlimits_tasks_interrupted_total{reason=\"%s\"} "
-		       "%" PRIu64 "\n",
-		       reasons[j], t->intr[j]);
-	metric("memlimits_pressure_callbacks_total", "counter",
-	       "Calls of the pressure callback.", t->pressure, om);
+		ml__prom_sample_text(&p, "memlimits_global_limit_bytes", NULL,
+		                     "+Inf");
+	ml__prom_one(&p, "memlimits_shared_usage_bytes", "gauge",
+	             "The largest shared budget usage a process saw at exit.",
+	             t->shared);
+	ml__prom_one(&p, "memlimits_samples_total", "counter",
+	             "Samples taken by the allocation slow path.", t->samples);
+	ml__prom_one(
+	    &p, "memlimits_tasks_started_total", "counter",
+	    "Tasks started: ml_run calls and task objects (not slices).",
+	    t->started);
+	ml__prom_family(
+	    &p, "memlimits_tasks_interrupted_total", "counter",
+	    "Tasks interrupted, by the reason of the interruption.");
+	/* t->intr in ml_status order, from ML_ALLOC_LIMIT. */
+	static const char *const reasons[] = {
+	    [ML_ALLOC_LIMIT] = "alloc_limit",
+	    [ML_GLOBAL_LIMIT] = "global_limit",
+	    [ML_CANCELLED] = "cancelled",
+	    [ML_HELD_LIMIT] = "held_limit",
+	};
+	for (int st = ML_ALLOC_LIMIT; st <= ML_HELD_LIMIT; st++) {
+		const struct ml__prom_label l[] = {{"reason", reasons[st]},
+		                                   {NULL, NULL}};
+		ml__prom_sample(&p, "memlimits_tasks_interrupted_total", l,
+		                t->intr[st - ML_ALLOC_LIMIT]);
+	}
+	ml__prom_one(&p, "memlimits_pressure_callbacks_total", "counter",
+	             "Calls of the pressure callback.", t->pressure);
 	if (om)
 		printf("# EOF\n");
 }

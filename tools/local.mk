@@ -6,7 +6,8 @@ bin_PROGRAMS += tools/memlimits
 tools_memlimits_SOURCES = tools/memlimits.c tools/tool.h \
 	tools/cmd-bounds.c \
 	lib/sampler/bounds.c lib/util/parse.c lib/util/parse.h lib/util/self.c \
-	lib/util/memtotal.c lib/util/diag.c lib/util/elf.c lib/util/elf.h
+	lib/util/memtotal.c lib/util/diag.c lib/util/elf.c lib/util/elf.h \
+	lib/util/prom.c lib/util/prom.h
 tools_memlimits_LDADD = -lm
 
 # memlimits run / stats (issue 5).  run finds the library to preload from

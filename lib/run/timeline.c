@@ -45,9 +45,13 @@
 #define MOVE_SHIFT 8            /* and the heap moved by 1/256 */
 #define ROW_MAX 160             /* one row's bytes at most */
 
+/* The descriptor and the file it was opened on, published together
+ * under a sequence count (odd while a thread replaces them), so that a
+ * thread compares the three as one: any thread may find the descriptor
+ * closed and open the file again while others write rows. */
+static _Atomic unsigned tl_seq;
 static _Atomic int tl_fd = -1;
-static dev_t tl_dev;
-static ino_t tl_ino;
+static _Atomic uint64_t tl_dev, tl_ino;
 static char tl_path[ML__PATH_MAX]; /* %p expanded */
 static int64_t mono0, offset_ns;   /* seconds = offset + (mono - mono0) */
 static uint64_t pid;
@@ -125,15 +129,62 @@ static void put_seconds(struct ml__out *o, int64_t mono)
 	ml__out_put(o, d, 3);
 }
 
+struct ident {
+	unsigned seq;
+	int fd;
+	uint64_t dev, ino;
+};
+
+/* The three as one (a seqlock's reader); false while another thread
+ * replaces them (a few stores: the row is not worth waiting for). */
+static bool ident_get(struct ident *id)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		unsigned s =
+		    atomic_load_explicit(&tl_seq, memory_order_acquire);
+		if (s & 1)
+			continue;
+		id->fd = atomic_load_explicit(&tl_fd, memory_order_relaxed);
+		id->dev = atomic_load_explicit(&tl_dev, memory_order_relaxed);
+		id->ino = atomic_load_explicit(&tl_ino, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&tl_seq, memory_order_relaxed) == s) {
+			id->seq = s;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* fd on the file st describes, in place of what id read; false if
+ * another thread replaced that first. */
+static bool ident_put(unsigned seq, int fd, const struct stat *st)
+{
+	if (!atomic_compare_exchange_strong_explicit(&tl_seq, &seq, seq + 1,
+	                                             memory_order_acquire,
+	                                             memory_order_relaxed))
+		return false;
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&tl_dev, (uint64_t)st->st_dev,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&tl_ino, (uint64_t)st->st_ino,
+	                      memory_order_relaxed);
+	atomic_store_explicit(&tl_fd, fd, memory_order_relaxed);
+	atomic_store_explicit(&tl_seq, seq + 2, memory_order_release);
+	return true;
+}
+
 /* Our descriptor, opened again if the program closed it or put another
  * file in its place (that one is not ours to close). */
 static int get_fd(void)
 {
-	int fd = atomic_load(&tl_fd);
+	struct ident id;
+	if (!ident_get(&id))
+		return -1;
 	struct stat st;
-	if (fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == tl_dev &&
-	    st.st_ino == tl_ino)
-		return fd;
+	if (id.fd >= 0 && fstat(id.fd, &st) == 0 &&
+	    (uint64_t)st.st_dev == id.dev && (uint64_t)st.st_ino == id.ino)
+		return id.fd;
 	if (atomic_load(&gave_up))
 		return -1;
 	int nfd = ml__out_open("timeline", tl_path, O_APPEND);
@@ -152,11 +203,9 @@ static int get_fd(void)
 		close(nfd);
 		return -1;
 	}
-	tl_dev = st.st_dev;
-	tl_ino = st.st_ino;
-	if (!atomic_compare_exchange_strong(&tl_fd, &fd, nfd)) {
+	if (!ident_put(id.seq, nfd, &st)) {
 		close(nfd); /* another thread's is in place */
-		return fd;
+		return ident_get(&id) ? id.fd : -1;
 	}
 	return nfd;
 }
@@ -316,6 +365,11 @@ void ml__timeline_fork_child(void)
 {
 	if (atomic_load(&tl_fd) < 0)
 		return;
+	/* A thread of the parent was replacing the descriptor: ours may be
+	 * half written (then it differs from the file and is replaced). */
+	unsigned seq = atomic_load(&tl_seq);
+	if (seq & 1)
+		atomic_store(&tl_seq, seq + 1);
 	pid = (uint64_t)getpid();
 	atomic_store(&exit_written, false);
 	for (int i = 0; i < 3; i++)

@@ -4,7 +4,7 @@
  * no task start or sample writes a line that another thread writes
  * (issue 26).  Listed at thread start; a thread that exits folds its
  * counts into `exited`.  Summed only when something is written
- * (run/metrics.c, run/stats.c). */
+ * (api/metrics.c, run/stats.c). */
 #include "tasks/tasks.h"
 
 #include <string.h>

@@ -1,17 +1,95 @@
 /* The core (layers 1-6, lib/libmlcore.la) links and works without run
  * mode (layer 7): tasks are limited and interrupted, the global limit
- * applies, and run mode's variables are not read at all.  Linked with the
- * convenience library, not libmemlimits. */
+ * applies, ml_write_metrics counts the interruptions (issue 33: it was
+ * run mode's, and the core lacked it), and run mode's variables are not
+ * read at all.  ml_write_metrics refuses a negative descriptor before any
+ * system call on it (a seccomp filter kills the process that makes one).
+ * Linked with the convenience library, not libmemlimits. */
+#define _GNU_SOURCE
+#include <errno.h>
 #include <memlimits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#if defined(__x86_64__)
+#define TEST_ARCH AUDIT_ARCH_X86_64
+#else
+#define TEST_ARCH AUDIT_ARCH_AARCH64
+#endif
+#endif
 
 #include "../tap/tap.h"
 
 #define BLOCK 4096
+
+/* In a child: a negative descriptor given to fcntl, fstat or write kills
+ * the process (SIGSYS); then ml_write_metrics(-1) and (-2).  Exit 0 when
+ * both return ML_EINVAL with errno EBADF, 77 when no filter can be
+ * installed. */
+static void negative_fd_child(void)
+{
+#ifdef TEST_ARCH
+	struct sock_filter f[] = {
+	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+	             offsetof(struct seccomp_data, arch)),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TEST_ARCH, 1, 0),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+	             offsetof(struct seccomp_data, nr)),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fcntl, 3, 0),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fstat, 2, 0),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_write, 1, 0),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	    /* The descriptor: the low word of the first argument (little
+	     * endian), negative as an int. */
+	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+	             offsetof(struct seccomp_data, args[0])),
+	    BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x80000000u, 0, 1),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+		_exit(77);
+	int ok = 1;
+	for (int fd = -1; fd >= -2; fd--) {
+		errno = 0;
+		int rc = ml_write_metrics(fd);
+		ok &= rc == ML_EINVAL && errno == EBADF;
+	}
+	_exit(ok ? 0 : 1);
+#else
+	_exit(77);
+#endif
+}
+
+/* ml_write_metrics' text through a pipe (it fits the pipe's buffer). */
+static void metrics_text(char *buf, size_t cap)
+{
+	int p[2];
+	buf[0] = 0;
+	if (pipe(p))
+		return;
+	int rc = ml_write_metrics(p[1]);
+	close(p[1]);
+	size_t len = 0;
+	ssize_t n;
+	while (rc == 0 && len < cap - 1 &&
+	       (n = read(p[0], buf + len, cap - 1 - len)) > 0)
+		len += (size_t)n;
+	buf[len] = 0;
+	close(p[0]);
+}
 
 static void *hog(void *arg)
 {
@@ -82,6 +160,34 @@ int main(int argc, char **argv)
 	tap_is_int(st, ML_GLOBAL_LIMIT, "the global limit interrupts a task");
 	ml_set_global_limit(ML_NO_LIMIT);
 
+	/* The two interruptions above in the core's metrics (the task
+	 * whose token was set before it ran never started). */
+	char text[8192];
+	metrics_text(text, sizeof text);
+	if (!tap_ok(!strncmp(text, "# HELP memlimits_heap_bytes ", 28) &&
+	                strstr(text, "\nmemlimits_tasks_started_total 2\n") &&
+	                strstr(text, "\nmemlimits_tasks_interrupted_total{"
+	                             "reason=\"alloc_limit\"} 1\n") &&
+	                strstr(text, "\nmemlimits_tasks_interrupted_total{"
+	                             "reason=\"global_limit\"} 1\n") &&
+	                strstr(text, "\nmemlimits_global_limit_bytes +Inf\n"),
+	            "ml_write_metrics, in the core, counts the interruptions"))
+		fputs(text, stderr);
+	fflush(NULL);
+	pid_t nfd = fork();
+	if (nfd == 0)
+		negative_fd_child();
+	int nst = 0;
+	waitpid(nfd, &nst, 0);
+	if (WIFEXITED(nst) && WEXITSTATUS(nst) == 77)
+		tap_skip(1, "no seccomp filter here");
+	else
+		tap_ok(WIFEXITED(nst) && WEXITSTATUS(nst) == 0,
+		       "ml_write_metrics(-1), (-2): ML_EINVAL, EBADF, and no "
+		       "system call on the descriptor (status 0x%x)",
+		       nst);
+
+	fflush(NULL);
 	pid_t pid = fork();
 	if (pid == 0) {
 		setenv("MEMLIMITS_ALLOC_LIMIT", "1MiB", 1);

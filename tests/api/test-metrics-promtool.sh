@@ -2,7 +2,9 @@
 # promtool (Debian's prometheus package) accepts what ml_write_metrics
 # writes after two allocation-limit stops and one held-limit stop, and
 # what `memlimits stats DIR --format prometheus|openmetrics` writes
-# (issue 29).  Skipped, with the reason, where promtool cannot be had.
+# (issue 29), and the escapes of their one writer (lib/util/prom.c,
+# tests/unit/test-prom).  Skipped, with the reason, where promtool cannot
+# be had.
 : "${top_builddir:?}" "${top_srcdir:?}"
 . "$top_srcdir/tests/tap/tap.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-promtool.XXXXXX") || exit 1
@@ -36,6 +38,14 @@ have_promtool=
 command -v "$PROMTOOL" >/dev/null 2>&1 && have_promtool=1
 if [ -n "$have_promtool" ]; then
 	check "ml_write_metrics' text" "$tmp/m.txt"
+else
+	skip "promtool not found (Debian: apt-get install prometheus)"
+fi
+# The writer's escapes (issue 33): a HELP and label values with
+# backslashes, quotes and line feeds.
+if [ -n "$have_promtool" ] &&
+	"$top_builddir/tests/unit/test-prom" print >"$tmp/esc.txt"; then
+	check "the writer's escaped HELP and label values" "$tmp/esc.txt"
 else
 	skip "promtool not found (Debian: apt-get install prometheus)"
 fi

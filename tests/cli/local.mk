@@ -123,3 +123,11 @@ EXTRA_DIST += tests/cli/test-tree-limit.sh
 tests_cli_test_tree_alloc_SOURCES = tests/cli/test-tree-alloc.c
 tests_cli_test_tree_alloc_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_cli_test_tree_alloc_LDFLAGS = -no-install
+
+# memlimits run and signals (issue 33): SIGCHLD inherited as ignored, and
+# every signal that ends a process leaves no object of a tree run.
+check_PROGRAMS += tests/cli/test-sig-exec
+TESTS += tests/cli/test-tree-signals.sh
+EXTRA_DIST += tests/cli/test-tree-signals.sh
+tests_cli_test_sig_exec_SOURCES = tests/cli/test-sig-exec.c
+tests_cli_test_sig_exec_LDFLAGS = -no-install

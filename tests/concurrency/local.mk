@@ -34,6 +34,16 @@ tests_concurrency_test_tsan_LDADD = $(ML_TEST_LIBS)
 tests_concurrency_test_tsan_LDFLAGS = $(ML_TEST_LINK)
 tests_concurrency_test_tsan_CFLAGS = $(ML_TEST_CFLAGS)
 
+# The timeline's descriptor closed under threads that write rows (issue
+# 33); .ci/run also builds it under ThreadSanitizer.
+check_PROGRAMS += tests/concurrency/test-timeline-threads
+TESTS += tests/concurrency/test-timeline-threads
+tests_concurrency_test_timeline_threads_SOURCES = \
+	tests/concurrency/test-timeline-threads.c
+tests_concurrency_test_timeline_threads_LDADD = $(ML_TEST_LIBS)
+tests_concurrency_test_timeline_threads_LDFLAGS = $(ML_TEST_LINK)
+tests_concurrency_test_timeline_threads_CFLAGS = $(ML_TEST_CFLAGS)
+
 # Stress: 8 threads, nested tasks, tokens, all deliveries, global limit
 # flips.  `make check` runs 3 s of it; `make stress` runs STRESS_SECONDS
 # (default 60).

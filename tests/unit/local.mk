@@ -42,6 +42,16 @@ tests_unit_test_memtotal_LDADD = tests/tap/libtap.la -lm
 tests_unit_test_memtotal_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_memtotal_CFLAGS = $(ML_TEST_CFLAGS)
 
+# The Prometheus text format's one writer (issue 33): lines, labels and
+# escapes byte for byte.  The util files are compiled in.
+check_PROGRAMS += tests/unit/test-prom
+TESTS += tests/unit/test-prom
+tests_unit_test_prom_SOURCES = tests/unit/test-prom.c lib/util/prom.c \
+	lib/util/parse.c
+tests_unit_test_prom_LDADD = tests/tap/libtap.la -lm
+tests_unit_test_prom_LDFLAGS = $(ML_TEST_LINK)
+tests_unit_test_prom_CFLAGS = $(ML_TEST_CFLAGS)
+
 # The symbolizer's sorted .dynsym/.symtab lookup against the scan it
 # replaced (issues 17, 25): lib/run/symbols.c is compiled into the test (its lookups are
 # static), with the util pieces it calls.
