@@ -237,7 +237,7 @@ static void read_profile(const char *file, FILE *f)
 		char *end = sp;
 		while (end > s + b && (end[-1] == ' ' || end[-1] == '\t'))
 			end--;
-		if (end == s + b)
+		if (end <= s + b) /* " 5": the blank before the count */
 			bad_line(file, line, "no frames before the count");
 		if (!count)
 			continue;
