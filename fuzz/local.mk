@@ -11,13 +11,14 @@ FUZZ_SANITIZE = -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS = -g -O1 -std=gnu11 -Wall -Werror $(FUZZ_SANITIZE) \
 	-I$(top_srcdir)/include -I$(top_builddir) -I$(top_srcdir)/lib
 FUZZ_TARGETS = fuzz/fuzz-parse fuzz/fuzz-env fuzz/fuzz-cli fuzz/fuzz-stats \
-	fuzz/fuzz-elf
+	fuzz/fuzz-elf fuzz/fuzz-plot fuzz/fuzz-flamegraph
 FUZZ_DEPS = $(top_srcdir)/fuzz/local.mk config.h
 CLEANFILES += $(FUZZ_TARGETS)
 
 EXTRA_DIST += fuzz/fuzz-parse.c fuzz/fuzz-env.c fuzz/fuzz-cli.c \
 	fuzz/fuzz-cli.h fuzz/cli-run.c fuzz/cli-bounds.c fuzz/fuzz-stats.c \
-	fuzz/fuzz-elf.c fuzz/replay.c fuzz/corpus
+	fuzz/fuzz-elf.c fuzz/fuzz-plot.c fuzz/fuzz-flamegraph.c fuzz/replay.c \
+	fuzz/corpus
 
 fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c \
 		$(top_srcdir)/lib/util/parse.h $(FUZZ_DEPS)
@@ -61,6 +62,22 @@ fuzz/fuzz-elf: $(FUZZ_ELF_SRC) $(top_srcdir)/fuzz/usage-jump.h \
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
 		$(FUZZ_ELF_SRC)
 
+# The picture commands (issue 33): each compiled in whole with the SVG
+# writer.
+FUZZ_SVG_DEPS = $(top_srcdir)/tools/svg.c $(top_srcdir)/tools/svg.h \
+	$(top_srcdir)/tools/tool.h $(top_srcdir)/fuzz/usage-jump.h $(FUZZ_DEPS)
+fuzz/fuzz-plot: $(top_srcdir)/fuzz/fuzz-plot.c $(top_srcdir)/tools/cmd-plot.c \
+		$(top_srcdir)/lib/util/parse.c $(FUZZ_SVG_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
+		$(top_srcdir)/fuzz/fuzz-plot.c $(top_srcdir)/tools/svg.c \
+		$(top_srcdir)/lib/util/parse.c -lm
+fuzz/fuzz-flamegraph: $(top_srcdir)/fuzz/fuzz-flamegraph.c \
+		$(top_srcdir)/tools/cmd-flamegraph.c $(FUZZ_SVG_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
+		$(top_srcdir)/fuzz/fuzz-flamegraph.c $(top_srcdir)/tools/svg.c -lm
+
 fuzz-build: $(FUZZ_TARGETS)
 
 # -close_fd_mask=3: the targets' own stdout/stderr (usage errors, --help)
@@ -102,7 +119,8 @@ FUZZ_REPLAY_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib \
 	-I$(top_srcdir)/tools -DML_LIBDIR='"$(libdir)"' \
 	-DML_BINDIR='"$(bindir)"'
 check_PROGRAMS += fuzz/replay-parse fuzz/replay-env fuzz/replay-cli \
-	fuzz/replay-stats fuzz/replay-elf
+	fuzz/replay-stats fuzz/replay-elf fuzz/replay-plot \
+	fuzz/replay-flamegraph
 TESTS += tests/unit/test-fuzz-replay.sh
 EXTRA_DIST += tests/unit/test-fuzz-replay.sh
 fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/util/parse.c
@@ -125,3 +143,11 @@ fuzz_replay_stats_LDADD = -lm
 fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \
 	tools/run-elf.c tools/run-script.c lib/util/elf.c
 fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_plot_SOURCES = fuzz/replay.c fuzz/fuzz-plot.c fuzz/usage-jump.h \
+	tools/svg.c lib/util/parse.c
+fuzz_replay_plot_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_plot_LDADD = -lm
+fuzz_replay_flamegraph_SOURCES = fuzz/replay.c fuzz/fuzz-flamegraph.c \
+	fuzz/usage-jump.h tools/svg.c
+fuzz_replay_flamegraph_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
+fuzz_replay_flamegraph_LDADD = -lm

@@ -41,6 +41,10 @@ static const char synopsis[] = "[-o OUT.svg] [--title TEXT] PROFILE";
 #define CHAR_W 6.4     /* their mean advance, for cutting names */
 #define MIN_SHARE 1000 /* frames under total/MIN_SHARE are merged */
 
+/* Frames, and names, at most: the tables' uint32_t sizes double up to
+ * twice as many. */
+#define ITEMS_MAX (1u << 30)
+
 static void *xrealloc(void *p, size_t n)
 {
 	p = realloc(p, n ? n : 1);
@@ -110,6 +114,8 @@ static uint32_t intern(const char *s, size_t len)
 				return name_index.slot[i] - 1;
 		}
 	}
+	if (nnames == ITEMS_MAX)
+		ml__tool_usage_error(CMD, "more than %u names", ITEMS_MAX);
 	if (nnames == names_cap) {
 		names_cap = names_cap ? 2 * names_cap : 1024;
 		names = xrealloc(names, names_cap * sizeof *names);
@@ -129,12 +135,16 @@ static uint32_t intern(const char *s, size_t len)
 
 struct node {
 	uint64_t value; /* the counts of the stacks through this frame */
-	uint32_t name, parent, child, next;
-	uint32_t nkids;
+	uint32_t name, parent;
+	uint32_t depth;        /* the root's is 0 */
+	uint32_t nkids, first; /* the children: kids[first, first + nkids) */
 };
 #define NONE UINT32_MAX
 static struct node *nodes;
 static uint32_t nnodes, nodes_cap;
+/* Every node but the root, by parent and then name (sort_kids): each
+ * node's children in the order they are drawn. */
+static uint32_t *kids;
 
 static uint32_t kid_hash(uint32_t parent, uint32_t name)
 {
@@ -152,17 +162,17 @@ static struct index kid_index = {.hash_of = node_hash};
 
 static uint32_t new_node(uint32_t parent, uint32_t name)
 {
+	if (nnodes == ITEMS_MAX)
+		ml__tool_usage_error(CMD, "more than %u frames", ITEMS_MAX);
 	if (nnodes == nodes_cap) {
 		nodes_cap = nodes_cap ? 2 * nodes_cap : 4096;
 		nodes = xrealloc(nodes, nodes_cap * sizeof *nodes);
 	}
 	index_room(&kid_index, 1, nnodes, 8192);
 	uint32_t id = nnodes++;
-	nodes[id] = (struct node){
-	    .name = name, .parent = parent, .child = NONE, .next = NONE};
+	nodes[id] = (struct node){.name = name, .parent = parent};
 	if (parent != NONE) {
-		nodes[id].next = nodes[parent].child;
-		nodes[parent].child = id;
+		nodes[id].depth = nodes[parent].depth + 1;
 		nodes[parent].nkids++;
 		index_put(&kid_index, id);
 	}
@@ -193,20 +203,17 @@ static _Noreturn void bad_line(const char *file, uint64_t line, const char *why)
 	                     file, line, why);
 }
 
+/* The line read, kept here between lines (and reachable when a bad line
+ * ends the command: the fuzz target frees it). */
+static char *text;
+static size_t text_cap;
+
 static void read_profile(const char *file, FILE *f)
 {
-	char *s = NULL;
-	size_t cap = 0;
-	ssize_t len;
 	uint64_t line = 0;
 	new_node(NONE, intern("all", 3));
-	while ((len = getline(&s, &cap, f)) >= 0) {
-		line++;
-		while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r'))
-			len--;
-		if ((size_t)len != strlen(s) && memchr(s, 0, (size_t)len))
-			bad_line(file, line, "a NUL byte");
-		s[len] = 0;
+	while (ml__svg_read_line(CMD, file, f, &text, &text_cap, &line) >= 0) {
+		char *s = text;
 		size_t b = strspn(s, " \t");
 		if (s[b] == 0)
 			continue;
@@ -230,7 +237,7 @@ static void read_profile(const char *file, FILE *f)
 		char *end = sp;
 		while (end > s + b && (end[-1] == ' ' || end[-1] == '\t'))
 			end--;
-		if (end == s + b)
+		if (end <= s + b) /* " 5": the blank before the count */
 			bad_line(file, line, "no frames before the count");
 		if (!count)
 			continue;
@@ -249,10 +256,9 @@ static void read_profile(const char *file, FILE *f)
 			p = semi ? semi + 1 : end;
 		}
 	}
-	if (ferror(f))
-		ml__tool_usage_error(CMD, "cannot read '%s': %s", file,
-		                     strerror(errno));
-	free(s);
+	free(text);
+	text = NULL;
+	text_cap = 0;
 	if (!nodes[0].value)
 		ml__tool_usage_error(CMD,
 		                     "%s: no stacks (an empty profile, or "
@@ -266,29 +272,45 @@ static uint64_t total, min_value;
 static double scale; /* pixels per count */
 static uint64_t drawn, merged_blocks;
 
-static int by_name(const void *a, const void *b)
+/* By parent, then name (a parent's children have different names). */
+static int by_parent_name(const void *a, const void *b)
 {
-	const struct name *x = &names[nodes[*(const uint32_t *)a].name];
-	const struct name *y = &names[nodes[*(const uint32_t *)b].name];
-	return strcmp(x->s, y->s);
+	const struct node *x = &nodes[*(const uint32_t *)a];
+	const struct node *y = &nodes[*(const uint32_t *)b];
+	if (x->parent != y->parent)
+		return x->parent < y->parent ? -1 : 1;
+	return strcmp(names[x->name].s, names[y->name].s);
 }
 
-/* The deepest level drawn (the root is 0). */
-static uint32_t depth_of(uint32_t id)
+static void sort_kids(void)
+{
+	kids = xrealloc(NULL, (size_t)nnodes * sizeof *kids);
+	for (uint32_t id = 1; id < nnodes; id++)
+		kids[id - 1] = id;
+	qsort(kids, nnodes - 1, sizeof *kids, by_parent_name);
+	for (uint32_t i = nnodes - 1; i-- > 0;)
+		nodes[nodes[kids[i]].parent].first = i;
+}
+
+/* The deepest level drawn (the root is 0), without recursion (a stack of
+ * 50 000 frames overflowed the C stack): a frame is drawn when it is as
+ * wide as min_value (its callers are wider), and a merged block of its
+ * narrow callees is one level above it. */
+static uint32_t picture_depth(void)
 {
 	uint32_t d = 0;
-	for (uint32_t k = nodes[id].child; k != NONE; k = nodes[k].next)
-		if (nodes[k].value >= min_value) {
-			uint32_t dk = depth_of(k) + 1;
-			d = dk > d ? dk : d;
-		}
-	/* A merged block of narrow frames is one level more. */
-	uint64_t small = 0;
-	for (uint32_t k = nodes[id].child; k != NONE; k = nodes[k].next)
-		if (nodes[k].value < min_value)
-			small += nodes[k].value;
-	if (small >= min_value && d < 1)
-		d = 1;
+	for (uint32_t id = 0; id < nnodes; id++) {
+		const struct node *nd = &nodes[id];
+		if (nd->value < min_value)
+			continue;
+		d = nd->depth > d ? nd->depth : d;
+		uint64_t small = 0;
+		for (uint32_t i = nd->first; i < nd->first + nd->nkids; i++)
+			if (nodes[kids[i]].value < min_value)
+				small += nodes[kids[i]].value;
+		if (small >= min_value && nd->depth + 1 > d)
+			d = nd->depth + 1;
+	}
 	return d;
 }
 
@@ -354,39 +376,66 @@ static void colour(char *buf, size_t cap, const struct name *n)
 	snprintf(buf, cap, "#%02x%02x%02x", r, g, b);
 }
 
-static void draw(FILE *f, uint32_t id, double x, uint32_t depth)
+static void draw_node(FILE *f, uint32_t id, double x)
 {
 	const struct node *nd = &nodes[id];
 	char fill[8];
 	colour(fill, sizeof fill, &names[nd->name]);
-	frame(f, x, depth, nd->value, &names[nd->name],
+	frame(f, x, nd->depth, nd->value, &names[nd->name],
 	      id == 0 ? "#e8a050" : fill);
-	if (!nd->nkids)
-		return;
-	uint32_t *kids = xrealloc(NULL, nd->nkids * sizeof *kids), k = 0;
-	for (uint32_t c = nd->child; c != NONE; c = nodes[c].next)
-		kids[k++] = c;
-	qsort(kids, k, sizeof *kids, by_name);
-	uint64_t small = 0, nsmall = 0;
-	double cx = x;
-	for (uint32_t i = 0; i < k; i++) {
-		if (nodes[kids[i]].value < min_value) {
-			small += nodes[kids[i]].value;
-			nsmall++;
+}
+
+/* The frames being drawn, from the root to the last drawn: the next child
+ * of each, where it goes, and its narrow children so far. */
+struct level {
+	uint32_t id, next;
+	double cx;
+	uint64_t small, nsmall;
+};
+static struct level *levels;
+
+/* Every frame, depth first (callees left to right in name order, a
+ * merged block after them), on a stack of its own rather than the C
+ * stack, which a deep profile overflowed. */
+static void draw(FILE *f)
+{
+	size_t top = 0, cap = 64;
+	levels = xrealloc(levels, cap * sizeof *levels);
+	draw_node(f, 0, SIDE);
+	levels[top++] =
+	    (struct level){.id = 0, .next = nodes[0].first, .cx = SIDE};
+	while (top) {
+		struct level *l = &levels[top - 1];
+		const struct node *nd = &nodes[l->id];
+		if (l->next < nd->first + nd->nkids) {
+			uint32_t kid = kids[l->next++];
+			uint64_t v = nodes[kid].value;
+			if (v < min_value) {
+				l->small += v;
+				l->nsmall++;
+				continue;
+			}
+			double x = l->cx;
+			l->cx += v * scale;
+			draw_node(f, kid, x);
+			if (top == cap) {
+				cap *= 2;
+				levels = xrealloc(levels, cap * sizeof *levels);
+			}
+			levels[top++] = (struct level){
+			    .id = kid, .next = nodes[kid].first, .cx = x};
 			continue;
 		}
-		draw(f, kids[i], cx, depth + 1);
-		cx += nodes[kids[i]].value * scale;
-	}
-	free(kids);
-	if (small >= min_value) {
-		char text[64];
-		snprintf(text, sizeof text,
-		         "[%" PRIu64 " frame%s under 0.1 %%]", nsmall,
-		         nsmall == 1 ? "" : "s");
-		struct name n = {.s = text, .len = strlen(text)};
-		frame(f, cx, depth + 1, small, &n, "#c8c8c8");
-		merged_blocks++;
+		if (l->small >= min_value) {
+			char what[64];
+			snprintf(what, sizeof what,
+			         "[%" PRIu64 " frame%s under 0.1 %%]",
+			         l->nsmall, l->nsmall == 1 ? "" : "s");
+			struct name n = {.s = what, .len = strlen(what)};
+			frame(f, l->cx, nd->depth + 1, l->small, &n, "#c8c8c8");
+			merged_blocks++;
+		}
+		top--;
 	}
 }
 
@@ -408,30 +457,20 @@ static void help(void)
 	       "stderr, nothing\nwritten).\n");
 }
 
-static int flamegraph_main(int argc, char **argv)
+/* The flame graph of the stacks read, into o (shown: the input's name,
+ * for the default title).  The fuzz target calls it too. */
+static void flamegraph(FILE *o, const char *title, const char *shown)
 {
-	const char *out = NULL, *title = NULL;
-	const char *in =
-	    ml__svg_args(CMD, "PROFILE", argc, argv, help, &out, &title);
-	if (!in)
-		return ML__TOOL_OK;
-	FILE *f = ml__svg_open_in(CMD, in);
-	read_profile(strcmp(in, "-") ? in : "stdin", f);
-	if (f != stdin)
-		fclose(f);
-
 	total = nodes[0].value;
 	min_value = total / MIN_SHARE + (total % MIN_SHARE != 0);
 	scale = (WIDTH - 2 * SIDE) / (double)total;
-	uint32_t depth = depth_of(0);
+	sort_kids();
+	uint32_t depth = picture_depth();
 	double height = TOP + (depth + 1) * FRAME_H + BOTTOM;
 	base_y = TOP + depth * FRAME_H;
 
-	const char *outname = ml__svg_out_name(in, out);
-	FILE *o = ml__svg_open_out(CMD, outname);
 	char *t = NULL;
-	if (!title &&
-	    asprintf(&t, "Flame graph: %s", strcmp(in, "-") ? in : "stdin") < 0)
+	if (!title && asprintf(&t, "Flame graph: %s", shown) < 0)
 		ml__tool_usage_error(CMD, "out of memory");
 	if (!title)
 		title = t;
@@ -444,14 +483,31 @@ static int flamegraph_main(int argc, char **argv)
 	             "%" PRIu64 " stacks, %s in all; widths by bytes, callers "
 	             "below their callees; hover a frame for its figures",
 	             nstacks, tb);
-	draw(o, 0, SIDE, 0);
+	draw(o);
 	ml__svg_text(o, SIDE, height - 8, "start", 11, "#666666", NULL,
 	             "Frames under 0.1 %% of the total are merged into grey "
 	             "blocks (%" PRIu64 " of them); %" PRIu64 " frames drawn.",
 	             merged_blocks, drawn);
 	ml__svg_end(o);
-	ml__svg_close_out(CMD, o, outname);
 	free(t);
+}
+
+static int flamegraph_main(int argc, char **argv)
+{
+	const char *out = NULL, *title = NULL;
+	const char *in =
+	    ml__svg_args(CMD, "PROFILE", argc, argv, help, &out, &title);
+	if (!in)
+		return ML__TOOL_OK;
+	const char *shown = strcmp(in, "-") ? in : "stdin";
+	FILE *f = ml__svg_open_in(CMD, in);
+	read_profile(shown, f);
+	if (f != stdin)
+		fclose(f);
+	const char *outname = ml__svg_out_name(in, out);
+	FILE *o = ml__svg_open_out(CMD, outname);
+	flamegraph(o, title, shown);
+	ml__svg_close_out(CMD, o, outname);
 	return ML__TOOL_OK;
 }
 

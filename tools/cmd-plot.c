@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +70,12 @@ static bool u64_field(const char *s, uint64_t *out)
 	       ml__parse_u64(s, out) == 0;
 }
 
+/* Seconds since the program started: a run of 31 years at most, so that
+ * the axis, its ticks and the figures in the text stay finite and short
+ * (a 300-digit field overran the subtitle; 1.78e308 made the axis
+ * infinite). */
+#define SECONDS_MAX 1e9
+
 static bool seconds_field(const char *s, double *out)
 {
 	if (!*s || strspn(s, "0123456789.") != strlen(s))
@@ -99,19 +106,16 @@ static void comment(const char *file, uint64_t line, char *s)
 		snprintf(program, sizeof program, "%s", v);
 }
 
+/* The line read, kept here between lines (and reachable when a bad line
+ * ends the command: the fuzz target frees it). */
+static char *text;
+static size_t text_cap;
+
 static void read_timeline(const char *file, FILE *f)
 {
-	char *s = NULL;
-	size_t cap = 0;
-	ssize_t len;
 	uint64_t line = 0;
-	while ((len = getline(&s, &cap, f)) >= 0) {
-		line++;
-		while (len > 0 && (s[len - 1] == '\n' || s[len - 1] == '\r'))
-			len--;
-		if (memchr(s, 0, (size_t)len))
-			bad_line(file, line, "a NUL byte");
-		s[len] = 0;
+	while (ml__svg_read_line(CMD, file, f, &text, &text_cap, &line) >= 0) {
+		char *s = text;
 		if (!*s)
 			continue;
 		if (s[0] == '#') {
@@ -141,6 +145,9 @@ static void read_timeline(const char *file, FILE *f)
 			bad_line(file, line, "the pid is not a number");
 		if (!seconds_field(field[1], &r.t))
 			bad_line(file, line, "the seconds are not a number");
+		if (r.t > SECONDS_MAX)
+			bad_line(file, line,
+			         "the seconds are beyond 10^9 (31 years)");
 		if (!u64_field(field[2], &r.heap))
 			bad_line(file, line, "heap_bytes is not a byte count");
 		r.held = UINT64_MAX;
@@ -164,10 +171,9 @@ static void read_timeline(const char *file, FILE *f)
 		}
 		rows[nrows++] = r;
 	}
-	if (ferror(f))
-		ml__tool_usage_error(CMD, "cannot read '%s': %s", file,
-		                     strerror(errno));
-	free(s);
+	free(text);
+	text = NULL;
+	text_cap = 0;
 	if (!nrows)
 		ml__tool_usage_error(CMD,
 		                     "%s: no rows (not a timeline, or the "
@@ -212,11 +218,17 @@ static void tick_label(char *buf, size_t cap, double v)
 	snprintf(buf, cap, "%g %s", v / yunit, yunit_name);
 }
 
+/* Ticks on an axis: about 6 or 8 (ml__svg_step), never more than this
+ * whatever the scale's arithmetic does. */
+#define TICKS_MAX 64
+
 static void axes(FILE *f)
 {
 	double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
 	char b[64];
-	for (double v = 0; v <= ymax * (1 + 1e-9); v += ystep) {
+	int n = 0;
+	for (double v = 0; v <= ymax * (1 + 1e-9) && n++ < TICKS_MAX;
+	     v += ystep) {
 		double y = py(v);
 		ml__svg_line(f, x0, y, x1, y, "#e4e4e4", 1, NULL);
 		tick_label(b, sizeof b, v);
@@ -224,7 +236,9 @@ static void axes(FILE *f)
 		             b);
 	}
 	double xstep = ml__svg_step(tmax, 8);
-	for (double t = 0; t <= tmax * (1 + 1e-9); t += xstep) {
+	n = 0;
+	for (double t = 0; t <= tmax * (1 + 1e-9) && n++ < TICKS_MAX;
+	     t += xstep) {
 		double x = px(t);
 		ml__svg_line(f, x, y1, x, y0, "#ececec", 1, NULL);
 		ml__svg_line(f, x, y0, x, y0 + 5, "#333333", 1, NULL);
@@ -323,6 +337,20 @@ static void markers(FILE *f, const struct row *r, size_t n, bool *labelled)
 	}
 }
 
+/* vsnprintf at buf[*k], *k moved to the end: at most cap - 1 (the text
+ * cut there), where k += snprintf(...) went past it and the next call
+ * wrote beyond buf. */
+__attribute__((format(printf, 4, 5))) static void
+append(char *buf, size_t cap, size_t *k, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf + *k, cap - *k, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*k = (size_t)n < cap - *k ? *k + (size_t)n : cap - 1;
+}
+
 static void help(void)
 {
 	printf("Usage: memlimits plot %s\n\n", synopsis);
@@ -340,21 +368,14 @@ static void help(void)
 	       "stderr, nothing\nwritten).\n");
 }
 
-static int plot_main(int argc, char **argv)
+/* The chart of the rows read, into o (shown: the input's name, for the
+ * default title).  The fuzz target calls it too. */
+static void plot(FILE *o, const char *title, const char *shown)
 {
-	const char *out = NULL, *title = NULL;
-	const char *in =
-	    ml__svg_args(CMD, "TIMELINE", argc, argv, help, &out, &title);
-	if (!in)
-		return ML__TOOL_OK;
-	const char *shown = strcmp(in, "-") ? in : "stdin";
-	FILE *f = ml__svg_open_in(CMD, in);
-	read_timeline(shown, f);
-	if (f != stdin)
-		fclose(f);
 	qsort(rows, nrows, sizeof *rows, by_pid_time);
 
 	/* The scales: every row, and the limits that fit. */
+	tmax = 0;
 	double top = 0;
 	bool any_held = false;
 	size_t npids = 0;
@@ -390,8 +411,6 @@ static int plot_main(int argc, char **argv)
 	ystep = ml__svg_step(top * 1.1 / yunit, 6) * yunit;
 	ymax = ceil(top * 1.1 / ystep) * ystep;
 
-	const char *outname = ml__svg_out_name(in, out);
-	FILE *o = ml__svg_open_out(CMD, outname);
 	char *t = NULL;
 	if (!title) {
 		const char *base = strrchr(program, '/');
@@ -412,22 +431,22 @@ static int plot_main(int argc, char **argv)
 			first = &rows[i];
 	char peak[32], sub[256];
 	ml__svg_bytes(peak, sizeof peak, top);
-	int k = snprintf(sub, sizeof sub, "%zu process%s", npids,
-	                 npids == 1 ? "" : "es");
+	size_t k = 0;
+	append(sub, sizeof sub, &k, "%zu process%s", npids,
+	       npids == 1 ? "" : "es");
 	if (first)
-		k +=
-		    snprintf(sub + k, sizeof sub - k,
-		             "; the %s was reached at %.2f s (pid %" PRIu64 ")",
-		             ev_text[first->event], first->t, first->pid);
+		append(sub, sizeof sub, &k,
+		       "; the %s was reached at %.2f s (pid %" PRIu64 ")",
+		       ev_text[first->event], first->t, first->pid);
 	else
-		k += snprintf(sub + k, sizeof sub - k, "; no limit reached");
+		append(sub, sizeof sub, &k, "; no limit reached");
 	if (alloc_off) {
 		char b[32];
 		ml__svg_bytes(b, sizeof b, (double)limit[EV_ALLOC]);
-		snprintf(sub + k, sizeof sub - k,
-		         "; allocation limit %s (bytes allocated, off this "
-		         "scale)",
-		         b);
+		append(sub, sizeof sub, &k,
+		       "; allocation limit %s (bytes allocated, off this "
+		       "scale)",
+		       b);
 	}
 	ml__svg_text(o, WIDTH / 2, 46, "middle", 12, "#444444", NULL, "%s",
 	             sub);
@@ -469,8 +488,25 @@ static int plot_main(int argc, char **argv)
 		             "#333333", NULL,
 		             "solid: heap; dotted: held (estimated)");
 	ml__svg_end(o);
-	ml__svg_close_out(CMD, o, outname);
 	free(t);
+}
+
+static int plot_main(int argc, char **argv)
+{
+	const char *out = NULL, *title = NULL;
+	const char *in =
+	    ml__svg_args(CMD, "TIMELINE", argc, argv, help, &out, &title);
+	if (!in)
+		return ML__TOOL_OK;
+	const char *shown = strcmp(in, "-") ? in : "stdin";
+	FILE *f = ml__svg_open_in(CMD, in);
+	read_timeline(shown, f);
+	if (f != stdin)
+		fclose(f);
+	const char *outname = ml__svg_out_name(in, out);
+	FILE *o = ml__svg_open_out(CMD, outname);
+	plot(o, title, shown);
+	ml__svg_close_out(CMD, o, outname);
 	free(rows);
 	return ML__TOOL_OK;
 }

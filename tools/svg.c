@@ -5,23 +5,33 @@
 
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "svg.h"
 #include "tool.h"
 
-/* A coordinate: "12", "12.5", "12.25" (no trailing zeros). */
+/* A coordinate: "12", "12.5", "12.25" (no trailing zeros); from 1e15 on,
+ * where "%.2f" has more digits than a double, 15 significant digits
+ * ("1e+31", not a fixed buffer's cut "1000..." read as "1"). */
 static void num(FILE *f, double v)
 {
 	char b[32];
 	if (!isfinite(v))
 		v = 0;
+	if (fabs(v) >= 1e15) {
+		fprintf(f, "%.15g", v);
+		return;
+	}
+	/* At most 19 characters, with the point. */
 	snprintf(b, sizeof b, "%.2f", v);
 	char *e = b + strlen(b);
 	while (e[-1] == '0')
@@ -325,29 +335,100 @@ const char *ml__svg_out_name(const char *in, const char *out)
 	return p;
 }
 
+ssize_t ml__svg_read_line(const char *cmd, const char *file, FILE *f,
+                          char **buf, size_t *cap, uint64_t *line)
+{
+	size_t len = 0;
+	int c;
+	++*line;
+	errno = 0;
+	for (;;) {
+		/* Room for one more byte and the NUL. */
+		if (len + 2 > *cap) {
+			size_t n = *cap ? 2 * *cap : 256;
+			char *p = realloc(*buf, n);
+			if (!p)
+				ml__tool_usage_error(cmd, "out of memory");
+			*buf = p, *cap = n;
+		}
+		c = getc_unlocked(f);
+		if (c == EOF || c == '\n')
+			break;
+		if (!c)
+			ml__tool_usage_error(cmd,
+			                     "%s: line %" PRIu64 ": a NUL byte",
+			                     file, *line);
+		if (len == ML__SVG_LINE_MAX)
+			ml__tool_usage_error(cmd,
+			                     "%s: line %" PRIu64
+			                     ": longer than "
+			                     "%u bytes",
+			                     file, *line, ML__SVG_LINE_MAX);
+		(*buf)[len++] = (char)c;
+	}
+	if (c == EOF && ferror(f))
+		ml__tool_usage_error(cmd, "cannot read '%s': %s", file,
+		                     strerror(errno ? errno : EIO));
+	if (c == EOF && !len)
+		return -1;
+	while (len && (*buf)[len - 1] == '\r')
+		len--;
+	(*buf)[len] = 0;
+	return (ssize_t)len;
+}
+
+/* The picture, drawn into memory (ml__svg_open_out), and its size. */
+static char *pic;
+static size_t pic_len;
+
 FILE *ml__svg_open_out(const char *cmd, const char *out)
 {
-	if (!strcmp(out, "-"))
-		return stdout;
 	if (!*out)
 		ml__tool_usage_error(cmd, "-o needs a file name");
-	FILE *f = fopen(out, "we");
+	FILE *f = open_memstream(&pic, &pic_len);
 	if (!f)
-		ml__tool_usage_error(cmd, "cannot write '%s': %s", out,
-		                     strerror(errno));
+		ml__tool_usage_error(cmd, "out of memory");
 	return f;
 }
 
 void ml__svg_close_out(const char *cmd, FILE *f, const char *out)
 {
-	bool bad = ferror(f) != 0;
-	int err = errno;
-	if (fclose(f) != 0 && !bad)
-		bad = true, err = errno;
-	if (bad)
-		ml__tool_usage_error(cmd, "cannot write '%s': %s",
-		                     strcmp(out, "-") ? out : "stdout",
-		                     strerror(err));
+	bool mem_bad = ferror(f) != 0;
+	if (fclose(f) != 0 || mem_bad) /* a memory stream fails for memory */
+		ml__tool_usage_error(cmd, "out of memory");
+	bool to_stdout = !strcmp(out, "-"), created = false;
+	int fd = STDOUT_FILENO, err = 0;
+	if (!to_stdout) {
+		/* Whether the file is ours to remove if writing fails. */
+		fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		created = fd >= 0;
+		if (fd < 0 && errno == EEXIST)
+			fd = open(out, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			          0666);
+		if (fd < 0)
+			ml__tool_usage_error(cmd, "cannot write '%s': %s", out,
+			                     strerror(errno));
+	}
+	/* errno read where the call that failed set it. */
+	for (size_t done = 0; done < pic_len && !err;) {
+		ssize_t n = write(fd, pic + done, pic_len - done);
+		if (n > 0)
+			done += (size_t)n;
+		else if (n == 0)
+			err = EIO;
+		else if (errno != EINTR)
+			err = errno;
+	}
+	if (!to_stdout && close(fd) != 0 && !err && errno != EINTR)
+		err = errno;
+	free(pic);
+	pic = NULL;
+	if (!err)
+		return;
+	if (created)
+		unlink(out);
+	ml__tool_usage_error(cmd, "cannot write '%s': %s",
+	                     to_stdout ? "stdout" : out, strerror(err));
 }
 
 const char *ml__svg_args(const char *cmd, const char *what, int argc,

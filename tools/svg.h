@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 /* The XML declaration, <svg> of w x h pixels with a white background, and
  * its <title> (shown by viewers as the document's name). */
@@ -60,6 +61,18 @@ uint32_t ml__svg_hash(const char *s, size_t n);
 
 /* The input file ("-": stdin), or one line and status 2. */
 FILE *ml__svg_open_in(const char *cmd, const char *path);
+/* The longest line the pictures read: a stack of thousands of frames
+ * fits, and /dev/zero or a file without line breaks is refused (each
+ * byte of a line is kept until its end). */
+#define ML__SVG_LINE_MAX (1u << 20)
+/* The next line of f (file names it in messages; *line counts the lines)
+ * into *buf, of *cap bytes, both kept between calls (free(*buf) after the
+ * last): NUL-terminated, its end of line ("\n", "\r\n") removed.  Returns
+ * its length, or -1 at the end of the file.  A line longer than
+ * ML__SVG_LINE_MAX, a NUL byte or a read error is one line naming the line
+ * and status 2, as soon as it is seen. */
+ssize_t ml__svg_read_line(const char *cmd, const char *file, FILE *f,
+                          char **buf, size_t *cap, uint64_t *line);
 /* The two picture commands' arguments: [-o OUT] [--title T] INPUT (what
  * names the input in messages: "PROFILE", "TIMELINE").  Returns INPUT, or
  * NULL when --help was asked (help() has printed it); bad usage is one
@@ -69,9 +82,12 @@ const char *ml__svg_args(const char *cmd, const char *what, int argc,
                          const char **title);
 /* The output's name: out, else IN.svg ("-", stdout, for an input "-"). */
 const char *ml__svg_out_name(const char *in, const char *out);
-/* Opened for writing ("-": stdout), or one line and status 2. */
+/* The stream to draw into ("-": stdout), or one line and status 2.  It
+ * is memory: nothing reaches out before ml__svg_close_out, so bad input
+ * found while drawing, or a crash, leaves no file and writes nothing. */
 FILE *ml__svg_open_out(const char *cmd, const char *out);
-/* Closed; a write error is one line and status 2. */
+/* The picture written to out; a failure is one line and status 2, and the
+ * file removed if this call created it. */
 void ml__svg_close_out(const char *cmd, FILE *f, const char *out);
 
 #endif

@@ -115,6 +115,12 @@ CLEANFILES += cpython-suite.log
 TESTS += tests/cli/test-pictures.sh
 EXTRA_DIST += tests/cli/test-pictures.sh
 
+# The pictures on hostile input (issue 33): numbers that overran the plot's
+# subtitle or made its axis infinite, endless lines, a stack of 50 000
+# frames, a write failing midway: status 2, one line, nothing written.
+TESTS += tests/cli/test-pictures-hostile.sh
+EXTRA_DIST += tests/cli/test-pictures-hostile.sh
+
 # memlimits run --tree-heap-limit (issue 27): the program and its
 # descendants under one shared budget, which no run leaves behind.
 check_PROGRAMS += tests/cli/test-tree-alloc

@@ -287,6 +287,15 @@ if tap_case bad-input; then
 		notok "plot: the row is not named"
 		diag "$tmp/bad.err"
 	fi
+	# A blank and a count: no frame (it was drawn as a stack of none).
+	printf 'a;b 10\n 5\n' >"$tmp/noframe"
+	one_line_2 "flamegraph: a count with no frame" "$M" flamegraph "$tmp/noframe" -o "$tmp/e.svg"
+	if grep -q 'line 2: no frames before the count' "$tmp/bad.err" && ! test -e "$tmp/e.svg"; then
+		ok "flamegraph: the line with no frame is named, nothing written"
+	else
+		notok "flamegraph: the line with no frame is not named, or a file was written"
+		diag "$tmp/bad.err"
+	fi
 	one_line_2 "flamegraph: a directory" "$M" flamegraph "$tmp"
 	one_line_2 "plot: no TIMELINE" "$M" plot
 	one_line_2 "flamegraph: an unknown option" "$M" flamegraph --zoom "$tmp/hand"

@@ -75,3 +75,14 @@ tests_unit_test_held_switch_CFLAGS = $(ML_TEST_CFLAGS) -pthread
 tests_unit_test_held_switch_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
 tests_unit_test_held_switch_LDFLAGS = $(ML_TEST_LINK) -pthread \
 	-Wl,--version-script=$(srcdir)/lib/memlimits.map
+
+# The pictures' SVG writer (issue 33): numbers of every size, write errors
+# with their errno and no file left, the line reader's bounds.
+# tools/svg.c is compiled in; the test has its own ml__tool_usage_error.
+check_PROGRAMS += tests/unit/test-svg
+TESTS += tests/unit/test-svg
+tests_unit_test_svg_SOURCES = tests/unit/test-svg.c tools/svg.c tools/svg.h
+tests_unit_test_svg_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+tests_unit_test_svg_LDADD = tests/tap/libtap.la -lm
+tests_unit_test_svg_LDFLAGS = $(ML_TEST_LINK)
+tests_unit_test_svg_CFLAGS = $(ML_TEST_CFLAGS)

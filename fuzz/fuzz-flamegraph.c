@@ -1,0 +1,87 @@
+/* libFuzzer target: `memlimits flamegraph` (tools/cmd-flamegraph.c) on
+ * the bytes of one collapsed-stack profile, read as the command reads it
+ * (read_profile, through ml__svg_read_line, from a stream over exactly
+ * those bytes) and, when accepted, drawn (flamegraph) into memory.  A
+ * rejected file calls ml__tool_usage_error, which here checks the message
+ * and jumps back.  A picture drawn must be whole (it ends with </svg>),
+ * carry no control character but line breaks (names are escaped), draw
+ * no more frames than the profile has, and stay in proportion to its
+ * input: at most 512 bytes for each byte read (a frame can be one byte,
+ * ";", and is drawn in about 200), and 64 KiB more.  Before issue 33, a
+ * stack of 50 000 frames overflowed the C stack in draw(). */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../tools/cmd-flamegraph.c"
+
+#include "usage-jump.h"
+
+/* What one input leaves in the command's globals. */
+static void reset(void)
+{
+	for (uint32_t i = 0; i < nnames; i++)
+		free(names[i].s);
+	free(names);
+	names = NULL;
+	nnames = names_cap = 0;
+	free(name_index.slot);
+	name_index.slot = NULL;
+	name_index.size = 0;
+	free(nodes);
+	nodes = NULL;
+	nnodes = nodes_cap = 0;
+	free(kid_index.slot);
+	kid_index.slot = NULL;
+	kid_index.size = 0;
+	free(kids);
+	kids = NULL;
+	free(levels);
+	levels = NULL;
+	free(text);
+	text = NULL;
+	text_cap = 0;
+	nstacks = drawn = merged_blocks = 0;
+}
+
+static void check(const char *svg, size_t len, size_t in)
+{
+	if (len < 7 || memcmp(svg + len - 7, "</svg>\n", 7) != 0)
+		abort();
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)svg[i] < 0x20 && svg[i] != '\n')
+			abort();
+	/* Each node drawn once at most, a merged block under a node. */
+	if (drawn > 2 * (uint64_t)nnodes)
+		abort();
+	if (len > 512 * in + 65536)
+		abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	/* Read only: fmemopen's "r" never writes to the buffer. */
+	FILE *in = fmemopen((void *)data, size, "r");
+	/* Static: set by the stream, read after a longjmp. */
+	static char *svg;
+	static size_t len;
+	FILE *o = open_memstream(&svg, &len);
+	if (!in || !o)
+		abort();
+	if (setjmp(back) == 0) {
+		read_profile("fuzz", in);
+		flamegraph(o, NULL, "fuzz");
+		if (fflush(o) != 0)
+			abort();
+		check(svg, len, size);
+	}
+	fclose(o);
+	fclose(in);
+	free(svg);
+	svg = NULL;
+	reset();
+	return 0;
+}
