@@ -12,9 +12,9 @@
 # section 2 with the names its row gives found in it, every identifier it
 # quotes found in the sources (a call, `name()`, in the C code of lib/,
 # tools/ or tests/), every lock in the lock table, the contents against the
-# headings, the test folders and the CI stages.  Nothing here knows a
-# file list: other developers move files, and this says what the document
-# must now say.  A last case feeds the checks a copy of the document with
+# headings, the test folders, the CI stages, the command's files.
+# Nothing here knows a file list: other developers move files, and this
+# says what the document must now say.  A last case feeds the checks a copy of the document with
 # made-up names and wrong structure, so that they are seen to fail.
 : "${top_srcdir:?}"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-internals.XXXXXX") || exit 1
@@ -337,6 +337,24 @@ check_test_folders() {
 	same_set "the test folders" "$have" "$want" | sed 's/no such file/no such folder/'
 }
 
+# check_tools DOC: the library files the command compiles in, as the
+# sentence "command compiles `lib/...` ... in (`tools/local.mk`)" names
+# them, are tools/local.mk's; every file of tools/ is named.
+check_tools() {
+	have=$(flat "$1" | grep -oE 'command compiles `lib/[^(]*in \(`tools/local.mk`\)' |
+		grep -oE 'lib/[a-z]+/[A-Za-z0-9_-]+\.c')
+	[ -n "$have" ] ||
+		echo "no sentence 'command compiles \`lib/...\` ... in (\`tools/local.mk\`)'"
+	want=$(sed -e ':a' -e '/\\$/N; s/\\\n//; ta' "$top_srcdir/tools/local.mk" |
+		grep '^tools_memlimits_SOURCES' | tr ' \t' '\n\n' |
+		grep -E '^lib/.*\.c$')
+	same_set "the library files the command compiles in" "$have" "$want" |
+		sed 's/no such file/not in tools\/local.mk:/'
+	(cd "$top_srcdir/tools" && ls | grep -E '\.[ch]$') | while read -r f; do
+		grep -qF "$f" "$1" || echo "tools/$f: not named"
+	done
+}
+
 # check_ci DOC: the CI paragraph's stages (a. ... n.) are .ci/run's.
 check_ci() {
 	want=$(sed -n 's/^#   \([a-z]\)\. .*/\1/p' "$top_srcdir/.ci/run" | tr -d '\n')
@@ -429,6 +447,8 @@ structure contents check_contents "the contents list every heading, in order"
 structure test-folders check_test_folders \
 	"section 'Tests and CI' lists every folder of tests/ with a local.mk"
 structure ci check_ci "the CI stages are .ci/run's"
+structure tools check_tools \
+	"the command's files and the library files it compiles in are named"
 
 # The structure checks fail on a document with a wrong count, a wrong
 # chain, a made-up or missing file, wrong builds, a missing row, a
@@ -462,13 +482,14 @@ if tap_case self-check-structure; then
 		print ""
 		print "- `tests/gone" pid "/`: none."
 		print ""
-		print "**CI** is z. nothing."
+		print "**CI** is z. nothing. The command compiles"
+		print "`lib/util/gone" pid ".c` in (`tools/local.mk`)."
 		print ""
 		print "## 99. Made up " pid
 	}' "$doc" | sed 's/^\*\*CI\*\* is `/**CI** is y. none; `/' >"$tmp/bogus2.md"
 	fails=
 	for c in layers layer_table builds file_table idents locks contents \
-		test_folders ci; do
+		test_folders ci tools; do
 		"check_$c" "$tmp/bogus2.md" >"$tmp/s.$c"
 	done
 	want() { grep -q "$2" "$tmp/s.$1" || fails="$fails $1:$2"; }
@@ -489,12 +510,13 @@ if tap_case self-check-structure; then
 	want contents "heading: 99. Made up $$"
 	want test_folders "no such folder gone$$"
 	want ci "the CI stages are 'y.*z'"
+	want tools "compiles in: not in tools/local.mk: lib/util/gone$$.c"
 	if [ -z "$fails" ]; then
-		ok "made-up structure is caught (17 ways)"
+		ok "made-up structure is caught (18 ways)"
 	else
 		notok "made-up structure is caught:$fails"
 		for c in layers layer_table builds file_table idents locks \
-			contents test_folders ci; do
+			contents test_folders ci tools; do
 			diag "$tmp/s.$c"
 		done
 	fi
