@@ -14,8 +14,9 @@
 # tools/ or tests/), every lock in the lock table, the contents against the
 # headings, the test folders, the CI stages, the command's files.
 # Nothing here knows a file list: other developers move files, and this
-# says what the document must now say.  A last case feeds the checks a copy of the document with
-# made-up names and wrong structure, so that they are seen to fail.
+# says what the document must now say.  A last case feeds the checks a
+# copy of the document with made-up names and wrong structure, so that
+# they are seen to fail.
 : "${top_srcdir:?}"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-internals.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
