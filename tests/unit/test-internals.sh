@@ -1,6 +1,7 @@
 #!/bin/sh
 # docs/internals.md names only what exists (issue 25): every path under
-# lib/, tools/, include/, tests/, bench/ or fuzz/ it gives is a file or
+# lib/, tools/, include/, tests/, bench/ or fuzz/ (issue 33: and docs/,
+# contrib/, scripts/, examples/, .ci/) it gives is a file or
 # folder of the source tree (or a program or library the build makes from
 # one); every file name it gives alone (`unwind.c`) is one of theirs; and
 # every ml__ / ML__ identifier it gives (a function, macro, variable or
@@ -41,8 +42,8 @@ dirs="lib tools include tests bench fuzz"
 
 # check_paths DOC: prints each path that names nothing.
 check_paths() {
-	grep -oE '(^|[^A-Za-z0-9_./-])(lib|tools|include|tests|bench|fuzz)/[A-Za-z0-9_.+/-]*' "$1" |
-		sed -E 's,^[^a-z],,; s,[.,:;]+$,,; s,/+$,,' | sort -u |
+	grep -oE '(^|[^A-Za-z0-9_./-])(lib|tools|include|tests|bench|fuzz|docs|contrib|scripts|examples|\.ci)/[A-Za-z0-9_.+/-]*' "$1" |
+		sed -E 's,^[^a-z.],,; s,[.,:;]+$,,; s,/+$,,' | sort -u |
 		while read -r p; do
 			[ -e "$top_srcdir/$p" ] && continue
 			[ -e "$top_srcdir/$p.c" ] || [ -e "$top_srcdir/$p.cc" ] ||
@@ -405,14 +406,15 @@ if tap_case self-check; then
 	u=__
 	{
 		cat "$doc"
-		echo "A file lib/core/no-such-file$$.c, a \`gone$$.c\`,"
+		echo "A file lib/core/no-such-file$$.c, docs/gone$$.md, a \`gone$$.c\`,"
 		echo "a function \`ml${u}no_such_function_$$\`, a macro"
 		echo "\`ML${u}NO_SUCH_MACRO_$$\` and a prefix \`ml${u}zz$$*\`."
 	} >"$tmp/bogus.md"
 	check_paths "$tmp/bogus.md" >"$tmp/p"
 	check_files "$tmp/bogus.md" >"$tmp/f"
 	check_names "$tmp/bogus.md" >"$tmp/n"
-	if grep -q "no-such-file$$" "$tmp/p" && grep -q "gone$$" "$tmp/f" &&
+	if grep -q "no-such-file$$" "$tmp/p" && grep -q "docs/gone$$" "$tmp/p" &&
+		grep -q "gone$$" "$tmp/f" &&
 		[ "$(grep -c "_$$\|zz$$" "$tmp/n")" -eq 3 ]; then
 		ok "made-up paths, files and names are caught"
 	else
