@@ -220,41 +220,75 @@ check_builds() {
 		done
 }
 
-# file_rows DOC: the rows of section 2's table (| file | owns | ...).
-file_rows() {
-	awk '/^\| file \| owns \|/ { t = 1; next }
+# table_rows DOC HEADER: the rows of every table whose header line
+# starts with HEADER (a fixed string).
+table_rows() {
+	awk -v h="$2" 'index($0, h) == 1 { t = 1; next }
 	t && /^\|---/ { next }
-	t && !/^\|/ { exit }
+	t && !/^\|/ { t = 0; next }
 	t' "$1"
 }
 
-# check_file_table DOC: every .c file of lib/ has a row; every
-# identifier a row quotes occurs in its file, in a header of its folder,
-# or in another file the row names (`ml__lineage` (defined in `thread.c`)).
+# check_rows DOC HEADER COLS: in every row of those tables, each
+# identifier quoted in the columns COLS (numbers from 1) occurs, as a
+# word (`ml__out_*`: a prefix), in a file of lib/ that the row names (by
+# its path, or by its name alone: `ml__lineage` (defined in `thread.c`))
+# or in a header of that file's folder.
+check_rows() {
+	table_rows "$1" "$2" >"$tmp/trows"
+	[ -s "$tmp/trows" ] || echo "no table '$2 ...'"
+	while read -r row; do
+		files=
+		for o in $(echo "$row" | grep -oE '`[A-Za-z0-9_/.-]+\.[ch]`' |
+			tr -d '`'); do
+			case $o in
+			lib/*) [ -f "$top_srcdir/$o" ] && files="$files $o" ;;
+			*/*) ;;
+			*) files="$files $(cd "$top_srcdir" && find lib -name "$o")" ;;
+			esac
+		done
+		if [ -z "$files" ]; then
+			echo "a row names no file of lib/: $row"
+			continue
+		fi
+		where=$files
+		for w in $files; do
+			where="$where $(cd "$top_srcdir" && ls "${w%/*}"/*.h)"
+		done
+		first=$(echo $files | cut -d' ' -f1)
+		echo "$row" | awk -F'|' -v c="$3" '{
+			n = split(c, a, " ")
+			for (i = 1; i <= n; i++) print $(a[i] + 1) }' |
+			grep -oE '`[A-Za-z_][A-Za-z0-9_]*(\*|\([^`()]*\))?`' |
+			tr -d '`' | sed 's/(.*//' | sort -u | while read -r n; do
+			case $n in
+			*\*) re=${n%\*} ;;
+			*) re="$n([^A-Za-z0-9_]|\$)" ;;
+			esac
+			(cd "$top_srcdir" && grep -qE "(^|[^A-Za-z0-9_])$re" $where) ||
+				echo "$first's row: $n is not in$files (nor its folder's headers)"
+		done
+	done <"$tmp/trows"
+}
+
+# check_file_table DOC: every .c file of lib/ has a row in section 2's
+# table (| file | owns | ...), and every identifier a row quotes is in
+# its file (check_rows).
 check_file_table() {
-	file_rows "$1" >"$tmp/frows"
-	[ -s "$tmp/frows" ] || echo "no table | file | owns | ..."
+	table_rows "$1" '| file | owns |' >"$tmp/frows"
 	(cd "$top_srcdir" && ls lib/*/*.c) | while read -r f; do
 		grep -qF "| \`$f\` |" "$tmp/frows" || echo "$f: no row"
 	done
-	while read -r row; do
-		f=$(echo "$row" | grep -oE '^\| `lib/[^`]+`' | tr -d '|` ')
-		[ -n "$f" ] && [ -f "$top_srcdir/$f" ] || continue
-		where="$top_srcdir/$f $(ls "$top_srcdir/${f%/*}"/*.h)"
-		for o in $(echo "$row" | grep -oE '`[A-Za-z0-9_/.-]+\.[ch]`' |
-			tr -d '`'); do
-			where="$where $(cd "$top_srcdir" && find lib -name "${o##*/}")"
-		done
-		echo "$row" | grep -oE '`[A-Za-z_][A-Za-z0-9_]*(\*|\(\))?`' |
-			tr -d '`()' | sort -u | while read -r n; do
-			case $n in
-			*\*) p=${n%\*} re="$p" ;;
-			*) p=$n re="$n" ;;
-			esac
-			(cd "$top_srcdir" && grep -qE "(^|[^A-Za-z0-9_])$re" $where) ||
-				echo "$f's row: $n is not in $f (nor its folder's headers)"
-		done
-	done <"$tmp/frows"
+	check_rows "$1" '| file | owns |' "2 3"
+}
+
+# check_tables DOC: the same for the other tables that name a file in
+# each row: the shared helpers, the steps of sections 4 and 5, the TLS
+# blocks.
+check_tables() {
+	check_rows "$1" '| job | helper | where |' 2
+	check_rows "$1" '| step | file | function | what |' "3 4"
+	check_rows "$1" '| block | file | bytes | what |' "1 4"
 }
 
 # The sources that identifiers are looked up in, and the few outside
@@ -448,6 +482,8 @@ structure builds check_builds \
 	"the layers of lib/libmlcore.la and libmemlimits.so are lib/local.mk's"
 structure file-table check_file_table \
 	"every .c file of lib/ has a row in section 2, whose names are in it"
+structure tables check_tables \
+	"the helpers, steps and TLS blocks are in the files their rows name"
 structure idents check_idents \
 	"every identifier quoted is in the sources, every call in the C code"
 structure locks check_locks \
@@ -467,7 +503,8 @@ structure tools check_tools \
 # chain, a made-up or missing file, wrong builds, a missing row, a
 # made-up name or call, a missing and a made-up lock, an unlisted heading
 # and test folder, a stage too many (where .ci/run is there: a release
-# tarball has none) and a library file the command does not compile.
+# tarball has none), a library file the command does not compile, and
+# a made-up helper and a function of another file in the tables' rows.
 if tap_case self-check-structure; then
 	u=__
 	awk -v pid=$$ -v u=$u '
@@ -499,11 +536,19 @@ if tap_case self-check-structure; then
 		print "**CI** is z. nothing. The command compiles"
 		print "`lib/util/gone" pid ".c` in (`tools/local.mk`)."
 		print ""
+		print "| job | helper | where |"
+		print "|---|---|---|"
+		print "| x | `ml" u "parse_u64`, `gone_helper_" pid "` | `lib/util/parse.c` |"
+		print ""
+		print "| step | file | function | what |"
+		print "|---|---|---|---|"
+		print "| 1 | `lib/util/parse.c` | `ml" u "sampler_hit` | x |"
+		print ""
 		print "## 99. Made up " pid
 	}' "$doc" | sed 's/^\*\*CI\*\* is `/**CI** is y. none; `/' >"$tmp/bogus2.md"
 	fails= nw=0
 	checks="layers layer_table builds file_table idents locks contents"
-	checks="$checks test_folders tools"
+	checks="$checks test_folders tools tables"
 	[ -f "$top_srcdir/.ci/run" ] && checks="$checks ci"
 	for c in $checks; do
 		"check_$c" "$tmp/bogus2.md" >"$tmp/s.$c"
@@ -531,6 +576,8 @@ if tap_case self-check-structure; then
 	want test_folders "no such folder gone$$"
 	want ci "the CI stages are 'y.*z'"
 	want tools "compiles in: not in tools/local.mk: lib/util/gone$$.c"
+	want tables "gone_helper_$$ is not in lib/util/parse.c"
+	want tables "ml${u}sampler_hit is not in lib/util/parse.c"
 	if [ -z "$fails" ]; then
 		ok "made-up structure is caught ($nw ways)"
 	else
