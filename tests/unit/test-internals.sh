@@ -284,11 +284,29 @@ check_file_table() {
 
 # check_tables DOC: the same for the other tables that name a file in
 # each row: the shared helpers, the steps of sections 4 and 5, the TLS
-# blocks.
+# blocks; and in the text, a name followed by its file, "`name`
+# (`file.c`", is in that file or its folder's headers.
 check_tables() {
 	check_rows "$1" '| job | helper | where |' 2
 	check_rows "$1" '| step | file | function | what |' "3 4"
 	check_rows "$1" '| block | file | bytes | what |' "1 4"
+	flat "$1" |
+		grep -oE '`[A-Za-z_][A-Za-z0-9_]*(\(\))?` \(`[A-Za-z0-9_/.-]+\.[ch]`' |
+		sort -u | sed -E 's/^`([A-Za-z0-9_]+)[^`]*` \(`([^`]+)`$/\1 \2/' |
+		while read -r n f; do
+			case $f in
+			lib/* | tools/*) files=$f ;;
+			*/*) continue ;;
+			*) files=$(cd "$top_srcdir" && find lib tools -name "$f") ;;
+			esac
+			w=$files
+			for x in $files; do
+				w="$w $(cd "$top_srcdir" && ls "${x%/*}"/*.h)"
+			done
+			[ -n "$files" ] && (cd "$top_srcdir" &&
+				grep -qE "(^|[^A-Za-z0-9_])$n([^A-Za-z0-9_]|\$)" $w) ||
+				echo "\`$n\` (\`$f\`: it is not there"
+		done
 }
 
 # The sources that identifiers are looked up in, and the few outside
@@ -483,7 +501,7 @@ structure builds check_builds \
 structure file-table check_file_table \
 	"every .c file of lib/ has a row in section 2, whose names are in it"
 structure tables check_tables \
-	"the helpers, steps and TLS blocks are in the files their rows name"
+	"the tables' and the text's names are in the files given with them"
 structure idents check_idents \
 	"every identifier quoted is in the sources, every call in the C code"
 structure locks check_locks \
@@ -504,7 +522,8 @@ structure tools check_tools \
 # made-up name or call, a missing and a made-up lock, an unlisted heading
 # and test folder, a stage too many (where .ci/run is there: a release
 # tarball has none), a library file the command does not compile, and
-# a made-up helper and a function of another file in the tables' rows.
+# a made-up helper and a function of another file in the tables' rows
+# and in the text.
 if tap_case self-check-structure; then
 	u=__
 	awk -v pid=$$ -v u=$u '
@@ -544,6 +563,8 @@ if tap_case self-check-structure; then
 		print "|---|---|---|---|"
 		print "| 1 | `lib/util/parse.c` | `ml" u "sampler_hit` | x |"
 		print ""
+		print "The tails, `tails_update` (`held.c`)."
+		print ""
 		print "## 99. Made up " pid
 	}' "$doc" | sed 's/^\*\*CI\*\* is `/**CI** is y. none; `/' >"$tmp/bogus2.md"
 	fails= nw=0
@@ -578,6 +599,7 @@ if tap_case self-check-structure; then
 	want tools "compiles in: not in tools/local.mk: lib/util/gone$$.c"
 	want tables "gone_helper_$$ is not in lib/util/parse.c"
 	want tables "ml${u}sampler_hit is not in lib/util/parse.c"
+	want tables "tails_update. (.held.c.: it is not there"
 	if [ -z "$fails" ]; then
 		ok "made-up structure is caught ($nw ways)"
 	else
