@@ -5,7 +5,7 @@
 lib_LTLIBRARIES = lib/libmemlimits.la
 include_HEADERS = include/memlimits.h
 
-# Layers 1-6, the core: it links and works without run mode
+# Layers 1-7, the core: it links and works without run mode
 # (tests/test-core-alone).
 noinst_LTLIBRARIES += lib/libmlcore.la
 lib_libmlcore_la_SOURCES = \
@@ -32,7 +32,7 @@ lib_libmlcore_la_SOURCES = \
 lib_libmlcore_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/lib -DMEMLIMITS_BUILDING
 lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 
-# Layer 7, run mode: a consumer of the core's hooks.
+# Layer 8, run mode: a consumer of the core's hooks.
 lib_libmemlimits_la_SOURCES = \
 	lib/run/run.h \
 	lib/run/settings.c lib/run/symbols.c lib/run/report.c lib/run/describe.c \

@@ -1,4 +1,4 @@
-/* Layer 6, the entry points (docs/internals.md, "Layers"): the exported
+/* Layer 7, the entry points (docs/internals.md, "Layers"): the exported
  * malloc family, start-up, and the public functions that act on the
  * calling thread's state.  They call down into the allocator and the
  * tasks' slow path.  Never installed. */

@@ -1,4 +1,4 @@
-/* Layer 7, run mode (docs/internals.md, "Layers"): limits, reports,
+/* Layer 8, run mode (docs/internals.md, "Layers"): limits, reports,
  * profiles and statistics for a whole unmodified process (`memlimits
  * run`, or LD_PRELOAD with MEMLIMITS_* set).  A consumer of the core's
  * events through its hook table (tasks/tasks.h); nothing below names it,
