@@ -87,7 +87,15 @@ stop_server() {
 	[ -n "$started" ] && as "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
 	started=
 }
-trap 'stop_server; [ -z "$tmp" ] || rm -rf "$tmp"' EXIT INT TERM
+# The cluster limit's budget object outlives the server, for its next
+# start (docs/postgresql.md): this cluster's goes with its directory.
+remove_budget() {
+	[ -n "$data" ] && [ -f "$data/global/pg_control" ] || return 0
+	sysid=$("$bindir/pg_controldata" -D "$data" 2>/dev/null |
+		sed -n 's/^Database system identifier: *//p')
+	[ -n "$sysid" ] && rm -f /dev/shm/memlimits.*.pg."$sysid".*
+}
+trap 'stop_server; remove_budget; [ -z "$tmp" ] || rm -rf "$tmp"' EXIT INT TERM
 if ! pg_cluster ml-pg; then
 	echo "Bail out! initdb failed"
 	cat "$tmp/initdb.out"
