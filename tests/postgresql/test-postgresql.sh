@@ -424,18 +424,22 @@ fi
 # function's query that the outer query's ExecutorEnd ends (a set-
 # returning SQL function stopped by LIMIT).  Each statement's task is
 # freed: memlimits_tasks_open is 1, the reading statement's.
-q -c "create extension file_fdw" -c "create server ml_files foreign data wrapper file_fdw" \
-	-c "create foreign table ml_fail (x int) server ml_files options (program 'echo 1; exit 3')" \
-	-c "create function ml_srf() returns setof int language sql as 'select g from generate_series(1, 10) g'" >/dev/null
-out=$(q -c "begin" -c "savepoint s" -c "select * from ml_fail" -c "rollback to savepoint s" \
-	-c "select 'then ' || 1" -c "commit" -c "select memlimits_metrics()")
-if printf '%s\n' "$out" | grep -q '^ERROR:  38000: program "echo 1; exit 3" failed' &&
-	printf '%s\n' "$out" | grep -q '^then 1$' &&
-	printf '%s\n' "$out" | grep -q '^memlimits_tasks_open{pid="[0-9]*"} 1$'; then
-	ok "an ExecutorEnd that fails inside a subtransaction leaves no task open"
+q -c "create function ml_srf() returns setof int language sql as 'select g from generate_series(1, 10) g'" >/dev/null
+if [ "$(q -c "select count(*) from pg_available_extensions where name = 'file_fdw'")" != 1 ]; then
+	skip "an ExecutorEnd that fails inside a subtransaction: no file_fdw (Debian's postgresql-15 has it)"
 else
-	notok "an ExecutorEnd that fails inside a subtransaction leaves a task open"
-	printf '%s\n' "$out" | grep -v '^# ' | sed 's/^/# /'
+	q -c "create extension file_fdw" -c "create server ml_files foreign data wrapper file_fdw" \
+		-c "create foreign table ml_fail (x int) server ml_files options (program 'echo 1; exit 3')" >/dev/null
+	out=$(q -c "begin" -c "savepoint s" -c "select * from ml_fail" -c "rollback to savepoint s" \
+		-c "select 'then ' || 1" -c "commit" -c "select memlimits_metrics()")
+	if printf '%s\n' "$out" | grep -q '^ERROR:  38000: program "echo 1; exit 3" failed' &&
+		printf '%s\n' "$out" | grep -q '^then 1$' &&
+		printf '%s\n' "$out" | grep -q '^memlimits_tasks_open{pid="[0-9]*"} 1$'; then
+		ok "an ExecutorEnd that fails inside a subtransaction leaves no task open"
+	else
+		notok "an ExecutorEnd that fails inside a subtransaction leaves a task open"
+		printf '%s\n' "$out" | grep -v '^# ' | sed 's/^/# /'
+	fi
 fi
 out=$(q -c "select ml_srf() limit 1" -c "select memlimits_metrics()")
 if printf '%s\n' "$out" | grep -q '^1$' &&
