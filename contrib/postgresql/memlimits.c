@@ -24,10 +24,13 @@
  * the error is thrown again once ml_task_run has returned. */
 #include "postgres.h"
 
+#include <math.h>
 #include <sys/stat.h>
 
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type_d.h"
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -42,6 +45,7 @@
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/tuplestore.h"
 
 #include <memlimits.h>
@@ -74,9 +78,28 @@ PG_FUNCTION_INFO_V1(memlimits_metrics);
 
 /* ---- Settings ------------------------------------------------------- */
 
-static int statement_limit_kb;       /* memlimits.statement_limit */
-static int statement_alloc_limit_kb; /* memlimits.statement_alloc_limit */
-static int cluster_limit_kb;         /* memlimits.cluster_limit */
+/* In kB, whole numbers (check_limit).  Real settings, not integer
+ * ones: an integer setting in kB rounds '1B' to '512B' to 0, which is no
+ * limit at all, before any check hook sees it; a real one keeps the
+ * fraction, and check_limit refuses it. */
+static double statement_limit_kb;       /* memlimits.statement_limit */
+static double statement_alloc_limit_kb; /* memlimits.statement_alloc_limit */
+static double cluster_limit_kb;         /* memlimits.cluster_limit */
+
+/* 0 is none; a limit is at least 1kB, and a fraction of a kB above that
+ * is rounded up ('1025B' is 2kB). */
+static bool check_limit(double *newval, void **extra, GucSource source)
+{
+	if (*newval > 0 && *newval < 1) {
+		GUC_check_errdetail("%.0f bytes: a limit under 1kB would "
+		                    "stop every statement; 0 means no limit.",
+		                    *newval * 1024);
+		GUC_check_errhint("Set 0 for none, or a limit of 1kB or more.");
+		return false;
+	}
+	*newval = ceil(*newval);
+	return true;
+}
 
 /* ---- Statements ------------------------------------------------------ */
 
@@ -92,22 +115,32 @@ static ml_task *pending_task;
 /* The task of a statement in its ExecutorEnd (freed after it). */
 static ml_task *ending_task;
 
+/* The task of work that runs outside every statement: what the end of a
+ * transaction runs after the statement that caused it has ended
+ * (deferred triggers, WITH HOLD cursors materialised at COMMIT).  One for
+ * all of it in a transaction, with a statement's limits; made at its
+ * first slice, freed at the end of the transaction. */
+static ml_task *xact_task;
+
 /* The running portals' tasks: each top-level QueryDesc, from its
  * ExecutorStart to its ExecutorEnd (a portal fetched over several Execute
  * messages is one statement).  Kept in TopMemoryContext; freed at
- * ExecutorEnd, at the statement's error, and at the end of the
- * transaction (an aborted transaction drops its portals without
- * ExecutorEnd). */
+ * ExecutorEnd, at the statement's error, at the abort of the
+ * subtransaction it started in, and at the end of the transaction (an
+ * aborted (sub)transaction drops its portals without ExecutorEnd). */
 typedef struct stmt_entry {
 	struct stmt_entry *next;
 	QueryDesc *qd;
 	ml_task *task;
+	SubTransactionId subid; /* the subtransaction of its ExecutorStart */
 } stmt_entry;
 static stmt_entry *stmts;
 
 /* The task running now (for memlimits_activity). */
 static ml_task *current_task;
 
+static needs_fmgr_hook_type prev_needs_fmgr;
+static fmgr_hook_type prev_fmgr;
 static planner_hook_type prev_planner;
 static ExecutorStart_hook_type prev_ExecutorStart;
 static ExecutorRun_hook_type prev_ExecutorRun;
@@ -134,8 +167,9 @@ static activity_slot *activity; /* MaxBackends slots, by MyBackendId */
 /* ---- Counters, shared between backends (memlimits_metrics) ------------- */
 
 /* Statements started as tasks, and those the library interrupted, by
- * reason: indexed as ml_status (ML_ALLOC_LIMIT .. ML_HELD_LIMIT). */
-enum { C_STARTED = 0, C_N = ML_HELD_LIMIT + 1 };
+ * reason (counter_of maps an ml_status to its slot, whatever the
+ * values of ml_status). */
+enum { C_STARTED, C_ALLOC, C_GLOBAL, C_CANCELLED, C_HELD, C_N };
 /* One slot per backend, each on its own cache line: a backend adds only
  * to its own (no line written by every backend at every statement);
  * memlimits_metrics sums them.  A slot outlives its backend: the next
@@ -161,16 +195,38 @@ static void count(unsigned i)
 	pg_atomic_fetch_add_u64(&s->c[i], 1);
 }
 
+/* The slot of an interruption's reason; C_N for a status that is none. */
+static unsigned counter_of(ml_status st)
+{
+	switch (st) {
+	case ML_ALLOC_LIMIT:
+		return C_ALLOC;
+	case ML_GLOBAL_LIMIT:
+		return C_GLOBAL;
+	case ML_CANCELLED:
+		return C_CANCELLED;
+	case ML_HELD_LIMIT:
+		return C_HELD;
+	default:
+		return C_N;
+	}
+}
+
 static bool statements_limited(void)
 {
 	return statement_limit_kb > 0 || statement_alloc_limit_kb > 0 ||
 	       cluster_limit_kb > 0;
 }
 
-static uint64_t kb_bytes(int kb)
+static uint64_t kb_bytes(double kb)
 {
 	return kb > 0 ? (uint64_t)kb * 1024 : ML_NO_LIMIT;
 }
+
+/* The tasks made by statement_task_new and not yet freed by task_end
+ * (memlimits_metrics' memlimits_tasks_open: 1 while it runs, once every
+ * statement before it has ended). */
+static int open_tasks;
 
 static ml_task *statement_task_new(void)
 {
@@ -191,8 +247,10 @@ static ml_task *statement_task_new(void)
 	l.alloc_bytes = kb_bytes(statement_alloc_limit_kb);
 	l.global = cluster_limit_kb > 0;
 	ml_task *task = ml_task_new(&l);
-	if (task) /* NULL (no memory): the statement runs free, uncounted */
+	if (task) { /* NULL (no memory): the statement runs free, uncounted */
 		count(C_STARTED);
+		open_tasks++;
+	}
 	return task;
 }
 
@@ -206,9 +264,10 @@ static void task_end(ml_task *task)
 {
 	if (!task)
 		return;
-	ml_status st = ml_task_status(task);
-	if (st >= ML_ALLOC_LIMIT && st <= ML_HELD_LIMIT)
-		count((unsigned)st);
+	unsigned c = counter_of(ml_task_status(task));
+	if (c != C_N)
+		count(c);
+	open_tasks--;
 	if (last_published == task)
 		last_published = NULL; /* its address may come back */
 	ml_task_free(task);
@@ -293,9 +352,19 @@ static void size_text(char *buf, size_t len, uint64_t b)
 		snprintf(buf, len, "%.1f kB", (double)b / 1024);
 }
 
-/* The statement's ERROR for its task's interruption; frees the task. */
-static void limit_error(ml_task *task) pg_attribute_noreturn();
-static void limit_error(ml_task *task)
+/* Allocations memlimits refused in this backend (the refusal guard said
+ * yes): a slice's ERROR is the limit's only when one was refused during
+ * it. */
+static uint64 refusals;
+
+/* The statement's ERROR for its task's interruption; frees the task.
+ * cause: the ERROR that the refused allocation became (PostgreSQL's
+ * "out of memory", or the message of code that reported its own malloc's
+ * failure: the regex engine's), NULL when the statement is stopped
+ * before it runs again. */
+static void limit_error(ml_task *task, const ErrorData *cause)
+    pg_attribute_noreturn();
+static void limit_error(ml_task *task, const ErrorData *cause)
 {
 	ml_status st = ml_task_status(task);
 	uint64_t held = ml_task_held(task), allocated = ml_task_allocated(task);
@@ -323,36 +392,57 @@ static void limit_error(ml_task *task)
 	size_text(h, sizeof(h), held);
 	size_text(a, sizeof(a), allocated);
 	task_end(task);
+	/* The refused request, as the code that asked for it reported it:
+	 * PostgreSQL's own failure names its size in its DETAIL ("Failed on
+	 * request of size N in memory context X"); other code's, in its
+	 * message (no size: the library does not tell it). */
+	StringInfoData req;
+	initStringInfo(&req);
+	if (cause && cause->sqlerrcode == ERRCODE_OUT_OF_MEMORY &&
+	    cause->detail)
+		appendStringInfo(&req,
+		                 " The refused request (not counted in those): "
+		                 "%s",
+		                 cause->detail);
+	else if (cause && cause->message)
+		appendStringInfo(&req,
+		                 " The refused request (not counted in those), "
+		                 "as its code reported it: %s (SQLSTATE %s).",
+		                 cause->message,
+		                 unpack_sql_state(cause->sqlerrcode));
 	if (st == ML_GLOBAL_LIMIT) {
 		char total[32];
 		size_text(total, sizeof(total),
 		          ml_shared_usage ? ml_shared_usage() : 0);
-		ereport(ERROR,
-		        (errcode(ERRCODE_OUT_OF_MEMORY),
-		         errmsg("memlimits: %s reached", what),
-		         errdetail("%s is %s; the cluster's backends held about "
-		                   "%s together, this statement the most of "
-		                   "them: about %s (it had allocated about %s).",
-		                   name, limit, total, h, a)));
+		ereport(
+		    ERROR,
+		    (errcode(ERRCODE_OUT_OF_MEMORY),
+		     errmsg("memlimits: %s reached", what),
+		     errdetail("%s is %s; the cluster's backends held about "
+		               "%s together, this statement the most of "
+		               "them: about %s (it had allocated about %s)."
+		               "%s",
+		               name, limit, total, h, a, req.data)));
 	}
 	ereport(ERROR,
 	        (errcode(ERRCODE_OUT_OF_MEMORY),
 	         errmsg("memlimits: %s reached", what),
 	         errdetail("%s is %s; the statement held about %s and had "
-	                   "allocated about %s.",
-	                   name, limit, h, a)));
+	                   "allocated about %s.%s",
+	                   name, limit, h, a, req.data)));
 }
 
 /* Run fn(arg) as a slice of the task *owner holds (NULL: plainly).  On
  * an ERROR the task is freed (the statement ends there), *owner set to
  * NULL first, and the error thrown again, or replaced by the limit's when
- * the task was interrupted and the error is PostgreSQL's out of memory:
- * so that the callers need no PG_TRY of their own (a sigsetjmp each).
- * ends: the statement ends with this call (the caller has let go of the
- * task; it is freed here).  Returns normally only when the statement goes
- * on or ended well. */
-static void run_slice(ml_task **owner, void (*fn)(void *), void *arg,
-                      bool ends)
+ * the task was interrupted and an allocation was refused during the
+ * slice, whatever the code that asked for it made of the refusal (its
+ * own "out of memory", or the regex engine's 2201B): so that the callers
+ * need no PG_TRY of their own (a sigsetjmp each).  ends: the statement
+ * ends with this call (the caller has let go of the task; it is freed
+ * here).  Returns normally only when the statement goes on or ended
+ * well. */
+static void run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 {
 	ml_task *task = *owner;
 	if (!task) {
@@ -369,11 +459,12 @@ static void run_slice(ml_task **owner, void (*fn)(void *), void *arg,
 			return;
 		}
 		*owner = NULL;
-		limit_error(task);
+		limit_error(task, NULL);
 	}
 	slice_call c = {fn, arg, false};
 	MemoryContext cxt = CurrentMemoryContext;
 	ml_task *outer = current_task;
+	uint64 refused = refusals;
 	current_task = task;
 	/* At a slice's start only when the last publication was another
 	 * task's: what the statement's last slice published at its end
@@ -386,24 +477,29 @@ static void run_slice(ml_task **owner, void (*fn)(void *), void *arg,
 		publish(ends || c.failed ? NULL : task);
 	if (c.failed) {
 		*owner = NULL;
-		/* In ErrorContext, with the error on the stack. */
-		if (st != ML_OK && geterrcode() == ERRCODE_OUT_OF_MEMORY) {
+		/* The error is on the error stack: CopyErrorData reads it
+		 * (out of ErrorContext), where geterrcode belongs inside
+		 * ereport's own processing. */
+		if (st != ML_OK && refusals != refused) {
 			MemoryContextSwitchTo(cxt);
+			ErrorData *cause = CopyErrorData();
 			FlushErrorState();
-			limit_error(task);
+			limit_error(task, cause);
 		}
 		task_end(task);
 		PG_RE_THROW();
 	}
 	if (st != ML_OK && !ends) {
 		*owner = NULL;
-		limit_error(task);
+		limit_error(task, NULL);
 	}
 	if (ends)
 		task_end(task);
 }
 
-static void forget_stmt(QueryDesc *qd, ml_task **task)
+/* Drops qd's entry: its task goes to *task, or is freed (task NULL).
+ * False (and *task untouched) when qd has none. */
+static bool forget_stmt(QueryDesc *qd, ml_task **task)
 {
 	for (stmt_entry **p = &stmts; *p; p = &(*p)->next)
 		if ((*p)->qd == qd) {
@@ -414,10 +510,9 @@ static void forget_stmt(QueryDesc *qd, ml_task **task)
 			else
 				task_end(e->task);
 			pfree(e);
-			return;
+			return true;
 		}
-	if (task)
-		*task = NULL;
+	return false;
 }
 
 static stmt_entry *stmt_entry_of(QueryDesc *qd)
@@ -439,6 +534,32 @@ static void xact_end(XactEvent event, void *arg)
 		forget_stmt(stmts->qd, NULL);
 	task_end(pending_task);
 	pending_task = NULL;
+	task_end(ending_task);
+	ending_task = NULL;
+	task_end(xact_task);
+	xact_task = NULL;
+}
+
+/* The abort of a subtransaction (an ERROR under SAVEPOINT, ROLLBACK TO):
+ * the portals started in it (or in its children: their ids are larger)
+ * are dropped without ExecutorEnd, and an ExecutorEnd that failed in it
+ * left its task in ending_task.  A PL/pgSQL block's subtransaction that
+ * aborts inside a statement has started no entry (entries are made at
+ * nesting level 0 only). */
+static void subxact_end(SubXactEvent event, SubTransactionId mySubid,
+                        SubTransactionId parentSubid, void *arg)
+{
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	for (stmt_entry **p = &stmts; *p;) {
+		stmt_entry *e = *p;
+		if (e->subid >= mySubid) {
+			*p = e->next;
+			task_end(e->task);
+			pfree(e);
+		} else
+			p = &e->next;
+	}
 	task_end(ending_task);
 	ending_task = NULL;
 }
@@ -529,13 +650,28 @@ static void call_end(void *p)
 		standard_ExecutorEnd(c->qd);
 }
 
+/* The task for work outside every statement (xact_task), made when
+ * needed; NULL without limits. */
+static ml_task **outside_task(void)
+{
+	if (!xact_task && statements_limited())
+		xact_task = statement_task_new();
+	return &xact_task;
+}
+
 /* A top-level executor call of qd's statement; its error ends it (its
  * entry stays, with no task, until ExecutorEnd or the transaction's
- * end). */
+ * end).  A query with no entry was started inside another statement and
+ * runs now outside every statement: a WITH HOLD cursor that DECLARE
+ * started, materialised at COMMIT (PersistHoldablePortal). */
 static void executor_slice(QueryDesc *qd, void (*fn)(void *), executor_call *c)
 {
 	stmt_entry *e = stmt_entry_of(qd);
-	if (!e || !e->task) {
+	if (!e) {
+		run_slice(outside_task(), fn, c, false);
+		return;
+	}
+	if (!e->task) {
 		fn(c);
 		return;
 	}
@@ -560,6 +696,7 @@ static void ml_ExecutorStart(QueryDesc *qd, int eflags)
 	stmt_entry *e = MemoryContextAlloc(TopMemoryContext, sizeof(*e));
 	e->qd = qd;
 	e->task = task;
+	e->subid = GetCurrentSubTransactionId();
 	e->next = stmts;
 	stmts = e;
 	executor_slice(qd, call_start, &c);
@@ -572,8 +709,7 @@ static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
 	if (nesting_level > 0) {
 		publish_nested();
 		call_run(&c);
-	}
-	else
+	} else
 		executor_slice(qd, call_run, &c);
 }
 
@@ -609,13 +745,20 @@ static void ml_ExecutorEnd(QueryDesc *qd)
 	 * held tracking off, and the executor's sampled blocks freed then
 	 * would each look for the last record (held.c's drain), about 700
 	 * instructions a pgbench -S transaction.  An ERROR in between leaves
-	 * it to the transaction's end (ending_task). */
-	forget_stmt(qd, &ending_task);
+	 * it to the end of the (sub)transaction (ending_task).  A query
+	 * without an entry (one a SQL function started, ended here by the
+	 * outer query's ExecutorEnd) leaves ending_task alone; one with an
+	 * entry ending inside another's ExecutorEnd gives it back after. */
+	ml_task *outer = ending_task;
+	if (!forget_stmt(qd, &ending_task)) {
+		call_end(&c);
+		return;
+	}
 	if (ending_task && activity)
 		publish(NULL);
 	call_end(&c);
 	task_end(ending_task);
-	ending_task = NULL;
+	ending_task = outer;
 }
 
 typedef struct utility_call {
@@ -663,6 +806,79 @@ static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
 	run_slice(&task, call_utility, &c, true);
 }
 
+/* ---- Functions called outside every statement ------------------------ */
+
+/* A deferred trigger runs at COMMIT (AfterTriggerFireDeferred in
+ * CommitTransaction), after the statement that queued it has ended and
+ * outside every hook above: PL/pgSQL's simple expressions (s := s || s)
+ * call no planner or executor.  needs_fmgr_hook routes every call of a
+ * trigger function through fmgr_security_definer, which calls fmgr_hook
+ * before and after it; at nesting level 0 (no statement's slice is
+ * running) the hook points the FmgrInfo that is about to be called (the
+ * one it is given) at outside_call, which puts the address back and runs
+ * the function as a slice of xact_task.  Inside a statement (AFTER
+ * triggers in ExecutorFinish, SET CONSTRAINTS ... IMMEDIATE) the hook
+ * changes nothing: the statement's slice is running. */
+static struct {
+	FmgrInfo *flinfo; /* the call armed at FHET_START, NULL when none */
+	PGFunction fn;    /* its function */
+} armed;
+
+static bool ml_needs_fmgr(Oid fn_oid)
+{
+	if (prev_needs_fmgr && prev_needs_fmgr(fn_oid))
+		return true;
+	if (!statements_limited())
+		return false;
+	HeapTuple tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn_oid));
+	if (!HeapTupleIsValid(tup))
+		return false;
+	bool trigger = ((Form_pg_proc)GETSTRUCT(tup))->prorettype == TRIGGEROID;
+	ReleaseSysCache(tup);
+	return trigger;
+}
+
+typedef struct function_call {
+	FunctionCallInfo fcinfo;
+	PGFunction fn;
+	Datum result;
+} function_call;
+
+static void call_function(void *p)
+{
+	function_call *c = p;
+	c->result = c->fn(c->fcinfo);
+}
+
+static Datum outside_call(PG_FUNCTION_ARGS)
+{
+	if (armed.flinfo != fcinfo->flinfo)
+		elog(ERROR, "memlimits: a function call that was not armed");
+	function_call c = {fcinfo, armed.fn, (Datum)0};
+	fcinfo->flinfo->fn_addr = armed.fn;
+	armed.flinfo = NULL;
+	run_slice(outside_task(), call_function, &c, false);
+	return c.result;
+}
+
+static void ml_fmgr(FmgrHookEventType event, FmgrInfo *flinfo, Datum *arg)
+{
+	if (prev_fmgr)
+		prev_fmgr(event, flinfo, arg);
+	if (event == FHET_START) {
+		if (nesting_level == 0 && statements_limited() &&
+		    flinfo->fn_addr != outside_call) {
+			armed.flinfo = flinfo;
+			armed.fn = flinfo->fn_addr;
+			flinfo->fn_addr = outside_call;
+		}
+	} else if (flinfo->fn_addr == outside_call && armed.flinfo == flinfo) {
+		/* Armed and not called (an ERROR in between). */
+		flinfo->fn_addr = armed.fn;
+		armed.flinfo = NULL;
+	}
+}
+
 /* ---- Refusals --------------------------------------------------------- */
 
 /* Asked inside malloc before a statement's allocation is refused: never in
@@ -670,7 +886,10 @@ static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
  * restart of the whole cluster), nor while the backend exits. */
 static bool refusal_ok(void *arg)
 {
-	return CritSectionCount == 0 && !proc_exit_inprogress;
+	if (CritSectionCount != 0 || proc_exit_inprogress)
+		return false;
+	refusals++; /* a plain store: allowed inside malloc */
+	return true;
 }
 
 /* ---- Shared memory and the cluster's budget ----------------------------- */
@@ -785,24 +1004,24 @@ void _PG_init(void)
 		            "than 0.3 (no ml_set_refusal_guard): preload "
 		            "libmemlimits 0.3 or newer")));
 
-	DefineCustomIntVariable(
+	DefineCustomRealVariable(
 	    "memlimits.statement_limit",
 	    "The memory one top-level statement may hold, with everything "
 	    "it runs; 0 = none.",
 	    NULL, &statement_limit_kb, 0, 0, MAX_KILOBYTES, PGC_SUSET,
-	    GUC_UNIT_KB, NULL, NULL, NULL);
-	DefineCustomIntVariable(
+	    GUC_UNIT_KB, check_limit, NULL, NULL);
+	DefineCustomRealVariable(
 	    "memlimits.statement_alloc_limit",
 	    "The bytes one top-level statement may allocate through malloc in "
 	    "total; 0 = none.",
 	    NULL, &statement_alloc_limit_kb, 0, 0, MAX_KILOBYTES, PGC_SUSET,
-	    GUC_UNIT_KB, NULL, NULL, NULL);
-	DefineCustomIntVariable(
+	    GUC_UNIT_KB, check_limit, NULL, NULL);
+	DefineCustomRealVariable(
 	    "memlimits.cluster_limit",
 	    "The memory all backends of the cluster may hold together: over "
 	    "it, the statement that holds the most is stopped; 0 = none.",
 	    NULL, &cluster_limit_kb, 0, 0, MAX_KILOBYTES, PGC_POSTMASTER,
-	    GUC_UNIT_KB, NULL, NULL, NULL);
+	    GUC_UNIT_KB, check_limit, NULL, NULL);
 	MarkGUCPrefixReserved("memlimits");
 
 	ml_set_refusal_guard(refusal_ok, NULL);
@@ -812,6 +1031,10 @@ void _PG_init(void)
 	shmem_request_hook = ml_shmem_request;
 	prev_shmem_startup = shmem_startup_hook;
 	shmem_startup_hook = ml_shmem_startup;
+	prev_needs_fmgr = needs_fmgr_hook;
+	needs_fmgr_hook = ml_needs_fmgr;
+	prev_fmgr = fmgr_hook;
+	fmgr_hook = ml_fmgr;
 	prev_planner = planner_hook;
 	planner_hook = ml_planner;
 	prev_ExecutorStart = ExecutorStart_hook;
@@ -825,6 +1048,7 @@ void _PG_init(void)
 	prev_ProcessUtility = ProcessUtility_hook;
 	ProcessUtility_hook = ml_ProcessUtility;
 	RegisterXactCallback(xact_end, NULL);
+	RegisterSubXactCallback(subxact_end, NULL);
 }
 
 /* ---- memlimits_activity() --------------------------------------------- */
@@ -904,9 +1128,12 @@ static void metric_backend(StringInfo heap, StringInfo held, uint32 pid,
  * mean the same. */
 Datum memlimits_metrics(PG_FUNCTION_ARGS)
 {
-	/* In the library's order of reasons (ml_status 1 .. 4). */
 	static const char *const reasons[C_N] = {
-	    NULL, "alloc_limit", "global_limit", "cancelled", "held_limit"};
+	    [C_ALLOC] = "alloc_limit",
+	    [C_GLOBAL] = "global_limit",
+	    [C_CANCELLED] = "cancelled",
+	    [C_HELD] = "held_limit",
+	};
 	uint64 sum[C_N] = {0};
 	if (counters)
 		for (int i = 0; i <= MaxBackends; i++)
@@ -927,7 +1154,7 @@ Datum memlimits_metrics(PG_FUNCTION_ARGS)
 	              "(alloc_limit: memlimits.statement_alloc_limit, "
 	              "held_limit: memlimits.statement_limit, global_limit: "
 	              "memlimits.cluster_limit).");
-	for (int j = ML_ALLOC_LIMIT; j < C_N; j++)
+	for (int j = C_STARTED + 1; j < C_N; j++)
 		appendStringInfo(
 		    &s,
 		    "memlimits_tasks_interrupted_total{reason=\"%s\"} " UINT64_FORMAT
@@ -955,6 +1182,12 @@ Datum memlimits_metrics(PG_FUNCTION_ARGS)
 		}
 	appendBinaryStringInfo(&s, held.data, held.len);
 	pfree(held.data);
+	metric_family(&s, "memlimits_tasks_open", "gauge",
+	              "Statement tasks the calling backend has not freed yet: "
+	              "the calling statement's, and those of portals kept "
+	              "open; the calling backend only.");
+	appendStringInfo(&s, "memlimits_tasks_open{pid=\"%u\"} %d\n",
+	                 (uint32)MyProcPid, open_tasks);
 
 	if (cluster_limit_kb > 0) {
 		metric_gauge(&s, "memlimits_global_limit_bytes",

@@ -21,6 +21,19 @@
 #    statements;
 #  - memlimits_activity() (the extension's SQL script) returns the calling
 #    backend's row.
+#  - a limit under 1kB ('1B' to '512B' rounded to 0, no limit, before) is
+#    refused; '1025B' is 2kB;
+#  - work a statement leaves to COMMIT runs under the limits: bob's
+#    deferred trigger building 1 GB and WITH HOLD cursor materialised at
+#    COMMIT are stopped with 53200 at 64 MB; small ones commit; under
+#    the cluster limit, with no statement limit, the same trigger is the
+#    one stopped when the total passes 1 GB;
+#  - the regex engine's own "out of memory" (2201B) after a refusal is
+#    memlimits' 53200, and every runaway's DETAIL names the refused
+#    request;
+#  - no statement's task is left open (memlimits_tasks_open) after an
+#    ExecutorEnd that failed inside a subtransaction, or a SQL function's
+#    query ended by the outer query's ExecutorEnd.
 #  - memlimits_metrics(): after two statements stopped by statement_limit
 #    in one session and one by statement_alloc_limit in another, a third
 #    session reads exactly those counts (and the statements started), its
@@ -76,7 +89,15 @@ stop_server() {
 	[ -n "$started" ] && as "$bindir/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1
 	started=
 }
-trap 'stop_server; [ -z "$tmp" ] || rm -rf "$tmp"' EXIT INT TERM
+# The cluster limit's budget object outlives the server, for its next
+# start (docs/postgresql.md): this cluster's goes with its directory.
+remove_budget() {
+	[ -n "$data" ] && [ -f "$data/global/pg_control" ] || return 0
+	sysid=$("$bindir/pg_controldata" -D "$data" 2>/dev/null |
+		sed -n 's/^Database system identifier: *//p')
+	[ -n "$sysid" ] && rm -f /dev/shm/memlimits.*.pg."$sysid".*
+}
+trap 'stop_server; remove_budget; [ -z "$tmp" ] || rm -rf "$tmp"' EXIT INT TERM
 if ! pg_cluster ml-pg; then
 	echo "Bail out! initdb failed"
 	cat "$tmp/initdb.out"
@@ -162,6 +183,9 @@ runaway() {
 	fi
 	printf '%s\n' "$out" | grep -q '^DETAIL:.*memlimits.statement_limit is 256.0 MB' ||
 		{ notok "$1: the DETAIL names the limit"; printf '%s\n' "$out" | sed 's/^/# /'; }
+	# ... and the refused request, with its size (PostgreSQL's words).
+	printf '%s\n' "$out" | grep -q '^DETAIL:.*The refused request (not counted in those): Failed on request of size [0-9]* in memory context' ||
+		{ notok "$1: the DETAIL names the refused request"; printf '%s\n' "$out" | sed 's/^/# /'; }
 }
 runaway array_agg "select array_agg(repeat('x', 1000)) from generate_series(1, 10000000)"
 runaway string_agg "select length(string_agg(repeat('x', 1000), ',')) from generate_series(1, 10000000)"
@@ -303,6 +327,129 @@ else
 fi
 prom_ok "$tmp/metrics1" "memlimits_metrics()"
 
+# ---- limits under 1kB: refused ---------------------------------------------------
+# The settings are in kB; an integer setting rounded '1B' to '512B' to 0,
+# which is no limit at all.  Refused now (22023, invalid value); a
+# fraction of a kB above 1kB is rounded up.
+out=$(q -c "set memlimits.statement_limit = '1B'" -c "set memlimits.statement_limit = '512B'" \
+	-c "set memlimits.statement_alloc_limit = '100B'" \
+	-c "set memlimits.statement_limit = '1025B'" -c "show memlimits.statement_limit")
+# (a session of its own: under a 2kB limit, its next SET would be stopped)
+out=$out$(printf '\n%s' "$(q -c "set memlimits.statement_limit = 0" -c "show memlimits.statement_limit")")
+if [ "$(printf '%s\n' "$out" | grep -c '^ERROR:  22023: invalid value for parameter "memlimits.statement')" = 3 ] &&
+	[ "$(printf '%s\n' "$out" | grep -v '^[A-Z]*:  ' | tr '\n' ' ')" = "2kB 0 " ]; then
+	ok "memlimits.statement_limit '1B' and '512B', statement_alloc_limit '100B': refused (22023); '1025B' is 2kB; 0 is none"
+else
+	notok "limits under 1kB"
+	printf '%s\n' "$out" | sed 's/^/# /'
+fi
+
+# ---- work a statement leaves to COMMIT ------------------------------------------
+# As an ordinary role with ALTER ROLE ... SET memlimits.statement_limit =
+# '64MB': a deferred constraint trigger building 1 GB (a PL/pgSQL string
+# doubled: simple expressions, which run no planner or executor hook) and
+# a WITH HOLD cursor materialised at COMMIT (200 MB through string_agg)
+# run after the statement that caused them has ended, at COMMIT.  Each is
+# stopped with 53200, in autocommit and in BEGIN ... COMMIT; the same
+# trigger not deferred is stopped as before; small ones still work, and
+# the backend is left with no task open (memlimits_tasks_open: only the
+# reading statement's).
+q -c "create role bob login" -c "alter role bob set memlimits.statement_limit = '64MB'" \
+	-c "create table ml_def (x int)" -c "create table ml_imm (x int)" \
+	-c "create table ml_def_small (x int)" \
+	-c "create function ml_build() returns trigger language plpgsql as \$\$
+declare s text := repeat('x', 1000);
+begin
+	for i in 1..tg_argv[0]::int loop s := s || s; end loop;
+	raise notice 'built %', length(s);
+	return null;
+end \$\$" \
+	-c "create constraint trigger ml_def_t after insert on ml_def deferrable initially deferred for each row execute function ml_build(20)" \
+	-c "create constraint trigger ml_def_small_t after insert on ml_def_small deferrable initially deferred for each row execute function ml_build(10)" \
+	-c "create trigger ml_imm_t after insert on ml_imm for each row execute function ml_build(20)" \
+	-c "grant insert on ml_def, ml_imm, ml_def_small to bob" >/dev/null
+bob() { "$bindir/psql" -X -h "$tmp/sock" -p "$port" -U bob -d postgres \
+	-v VERBOSITY=verbose -qAt "$@" 2>&1; }
+stopped() { # stopped WHAT OUTPUT: one 53200 from the statement limit, nothing built, the session goes on
+	if [ "$(printf '%s\n' "$2" | grep -c '^ERROR:  53200: memlimits: statement memory limit reached')" = 1 ] &&
+		printf '%s\n' "$2" | grep -q '^DETAIL:  memlimits.statement_limit is 64.0 MB' &&
+		! printf '%s\n' "$2" | grep -q 'built [0-9]\{9\}' &&
+		! printf '%s\n' "$2" | grep -q '^200000000$' &&
+		printf '%s\n' "$2" | grep -q '^next 42$'; then
+		ok "bob (statement_limit 64MB): $1 is stopped with 53200"
+	else
+		notok "bob (statement_limit 64MB): $1 is not stopped"
+		printf '%s\n' "$2" | head -n 20 | sed 's/^/# /'
+	fi
+}
+stopped "a deferred trigger building 1 GB at the COMMIT of an autocommit INSERT" \
+	"$(bob -c "insert into ml_def values (1)" -c "select 'next ' || 42")"
+stopped "a deferred trigger building 1 GB at COMMIT" \
+	"$(bob -c "begin" -c "insert into ml_def values (1)" -c "commit" -c "select 'next ' || 42")"
+stopped "a WITH HOLD cursor materialised at COMMIT (200 MB)" \
+	"$(bob -c "begin" -c "declare c cursor with hold for select length(string_agg(repeat('x', 1000), '')) from generate_series(1, 200000)" \
+		-c "commit" -c "fetch 1 from c" -c "select 'next ' || 42")"
+stopped "the same trigger, not deferred" \
+	"$(bob -c "insert into ml_imm values (1)" -c "select 'next ' || 42")"
+out=$(bob -c "insert into ml_def_small values (1)" \
+	-c "begin" -c "declare c cursor with hold for select length(string_agg(repeat('x', 1000), '')) from generate_series(1, 2000)" \
+	-c "commit" -c "fetch 1 from c" -c "close c" -c "select memlimits_metrics()")
+if printf '%s\n' "$out" | grep -q 'built 1024000$' && printf '%s\n' "$out" | grep -q '^2000000$' &&
+	printf '%s\n' "$out" | grep -q '^memlimits_tasks_open{pid="[0-9]*"} 1$' &&
+	! printf '%s\n' "$out" | grep -q 'ERROR'; then
+	ok "a deferred trigger building 1 MB and a WITH HOLD cursor of 2 MB commit; no task left open"
+else
+	notok "small deferred trigger, WITH HOLD cursor"
+	printf '%s\n' "$out" | grep -v '^# ' | head -n 20 | sed 's/^/# /'
+fi
+
+# ---- code that reports its own malloc's failure -----------------------------------
+# PostgreSQL 15's regex engine calls malloc itself and turns its failure
+# into "invalid regular expression: out of memory" (2201B): memlimits
+# refused it, so the error is the limit's, and the DETAIL quotes it.
+out=$(q -c "set memlimits.statement_limit = '8MB'" -c "select 'x' ~ repeat('(x|y)', 20000)" \
+	-c "select 'next ' || 42")
+if printf '%s\n' "$out" | grep -q '^ERROR:  53200: memlimits: statement memory limit reached' &&
+	printf '%s\n' "$out" | grep -q '^DETAIL:.*memlimits.statement_limit is 8192.0 kB.*The refused request.*invalid regular expression: out of memory (SQLSTATE 2201B)' &&
+	printf '%s\n' "$out" | grep -q '^next 42$'; then
+	ok "a regex over an 8MB limit: 53200 memlimits, the DETAIL quoting the regex engine's 2201B"
+else
+	notok "a regex over an 8MB limit is not memlimits' 53200"
+	printf '%s\n' "$out" | head -n 20 | sed 's/^/# /'
+fi
+
+# ---- tasks of statements that end in an ExecutorEnd -------------------------------
+# An ExecutorEnd that fails (file_fdw's program exits 3 when it is closed)
+# inside a subtransaction, a later statement after ROLLBACK TO; and a SQL
+# function's query that the outer query's ExecutorEnd ends (a set-
+# returning SQL function stopped by LIMIT).  Each statement's task is
+# freed: memlimits_tasks_open is 1, the reading statement's.
+q -c "create function ml_srf() returns setof int language sql as 'select g from generate_series(1, 10) g'" >/dev/null
+if [ "$(q -c "select count(*) from pg_available_extensions where name = 'file_fdw'")" != 1 ]; then
+	skip "an ExecutorEnd that fails inside a subtransaction: no file_fdw (Debian's postgresql-15 has it)"
+else
+	q -c "create extension file_fdw" -c "create server ml_files foreign data wrapper file_fdw" \
+		-c "create foreign table ml_fail (x int) server ml_files options (program 'echo 1; exit 3')" >/dev/null
+	out=$(q -c "begin" -c "savepoint s" -c "select * from ml_fail" -c "rollback to savepoint s" \
+		-c "select 'then ' || 1" -c "commit" -c "select memlimits_metrics()")
+	if printf '%s\n' "$out" | grep -q '^ERROR:  38000: program "echo 1; exit 3" failed' &&
+		printf '%s\n' "$out" | grep -q '^then 1$' &&
+		printf '%s\n' "$out" | grep -q '^memlimits_tasks_open{pid="[0-9]*"} 1$'; then
+		ok "an ExecutorEnd that fails inside a subtransaction leaves no task open"
+	else
+		notok "an ExecutorEnd that fails inside a subtransaction leaves a task open"
+		printf '%s\n' "$out" | grep -v '^# ' | sed 's/^/# /'
+	fi
+fi
+out=$(q -c "select ml_srf() limit 1" -c "select memlimits_metrics()")
+if printf '%s\n' "$out" | grep -q '^1$' &&
+	printf '%s\n' "$out" | grep -q '^memlimits_tasks_open{pid="[0-9]*"} 1$'; then
+	ok "a SQL function's query ended by the outer query's ExecutorEnd leaves no task open"
+else
+	notok "a SQL function's query ended by the outer ExecutorEnd leaves a task open"
+	printf '%s\n' "$out" | grep -v '^# ' | sed 's/^/# /'
+fi
+
 # ---- the cluster limit ----------------------------------------------------------
 # Restarted with memlimits.cluster_limit = '1GB' (a server start setting)
 # and no statement limit.  Three sessions each hold ~180 MB in one
@@ -392,6 +539,20 @@ end \$\$" >/dev/null
 		sed 's/^/# /' "$tmp/metrics2"
 	fi
 	prom_ok "$tmp/metrics2" "memlimits_metrics() with the cluster limit"
+	# Work at COMMIT is seen by the cluster limit too: the deferred
+	# trigger building 1 GB (ml_def, above), with no statement limit,
+	# holds the most when the total passes 1 GB (its string doubled to
+	# 512 MB while the three hold ~540 MB): it is the one stopped, and
+	# the three still finish below.
+	out=$(q -c "insert into ml_def values (1)" -c "select 'next ' || 42")
+	if printf '%s\n' "$out" | grep -q '^ERROR:  53200: memlimits: cluster memory limit reached' &&
+		! printf '%s\n' "$out" | grep -q 'built [0-9]\{9\}' &&
+		printf '%s\n' "$out" | grep -q '^next 42$'; then
+		ok "a deferred trigger building 1 GB at COMMIT is stopped by the cluster limit"
+	else
+		notok "a deferred trigger building 1 GB at COMMIT is not stopped by the cluster limit"
+		printf '%s\n' "$out" | head -n 20 | sed 's/^/# /'
+	fi
 	q -c "insert into ml_flag values (1)" >/dev/null
 	good=0
 	for i in 1 2 3; do
