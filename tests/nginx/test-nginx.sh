@@ -645,7 +645,6 @@ if tap_case series; then
 	# short there, silently, by ngx_slprintf).
 	sed -i 's|^worker_processes 1;|worker_processes 100;|' "$tmp/nginx.conf"
 	start_nginx
-	workers=$(pgrep -P "$master" | sort -n | paste -sd' ' -)
 	mkdir "$tmp/ms"
 	# Each worker publishes its heap at its start: waited for, 30 s at
 	# most (a backstop).
@@ -654,6 +653,9 @@ if tap_case series; then
 		[ "$(grep -c '^memlimits_heap_bytes{' "$tmp/ms/0.txt")" = 100 ] && break
 		sleep 0.1
 	done
+	# The workers once all 100 have published: read right after the
+	# start, the master may not have forked them all yet (seen under load).
+	workers=$(pgrep -P "$master" | sort -n | paste -sd' ' -)
 	size=$(wc -c <"$tmp/ms/0.txt")
 	nser=$(grep -c '^memlimits_heap_bytes{' "$tmp/ms/0.txt")
 	echo "# 100 workers: $size bytes, $nser heap series"
