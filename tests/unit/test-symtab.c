@@ -566,6 +566,59 @@ static void test_debug_file(void)
 	sh("rm -rf '%s'", dir);
 }
 
+/* The reader on tests/cli/make-elf.c's crafted files (fuzz/corpus/elf,
+ * every piece at an odd offset): the build id from a SHT_NOTE section
+ * and, without section headers, from a PT_NOTE segment; the debug link;
+ * the size-0 function named up to its section's end. */
+static void test_crafted(void)
+{
+	const char *src = getenv("top_srcdir");
+	char path[ML__PATH_MAX];
+	struct image im = {0}, ph = {0};
+	if (!src) {
+		tap_skip(1, "top_srcdir not set");
+		return;
+	}
+	snprintf(path, sizeof path, "%s/fuzz/corpus/elf/seed-debug", src);
+	bool ok = map_file(path, &im);
+	snprintf(path, sizeof path, "%s/fuzz/corpus/elf/seed-debug-phdr", src);
+	ok = map_file(path, &ph) && ok;
+	struct ml__elf e, f;
+	const unsigned char *id = NULL, *id2 = NULL;
+	size_t n = 0, n2 = 0;
+	const char *link = NULL;
+	uint32_t crc = 0;
+	ok = ok && ml__elf_open(&e, im.m, im.len, 0) == ML__ELF_OK &&
+	     ml__elf_open(&f, ph.m, ph.len, 0) == ML__ELF_OK &&
+	     ml__elf_build_id(&e, &id, &n) && n == 20 && id[0] == 0xc5 &&
+	     id[19] == (unsigned char)(0xc5 + 7 * 19) && f.shnum == 0 &&
+	     ml__elf_build_id(&f, &id2, &n2) && n2 == 20 &&
+	     !memcmp(id, id2, 20) &&
+	     ml__elf_section_named(&e, ".gnu_debuglink") == 3 &&
+	     ml__elf_section_named(&e, ".debug_info") == -1 &&
+	     ml__elf_debuglink(&e, &link, &crc) &&
+	     !strcmp(link, "prog.debug") && crc == 0x0c35e0b7 &&
+	     !ml__elf_debuglink(&f, &link, &crc);
+	struct obj ob;
+	memset(&ob, 0, sizeof ob);
+	if (ok) {
+		add_table(&ob, &e, SHT_SYMTAB);
+		index_symtab(&ob);
+	}
+	uintptr_t start;
+	const char *a = ok ? symtab_lookup(&ob, 0x1008, &start) : NULL;
+	const char *b = ok ? symtab_lookup(&ob, 0x103f, &start) : NULL;
+	const char *c = ok ? symtab_lookup(&ob, 0x1040, &start) : NULL;
+	tap_ok(ok && a && !strcmp(a, "exported") && b &&
+	           !strcmp(b, "asm_size0") && !c,
+	       "crafted files: build id (section and segment), debug link "
+	       "\"%s\", %s and %s named, nothing past the section",
+	       link ? link : "?", a ? a : "?", b ? b : "?");
+	ml__raw_free(ob.span, ob.span_bytes);
+	unmap(&im);
+	unmap(&ph);
+}
+
 /* A report's stack cut after max frames says how many more, in the
  * singular for one ("1 more frames" before). */
 static void test_more_frames(void)
@@ -617,6 +670,7 @@ int main(void)
 	TAP_RUN(test_random_tables);
 	TAP_RUN(test_no_memory);
 	TAP_RUN(test_size_zero);
+	TAP_RUN(test_crafted);
 	TAP_RUN(test_own_symtab);
 	TAP_RUN(test_stripped);
 	TAP_RUN(test_debug_file);
