@@ -96,6 +96,11 @@ static enum ml__elf_status read_all(const unsigned char *m, size_t len)
 	     strchr(link, '/') || !strcmp(link, ".") || !strcmp(link, "..")))
 		abort();
 	(void)ml__elf_crc32(0, m, len < 4096 ? len : 4096);
+	uint64_t lo, hi;
+	for (unsigned i = 0; i <= e.shnum; i++)
+		if (ml__elf_code_span(&e, i, &lo, &hi) &&
+		    (i == e.shnum || lo >= hi))
+			abort();
 	return st;
 }
 

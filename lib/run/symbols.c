@@ -130,7 +130,7 @@ static enum kind func_at(const struct obj *ob, size_t i, Elf64_Sym *s,
                          uint64_t *end)
 {
 	unsigned t;
-	Elf64_Shdr sh;
+	uint64_t lo, hi;
 	if (!sym_in(ob, i, s, &t) || !is_func(&ob->tab[t], s))
 		return NONE;
 	if (s->st_size) {
@@ -140,12 +140,10 @@ static enum kind func_at(const struct obj *ob, size_t i, Elf64_Sym *s,
 		return SIZED;
 	}
 	if (s->st_shndx >= SHN_LORESERVE ||
-	    !ml__elf_shdr(&ob->elf[t], s->st_shndx, &sh) ||
-	    !(sh.sh_flags & SHF_EXECINSTR) || s->st_value < sh.sh_addr ||
-	    sh.sh_addr + sh.sh_size < sh.sh_addr ||
-	    s->st_value >= sh.sh_addr + sh.sh_size)
+	    !ml__elf_code_span(&ob->elf[t], s->st_shndx, &lo, &hi) ||
+	    s->st_value < lo || s->st_value >= hi)
 		return NONE;
-	*end = sh.sh_addr + sh.sh_size;
+	*end = hi;
 	return UNSIZED;
 }
 

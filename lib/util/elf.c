@@ -207,6 +207,18 @@ bool ml__elf_defines(const struct ml__elf *e, const char *name)
 	       defines_in(e, SHT_SYMTAB, name);
 }
 
+bool ml__elf_code_span(const struct ml__elf *e, unsigned i, uint64_t *lo,
+                       uint64_t *hi)
+{
+	Elf64_Shdr sh;
+	if (!ml__elf_shdr(e, i, &sh) || !(sh.sh_flags & SHF_EXECINSTR) ||
+	    !sh.sh_size || sh.sh_addr + sh.sh_size < sh.sh_addr)
+		return false;
+	*lo = sh.sh_addr;
+	*hi = sh.sh_addr + sh.sh_size;
+	return true;
+}
+
 int ml__elf_section_named(const struct ml__elf *e, const char *name)
 {
 	Elf64_Shdr sh, str;

@@ -87,6 +87,12 @@ const char *ml__elf_needs(const struct ml__elf *e, const char *const *prefixes,
  * or .symtab: "does this object define malloc". */
 bool ml__elf_defines(const struct ml__elf *e, const char *name);
 
+/* The address span [*lo, *hi) of section i, where it is executable
+ * (SHF_EXECINSTR), not empty and does not wrap; false otherwise.  Its
+ * bytes need not be in the image (a debug file's .text is SHT_NOBITS):
+ * what bounds a function of size 0. */
+bool ml__elf_code_span(const struct ml__elf *e, unsigned i, uint64_t *lo,
+                       uint64_t *hi);
 /* The index of the section of this name (".gnu_debuglink"), through the
  * section-name table (e_shstrndx, or section 0's sh_link for
  * SHN_XINDEX), or -1. */
