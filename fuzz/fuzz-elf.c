@@ -6,7 +6,8 @@
  * file calls ml__tool_usage_error, which here checks that there is one
  * and jumps back (the real one escapes what the file put in it).  Nothing
  * is executed.  Seeds: tests/cli/make-elf.c's files (tables at odd
- * offsets). */
+ * offsets; seed-debug and seed-debug-phdr: a build id, a debug link, a
+ * function of size 0). */
 #define _GNU_SOURCE
 #include <elf.h>
 #include <setjmp.h>
@@ -77,6 +78,29 @@ static enum ml__elf_status read_all(const unsigned char *m, size_t len)
 		abort();
 	(void)ml__elf_defines(&e, "malloc");
 	(void)ml__elf_section(&e, SHT_SYMTAB, 0);
+	/* What the symbolizer reads of a stripped object (issue 36): the
+	 * build id, the debug link, a section by name. */
+	const unsigned char *id;
+	size_t id_len;
+	if (ml__elf_build_id(&e, &id, &id_len) &&
+	    (!id_len || id_len > ML__ELF_BUILD_ID_MAX ||
+	     !inside(m, len, id, id_len)))
+		abort();
+	int k = ml__elf_section_named(&e, ".gnu_debuglink");
+	if (k >= 0 && (k == 0 || (unsigned)k >= e.shnum))
+		abort();
+	const char *link;
+	uint32_t crc;
+	if (ml__elf_debuglink(&e, &link, &crc) &&
+	    (k < 0 || !inside(m, len, link, strlen(link) + 1) || !*link ||
+	     strchr(link, '/') || !strcmp(link, ".") || !strcmp(link, "..")))
+		abort();
+	(void)ml__elf_crc32(0, m, len < 4096 ? len : 4096);
+	uint64_t lo, hi;
+	for (unsigned i = 0; i <= e.shnum; i++)
+		if (ml__elf_code_span(&e, i, &lo, &hi) &&
+		    (i == e.shnum || lo >= hi))
+			abort();
 	return st;
 }
 

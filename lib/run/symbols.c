@@ -1,11 +1,15 @@
 /* Symbols for the stacks that reports and profiles print (run/report.c,
  * ml_write_held_profile): looked up only when something is written, once
- * per distinct address: the object's own .dynsym and .symtab, read from
- * its file (util/elf.c) and sorted once into address spans, so that each
- * lookup is a binary search; object+offset where neither names it.  No
- * dladdr: it searches every dynamic symbol of the object per call (0.9
- * million instructions a frame in cc1).  Never used inside an
- * allocation's decision. */
+ * per distinct address, never inside an allocation's decision.  Per
+ * object, read from files with the one ELF reader (util/elf.c): its
+ * .dynsym, and its .symtab or, where it was stripped, the .symtab of its
+ * separate debug file (by build id under /usr/lib/debug/.build-id/, then
+ * by .gnu_debuglink); sorted once into address spans, so that each lookup
+ * is a binary search; object+offset where nothing names it.  No dladdr:
+ * it searches every dynamic symbol of the object per call (0.9 million
+ * instructions a frame in cc1).  Nothing here calls malloc but the
+ * demangler, which the caller allows (a report in abort mode is written
+ * inside an allocation). */
 #define _GNU_SOURCE
 #include "run/run.h"
 #include "util/elf.h"
@@ -20,14 +24,25 @@
 
 #define NSYMS 16384 /* symbol cache entries (distinct addresses) */
 #define NOBJS 128   /* objects whose symbol tables we read */
+/* The largest debug file found by .gnu_debuglink alone (an object without
+ * a build id) that is read whole for its CRC: about a second's work (10
+ * MiB took 85 ms). */
+#define CRC_MAX ((size_t)128 << 20)
 
-/* An object's symbol tables, read from its file: .dynsym first (the
- * exported names, which dladdr gave before), then .symtab, if the object
- * is not stripped.  A symbol's number runs over both, in that order. */
+/* A file mapped read-only, ours to unmap. */
+struct image {
+	const unsigned char *m;
+	size_t len;
+};
+
+/* An object's symbol tables: .dynsym (the exported names, which dladdr
+ * gave before), then .symtab, its own or its debug file's.  A symbol's
+ * number runs over both, in that order.  elf[t]: the image table t was
+ * read from, whose section headers bound a function of size 0. */
 struct obj {
 	uintptr_t bias;
-	const void *map; /* ours to unmap */
-	size_t map_len;
+	struct image file, debug;
+	struct ml__elf elf[2];
 	struct ml__elf_table tab[2];
 	unsigned ntab;
 	size_t nsym;       /* over all tables */
@@ -57,7 +72,11 @@ struct ml__symbols {
 	struct obj *objs;
 	unsigned nobjs;
 	char *(*demangle)(const char *, char *, size_t *, int *);
-	char exe[4096];
+	/* Where debug files are looked for: /usr/lib/debug (a test's
+	 * temporary tree in tests/unit/test-symtab.c). */
+	const char *debug_root;
+	char exe[ML__PATH_MAX];
+	char path[ML__PATH_MAX]; /* a debug file's, being made */
 };
 
 static void demangle(struct ml__symbols *sy, struct sym *e)
@@ -72,15 +91,24 @@ static void demangle(struct ml__symbols *sy, struct sym *e)
 		free(d);
 }
 
-/* Symbol i of the object (over its tables), copied out; its table. */
+/* Symbol i of the object (over its tables), copied out; the number of
+ * its table in *tab. */
+static bool sym_in(const struct obj *ob, size_t i, Elf64_Sym *s, unsigned *tab)
+{
+	for (unsigned t = 0; t < ob->ntab; i -= ob->tab[t++].n)
+		if (i < ob->tab[t].n) {
+			*tab = t;
+			return ml__elf_sym(&ob->tab[t], i, s);
+		}
+	return false;
+}
+
+/* Symbol i of the object, copied out; its table. */
 static const struct ml__elf_table *sym_at(const struct obj *ob, size_t i,
                                           Elf64_Sym *s)
 {
-	for (unsigned t = 0; t < ob->ntab; i -= ob->tab[t++].n)
-		if (i < ob->tab[t].n)
-			return ml__elf_sym(&ob->tab[t], i, s) ? &ob->tab[t]
-			                                      : NULL;
-	return NULL;
+	unsigned t;
+	return sym_in(ob, i, s, &t) ? &ob->tab[t] : NULL;
 }
 
 /* The symbols a lookup may name: functions defined here. */
@@ -91,21 +119,72 @@ static bool is_func(const struct ml__elf_table *t, const Elf64_Sym *s)
 	       s->st_shndx != SHN_UNDEF && s->st_name < t->strsz;
 }
 
+/* What symbol i may name.  SIZED: [value, value + size), to the top of
+ * the address space where that wraps (*end = 0).  UNSIZED, a function of
+ * size 0 (assembly without .size, some .dynsym entries): its extent is
+ * not known, and it may name addresses from its value up to the next
+ * start or end of a function, within its section: *end is the end of its
+ * section, which must be executable and hold the value. */
+enum kind { NONE, SIZED, UNSIZED };
+static enum kind func_at(const struct obj *ob, size_t i, Elf64_Sym *s,
+                         uint64_t *end)
+{
+	unsigned t;
+	uint64_t lo, hi;
+	if (!sym_in(ob, i, s, &t) || !is_func(&ob->tab[t], s))
+		return NONE;
+	if (s->st_size) {
+		*end = s->st_value + s->st_size > s->st_value
+		           ? s->st_value + s->st_size
+		           : 0;
+		return SIZED;
+	}
+	if (s->st_shndx >= SHN_LORESERVE ||
+	    !ml__elf_code_span(&ob->elf[t], s->st_shndx, &lo, &hi) ||
+	    s->st_value < lo || s->st_value >= hi)
+		return NONE;
+	*end = hi;
+	return UNSIZED;
+}
+
 /* Symbol i, if a lookup may name it and it has a size. */
 static bool sized_func(const struct obj *ob, size_t i, Elf64_Sym *s)
 {
-	const struct ml__elf_table *t = sym_at(ob, i, s);
-	return t && is_func(t, s) && s->st_size;
+	uint64_t end;
+	return func_at(ob, i, s, &end) == SIZED;
 }
 
-/* The first function in table order whose [value, value+size) holds addr
- * (size 0: none), or NOSYM.  The indexed lookup returns the same. */
+/* The name an address gets, said once here and kept by the index:
+ * 1. the first function in table order (.dynsym, then .symtab: an
+ *    exported name before its aliases) whose [value, value + size) holds
+ *    addr;
+ * 2. else, where the nearest start or end of a function at or below addr
+ *    (section ends of size-0 functions counted) is the value of a
+ *    function of size 0, the first such function in table order: the
+ *    nearest preceding function, when its size is not known and nothing
+ *    says it ended;
+ * 3. else NOSYM (object+offset).  Scanned here, in O(symbols) a lookup;
+ *    the indexed lookup returns the same. */
 static uint32_t symtab_scan(const struct obj *ob, uintptr_t addr)
 {
 	Elf64_Sym s;
+	uint64_t end, cut = 0;
+	bool any = false;
 	for (size_t i = 0; i < ob->nsym; i++)
 		if (sized_func(ob, i, &s) && addr >= s.st_value &&
 		    addr - s.st_value < s.st_size)
+			return (uint32_t)i;
+	for (size_t i = 0; i < ob->nsym; i++) {
+		enum kind k = func_at(ob, i, &s, &end);
+		if (k == NONE)
+			continue;
+		if (s.st_value <= addr && (!any || s.st_value > cut))
+			cut = s.st_value, any = true;
+		if (end && end <= addr && (!any || end > cut))
+			cut = end, any = true;
+	}
+	for (size_t i = 0; any && i < ob->nsym; i++)
+		if (func_at(ob, i, &s, &end) == UNSIZED && s.st_value == cut)
 			return (uint32_t)i;
 	return NOSYM;
 }
@@ -166,20 +245,24 @@ static uint32_t unclaimed(uint32_t *next, uint32_t j)
 
 /* Sort the functions once by address, so that each lookup is a binary
  * search (a report may look up thousands of addresses in an object with
- * 100 000 symbols).  Every start and end of a function cuts the address
- * space into spans, and each span gets the symbol the scan would return
- * there: where functions overlap (aliases at one address, or one inside
- * another) the first of them in .symtab order, the one the scan meets
- * first.  So symbols claim spans in table order, each only those that no
- * earlier one has.  Without the memory, lookups scan. */
+ * 100 000 symbols).  Every start and end of a function (a section's end
+ * for one of size 0) cuts the address space into spans, and each span
+ * gets the symbol the scan would return there.  Sized functions first:
+ * where they overlap (aliases at one address, or one inside another) the
+ * first of them in table order, the one the scan meets first, so they
+ * claim spans in table order, each only those that no earlier one has.
+ * Then each span still unclaimed that starts at the value of a function
+ * of size 0 gets the first such function.  Without the memory, lookups
+ * scan. */
 static void index_symtab(struct obj *ob)
 {
 	if (ob->nsym >= UINT32_MAX / 2)
 		return;
 	size_t n = 0;
 	Elf64_Sym s;
+	uint64_t end;
 	for (size_t i = 0; i < ob->nsym; i++)
-		n += sized_func(ob, i, &s);
+		n += func_at(ob, i, &s, &end) != NONE;
 	if (!n)
 		return;
 	size_t bytes = 2 * n * sizeof(struct span);
@@ -193,12 +276,11 @@ static void index_symtab(struct obj *ob)
 	}
 	size_t m = 0;
 	for (size_t i = 0; i < ob->nsym; i++) {
-		if (!sized_func(ob, i, &s))
+		if (func_at(ob, i, &s, &end) == NONE)
 			continue;
 		sp[m++].lo = s.st_value;
-		/* An end past the top of the address space: none. */
-		if (s.st_value + s.st_size > s.st_value)
-			sp[m++].lo = s.st_value + s.st_size;
+		if (end) /* 0: an end past the top of the address space */
+			sp[m++].lo = end;
 	}
 	sort_spans(sp, m);
 	size_t k = 0;
@@ -211,11 +293,10 @@ static void index_symtab(struct obj *ob)
 	for (size_t j = 0; j < m; j++)
 		sp[j].sym = NOSYM;
 	for (size_t i = 0; i < ob->nsym; i++) {
-		if (!sized_func(ob, i, &s))
+		if (func_at(ob, i, &s, &end) != SIZED)
 			continue;
-		uint64_t end = s.st_value + s.st_size;
 		size_t a = span_at(sp, m, s.st_value);
-		size_t b = end > s.st_value ? span_at(sp, m, end) : m;
+		size_t b = end ? span_at(sp, m, end) : m;
 		for (uint32_t j = unclaimed(next, (uint32_t)a); j < b;
 		     j = unclaimed(next, j + 1)) {
 			sp[j].sym = (uint32_t)i;
@@ -223,6 +304,13 @@ static void index_symtab(struct obj *ob)
 		}
 	}
 	ml__raw_free(next, next_bytes);
+	for (size_t i = 0; i < ob->nsym; i++) {
+		if (func_at(ob, i, &s, &end) != UNSIZED)
+			continue;
+		size_t a = span_at(sp, m, s.st_value);
+		if (a < m && sp[a].sym == NOSYM)
+			sp[a].sym = (uint32_t)i;
+	}
 	/* Neighbours with one symbol are one span. */
 	k = 0;
 	for (size_t j = 0; j < m; j++)
@@ -233,45 +321,181 @@ static void index_symtab(struct obj *ob)
 	ob->span_bytes = bytes;
 }
 
-/* The object's tables from its image m[0, len): .dynsym, then .symtab. */
+/* The first whole symbol table of this type in e, as the object's next
+ * table. */
+static bool add_table(struct obj *ob, const struct ml__elf *e, uint32_t type)
+{
+	if (ob->ntab == 2 || !ml__elf_symbols(e, type, &ob->tab[ob->ntab]))
+		return false;
+	ob->elf[ob->ntab] = *e;
+	ob->nsym += ob->tab[ob->ntab++].n;
+	return true;
+}
+
+/* The object's tables from its image m[0, len): .dynsym, then .symtab
+ * (the vdso, read where it is mapped: no debug file). */
 static void read_tables(struct obj *ob, const unsigned char *m, size_t len)
 {
 	struct ml__elf e;
 	ob->ntab = ob->nsym = 0;
 	if (ml__elf_open(&e, m, len, 0) != ML__ELF_OK)
 		return;
-	static const uint32_t types[] = {SHT_DYNSYM, SHT_SYMTAB};
-	for (unsigned i = 0; i < 2; i++)
-		if (ml__elf_symbols(&e, types[i], &ob->tab[ob->ntab]))
-			ob->nsym += ob->tab[ob->ntab++].n;
+	add_table(ob, &e, SHT_DYNSYM);
+	add_table(ob, &e, SHT_SYMTAB);
 	index_symtab(ob);
 }
 
 /* Mapped, not read: only the pages of the headers and tables are
  * touched. */
-static void load_symtab(struct obj *ob, const char *path)
+static bool map_file(const char *path, struct image *im)
 {
-	ob->tried = true;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return;
+		return false;
 	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !st.st_size) {
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    (uint64_t)st.st_size > SIZE_MAX) {
 		close(fd);
-		return;
+		return false;
 	}
 	size_t len = (size_t)st.st_size;
 	const unsigned char *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
+		return false;
+	im->m = m;
+	im->len = len;
+	return true;
+}
+
+static void unmap(struct image *im)
+{
+	if (im->m)
+		munmap((void *)im->m, im->len);
+	im->m = NULL;
+	im->len = 0;
+}
+
+/* A path made of pieces in buf[ML__PATH_MAX]; false where it does not
+ * fit. */
+static bool path_add(char *buf, size_t *len, const char *s, size_t n)
+{
+	if (n >= ML__PATH_MAX - *len)
+		return false;
+	memcpy(buf + *len, s, n);
+	*len += n;
+	buf[*len] = 0;
+	return true;
+}
+
+static bool path_hex(char *buf, size_t *len, const unsigned char *p, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		char two[2] = {hex[p[i] >> 4], hex[p[i] & 15]};
+		if (!path_add(buf, len, two, 2))
+			return false;
+	}
+	return true;
+}
+
+/* The debug file at path, if it is the object's: an ELF file for its
+ * machine, with the object's build id where the object has one, else
+ * whose bytes have the CRC that .gnu_debuglink gives (any = false), with
+ * a whole .symtab, which becomes the object's second table. */
+static bool try_debug(struct obj *ob, const struct ml__elf *obj_elf,
+                      const char *path, const unsigned char *id, size_t id_len,
+                      uint32_t crc)
+{
+	struct image im;
+	struct ml__elf d;
+	const unsigned char *did;
+	size_t dlen;
+	if (!map_file(path, &im))
+		return false;
+	bool ok =
+	    ml__elf_open(&d, im.m, im.len, obj_elf->eh.e_machine) == ML__ELF_OK;
+	if (ok && id)
+		ok = ml__elf_build_id(&d, &did, &dlen) && dlen == id_len &&
+		     !memcmp(did, id, id_len);
+	else if (ok)
+		ok = im.len <= CRC_MAX && ml__elf_crc32(0, im.m, im.len) == crc;
+	if (ok && add_table(ob, &d, SHT_SYMTAB)) {
+		ob->debug = im;
+		return true;
+	}
+	unmap(&im);
+	return false;
+}
+
+/* The separate debug file of a stripped object, where gdb looks for it:
+ * ROOT/.build-id/xx/yyyy.debug by the object's build id; then, by the
+ * name in .gnu_debuglink, DIR/NAME, DIR/.debug/NAME and ROOT/DIR/NAME,
+ * DIR being the object's folder.  ROOT is /usr/lib/debug, where Debian's
+ * -dbg and -dbgsym packages put them.  A file found by build id must
+ * carry that id; one found by the link must carry the object's build id
+ * too, or, where the object has none, match the link's CRC. */
+static void find_debug(struct obj *ob, const struct ml__elf *e,
+                       const char *obj_path, const char *root, char *buf)
+{
+	const unsigned char *id = NULL;
+	size_t id_len = 0, len = 0, rlen = strlen(root);
+	const char *name;
+	uint32_t crc;
+	if (ml__elf_build_id(e, &id, &id_len) && id_len >= 2 &&
+	    path_add(buf, &len, root, rlen) &&
+	    path_add(buf, &len, "/.build-id/", 11) &&
+	    path_hex(buf, &len, id, 1) && path_add(buf, &len, "/", 1) &&
+	    path_hex(buf, &len, id + 1, id_len - 1) &&
+	    path_add(buf, &len, ".debug", 6) &&
+	    try_debug(ob, e, buf, id, id_len, 0))
 		return;
-	read_tables(ob, m, len);
-	if (!ob->nsym) { /* stripped of both, or not ELF */
-		munmap((void *)m, len);
+	if (!ml__elf_debuglink(e, &name, &crc))
+		return;
+	const char *slash = strrchr(obj_path, '/');
+	size_t dir = slash ? (size_t)(slash - obj_path) : 0;
+	size_t nlen = strlen(name);
+	for (int where = 0; where < 3; where++) {
+		len = 0;
+		bool fits =
+		    (where < 2 || path_add(buf, &len, root, rlen)) &&
+		    path_add(buf, &len, obj_path, dir) &&
+		    path_add(buf, &len, "/.debug/", where == 1 ? 8 : 1) &&
+		    path_add(buf, &len, name, nlen);
+		if (fits && try_debug(ob, e, buf, id, id_len, crc))
+			return;
+	}
+}
+
+/* The object's file: its .dynsym, and its .symtab or, where it has
+ * none, its debug file's (root: NULL for none). */
+static void load_symtab(struct obj *ob, const char *path, const char *root,
+                        char *buf)
+{
+	struct ml__elf e;
+	ob->tried = true;
+	ob->ntab = ob->nsym = 0;
+	if (!map_file(path, &ob->file))
+		return;
+	if (ml__elf_open(&e, ob->file.m, ob->file.len, 0) == ML__ELF_OK) {
+		add_table(ob, &e, SHT_DYNSYM);
+		if (!add_table(ob, &e, SHT_SYMTAB) && root)
+			find_debug(ob, &e, path, root, buf);
+	}
+	if (!ob->nsym) { /* stripped of all, or not ELF */
+		unmap(&ob->file);
+		unmap(&ob->debug);
 		return;
 	}
-	ob->map = m;
-	ob->map_len = len;
+	index_symtab(ob);
+}
+
+static void obj_free(struct obj *ob)
+{
+	unmap(&ob->file);
+	unmap(&ob->debug);
+	ml__raw_free(ob->span, ob->span_bytes);
+	ob->span = NULL;
 }
 
 static const char *symtab_lookup(const struct obj *ob, uintptr_t addr,
@@ -308,7 +532,7 @@ static struct obj *object_for(struct ml__symbols *sy,
 	memset(ob, 0, sizeof *ob);
 	ob->bias = o->bias;
 	if (path[0] == '/') {
-		load_symtab(ob, path);
+		load_symtab(ob, path, sy->debug_root, sy->path);
 	} else if (o->name[0]) {
 		/* The vdso has no file: its image is mapped whole, as one
 		 * segment. */
@@ -416,7 +640,9 @@ void ml__put_stack(struct ml__out *o, struct ml__symbols *sy,
 	uint32_t d = depth & ~ML__STACK_TRUNCATED;
 	for (uint32_t i = 0; i < d && i < max; i++)
 		put_long(o, sy, ip[i]);
-	if (d > max) {
+	if (d == max + 1) {
+		ml__out_puts(o, "    ... 1 more frame (in the profile)\n");
+	} else if (d > max) {
 		ml__out_puts(o, "    ... ");
 		ml__out_u(o, d - max, 10);
 		ml__out_puts(o, " more frames (all of them in the profile)\n");
@@ -469,6 +695,7 @@ struct ml__symbols *ml__symbols_open(bool demangle)
 	sy->cache = ml__raw_alloc(NSYMS * sizeof *sy->cache);
 	sy->objs = ml__raw_alloc(NOBJS * sizeof *sy->objs);
 	ml__self_exe(sy->exe, sizeof sy->exe);
+	sy->debug_root = "/usr/lib/debug";
 	if (demangle)
 		*(void **)&sy->demangle = dlsym(RTLD_DEFAULT, "__cxa_demangle");
 	return sy;
@@ -478,11 +705,8 @@ void ml__symbols_close(struct ml__symbols *sy)
 {
 	if (!sy)
 		return;
-	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++) {
-		if (sy->objs[i].map)
-			munmap((void *)sy->objs[i].map, sy->objs[i].map_len);
-		ml__raw_free(sy->objs[i].span, sy->objs[i].span_bytes);
-	}
+	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++)
+		obj_free(&sy->objs[i]);
 	for (unsigned i = 0; sy->cache && i < NSYMS; i++)
 		free(sy->cache[i].demangled);
 	ml__raw_free(sy->cache, NSYMS * sizeof *sy->cache);

@@ -99,9 +99,13 @@ bool ml__elf_table(const struct ml__elf *e, unsigned i, size_t ent,
 {
 	Elf64_Shdr sh, str;
 	memset(t, 0, sizeof *t);
+	/* A compressed section (SHF_COMPRESSED: objcopy
+	 * --compress-debug-sections) holds no entries readable in place. */
 	if (!ent || !ml__elf_shdr(e, i, &sh) || sh.sh_type == SHT_NOBITS ||
+	    (sh.sh_flags & SHF_COMPRESSED) ||
 	    !in(e, sh.sh_offset, sh.sh_size) ||
 	    !ml__elf_shdr(e, sh.sh_link, &str) || str.sh_type == SHT_NOBITS ||
+	    (str.sh_flags & SHF_COMPRESSED) ||
 	    !in(e, str.sh_offset, str.sh_size))
 		return false;
 	t->at = e->m + sh.sh_offset;
@@ -201,6 +205,142 @@ bool ml__elf_defines(const struct ml__elf *e, const char *name)
 {
 	return defines_in(e, SHT_DYNSYM, name) ||
 	       defines_in(e, SHT_SYMTAB, name);
+}
+
+bool ml__elf_code_span(const struct ml__elf *e, unsigned i, uint64_t *lo,
+                       uint64_t *hi)
+{
+	Elf64_Shdr sh;
+	if (!ml__elf_shdr(e, i, &sh) || !(sh.sh_flags & SHF_EXECINSTR) ||
+	    !sh.sh_size || sh.sh_addr + sh.sh_size < sh.sh_addr)
+		return false;
+	*lo = sh.sh_addr;
+	*hi = sh.sh_addr + sh.sh_size;
+	return true;
+}
+
+int ml__elf_section_named(const struct ml__elf *e, const char *name)
+{
+	Elf64_Shdr sh, str;
+	unsigned si = e->eh.e_shstrndx;
+	if (si == SHN_XINDEX) {
+		if (!ml__elf_shdr(e, 0, &sh))
+			return -1;
+		si = sh.sh_link;
+	}
+	if (si == SHN_UNDEF || !ml__elf_shdr(e, si, &str) ||
+	    str.sh_type == SHT_NOBITS || !in(e, str.sh_offset, str.sh_size))
+		return -1;
+	struct ml__elf_table names = {.str = (const char *)e->m + str.sh_offset,
+	                              .strsz = str.sh_size};
+	for (unsigned i = 1; i < e->shnum; i++) {
+		const char *n;
+		if (ml__elf_shdr(e, i, &sh) &&
+		    (n = ml__elf_str(&names, sh.sh_name)) && !strcmp(n, name))
+			return (int)i;
+	}
+	return -1;
+}
+
+/* Notes in m[off, off + size): the descriptor of the first one named
+ * "GNU" of this type.  Entries are padded to align (4, or 8 for notes in
+ * 8-aligned sections, as binutils reads them); each step moves on by at
+ * least 12 bytes. */
+static bool note(const struct ml__elf *e, uint64_t off, uint64_t size,
+                 uint64_t align, uint32_t type, const unsigned char **desc,
+                 size_t *len)
+{
+	if (!in(e, off, size))
+		return false;
+	align = align == 8 ? 8 : 4;
+	uint64_t end = off + size;
+	while (end - off >= sizeof(Elf64_Nhdr)) {
+		Elf64_Nhdr nh;
+		get(e, off, &nh, sizeof nh);
+		uint64_t name = off + sizeof nh;
+		uint64_t name_pad =
+		    ((uint64_t)nh.n_namesz + align - 1) & ~(align - 1);
+		if (name_pad > end - name)
+			return false;
+		uint64_t d = name + name_pad;
+		uint64_t desc_pad =
+		    ((uint64_t)nh.n_descsz + align - 1) & ~(align - 1);
+		if (nh.n_descsz > end - d)
+			return false;
+		if (nh.n_type == type && nh.n_namesz == 4 &&
+		    !memcmp(e->m + name, "GNU", 4)) {
+			*desc = e->m + d;
+			*len = nh.n_descsz;
+			return true;
+		}
+		if (desc_pad > end - d)
+			return false;
+		off = d + desc_pad;
+	}
+	return false;
+}
+
+bool ml__elf_build_id(const struct ml__elf *e, const unsigned char **id,
+                      size_t *len)
+{
+	const unsigned char *d = NULL;
+	size_t n = 0;
+	bool found = false;
+	Elf64_Shdr sh;
+	Elf64_Phdr ph;
+	for (int i = ml__elf_section(e, SHT_NOTE, 0); i >= 0 && !found;
+	     i = ml__elf_section(e, SHT_NOTE, (unsigned)i + 1))
+		found = ml__elf_shdr(e, (unsigned)i, &sh) &&
+		        note(e, sh.sh_offset, sh.sh_size, sh.sh_addralign,
+		             NT_GNU_BUILD_ID, &d, &n);
+	for (unsigned i = 0; !e->shnum && i < e->phnum && !found; i++)
+		found = ml__elf_phdr(e, i, &ph) && ph.p_type == PT_NOTE &&
+		        note(e, ph.p_offset, ph.p_filesz, ph.p_align,
+		             NT_GNU_BUILD_ID, &d, &n);
+	if (!found || n == 0 || n > ML__ELF_BUILD_ID_MAX)
+		return false;
+	*id = d;
+	*len = n;
+	return true;
+}
+
+bool ml__elf_debuglink(const struct ml__elf *e, const char **name,
+                       uint32_t *crc)
+{
+	Elf64_Shdr sh;
+	int i = ml__elf_section_named(e, ".gnu_debuglink");
+	if (i < 0 || !ml__elf_shdr(e, (unsigned)i, &sh) ||
+	    sh.sh_type == SHT_NOBITS || !in(e, sh.sh_offset, sh.sh_size))
+		return false;
+	const char *s = (const char *)e->m + sh.sh_offset;
+	const char *nul = memchr(s, 0, sh.sh_size);
+	if (!nul || nul == s || memchr(s, '/', (size_t)(nul - s)) ||
+	    !strcmp(s, ".") || !strcmp(s, ".."))
+		return false;
+	uint64_t at = ((uint64_t)(nul - s) + 1 + 3) & ~(uint64_t)3;
+	if (at > sh.sh_size || sh.sh_size - at < 4)
+		return false;
+	memcpy(crc, s + at, 4);
+	*name = s;
+	return true;
+}
+
+/* A byte at a time through a table made at each call (1 KiB of stack,
+ * 2 048 steps): eight times faster than bit by bit over a debug file of
+ * 100 MiB, and no state shared between threads. */
+uint32_t ml__elf_crc32(uint32_t crc, const unsigned char *p, size_t n)
+{
+	uint32_t table[256];
+	for (uint32_t b = 0; b < 256; b++) {
+		uint32_t c = b;
+		for (int k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1)));
+		table[b] = c;
+	}
+	crc = ~crc;
+	while (n--)
+		crc = (crc >> 8) ^ table[(crc ^ *p++) & 0xff];
+	return ~crc;
 }
 
 /* ---- Loaded objects -----------------------------------------------------

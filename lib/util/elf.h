@@ -87,6 +87,36 @@ const char *ml__elf_needs(const struct ml__elf *e, const char *const *prefixes,
  * or .symtab: "does this object define malloc". */
 bool ml__elf_defines(const struct ml__elf *e, const char *name);
 
+/* The address span [*lo, *hi) of section i, where it is executable
+ * (SHF_EXECINSTR), not empty and does not wrap; false otherwise.  Its
+ * bytes need not be in the image (a debug file's .text is SHT_NOBITS):
+ * what bounds a function of size 0. */
+bool ml__elf_code_span(const struct ml__elf *e, unsigned i, uint64_t *lo,
+                       uint64_t *hi);
+/* The index of the section of this name (".gnu_debuglink"), through the
+ * section-name table (e_shstrndx, or section 0's sh_link for
+ * SHN_XINDEX), or -1. */
+int ml__elf_section_named(const struct ml__elf *e, const char *name);
+/* The longest build id accepted: GNU ld writes 20 bytes (sha1), 16 (md5
+ * or uuid); 64 leaves room for any digest and bounds the path made of
+ * it. */
+#define ML__ELF_BUILD_ID_MAX 64
+/* The build id: the descriptor of the first NT_GNU_BUILD_ID note named
+ * "GNU" in a SHT_NOTE section, else (no section headers) in a PT_NOTE
+ * segment; 1 to ML__ELF_BUILD_ID_MAX bytes whole in the image.  false if
+ * none. */
+bool ml__elf_build_id(const struct ml__elf *e, const unsigned char **id,
+                      size_t *len);
+/* .gnu_debuglink: the separate debug file's name, a file name (not
+ * empty, no '/', "." or "..") ending inside the section, and the CRC-32
+ * of that file's bytes stored after it (at the next multiple of 4).
+ * false if none or malformed. */
+bool ml__elf_debuglink(const struct ml__elf *e, const char **name,
+                       uint32_t *crc);
+/* CRC-32 as .gnu_debuglink stores it (zlib's crc32: polynomial
+ * 0xedb88320, reflected, inverted), continued from crc (0 to begin). */
+uint32_t ml__elf_crc32(uint32_t crc, const unsigned char *p, size_t n);
+
 /* ---- Loaded objects ----------------------------------------------------- */
 
 struct dl_phdr_info;

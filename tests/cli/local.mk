@@ -27,6 +27,17 @@ tests_cli_test_run_nopie_SOURCES = tests/cli/test-run-nopie.c
 tests_cli_test_run_nopie_CFLAGS = $(AM_CFLAGS) -fno-builtin -fno-pie
 tests_cli_test_run_nopie_LDFLAGS = -no-install -no-pie
 
+# Symbols of stripped programs (issue 36): a program linked with
+# -rdynamic, stripped at test time, with and without a debug file; frames
+# of python3 with its debug file.
+check_PROGRAMS += tests/cli/test-stripped
+TESTS += tests/cli/test-stripped.sh
+EXTRA_DIST += tests/cli/test-stripped.sh
+tests_cli_test_stripped_SOURCES = tests/cli/test-stripped.c
+tests_cli_test_stripped_CFLAGS = $(AM_CFLAGS) -fno-builtin \
+	-fno-optimize-sibling-calls
+tests_cli_test_stripped_LDFLAGS = -no-install -rdynamic
+
 # Statistics written at exit() while threads still allocate are accepted
 # by memlimits stats (issue 24).
 check_PROGRAMS += tests/cli/test-stats-exit

@@ -3,10 +3,17 @@
  * at an odd offset, so that reading one in place is a misaligned load:
  *   malloc     a symbol table that defines the function "malloc"
  *   sanitizer  a dynamic section that needs libasan.so.8
- * Both are dynamically linked (PT_INTERP and PT_DYNAMIC) for this
+ *   debug      what the symbolizer reads of a stripped object (issue
+ *              36): section names, a build-id note, .gnu_debuglink, an
+ *              executable section and a .symtab with a sized function
+ *              and one of size 0
+ *   debug-phdr the same build id in a PT_NOTE segment, without section
+ *              headers
+ * All are dynamically linked (PT_INTERP and PT_DYNAMIC) for this
  * machine, so the checks reach the section tables.  Also the seeds of
  * fuzz/corpus/elf. */
 #include <elf.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +35,123 @@ static void put(size_t off, const void *p, size_t n)
 	memcpy(file + off, p, n);
 }
 
+/* The next odd offset from at, after n bytes put there. */
+static size_t put_odd(size_t at, const void *p, size_t n)
+{
+	put(at, p, n);
+	return (at + n) | 1;
+}
+
+/* The "debug" and "debug-phdr" files: one piece after another, each at
+ * an odd offset.  Returns the size. */
+static size_t debug_file(Elf64_Ehdr eh, int phdr_only)
+{
+	static const char names[] = "\0.shstrtab\0.note.gnu.build-id\0"
+	                            ".gnu_debuglink\0.text\0.symtab\0.strtab";
+	enum {
+		SHSTRTAB = 1,
+		NOTE = 11,
+		LINK = 30,
+		TEXT = 45,
+		SYMTAB = 51,
+		STRTAB = 59
+	};
+	static const char strs[] = "\0exported\0asm_size0";
+	/* The note: n_namesz, n_descsz, n_type, "GNU", a 20-byte id. */
+	unsigned char note[12 + 4 + 20];
+	const Elf64_Nhdr nh = {4, 20, NT_GNU_BUILD_ID};
+	memcpy(note, &nh, sizeof nh);
+	memcpy(note + 12, "GNU", 4);
+	for (int i = 0; i < 20; i++)
+		note[16 + i] = (unsigned char)(0xc5 + 7 * i);
+	/* The link: a name, padding to 4, the CRC. */
+	unsigned char link[16] = "prog.debug";
+	const uint32_t crc = 0x0c35e0b7;
+	memcpy(link + 12, &crc, 4);
+	const uint64_t text = 0x1000;
+	Elf64_Sym sym[3] = {{0},
+	                    {.st_name = 1,
+	                     .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+	                     .st_shndx = 4,
+	                     .st_value = text,
+	                     .st_size = 16},
+	                    {.st_name = 10,
+	                     .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+	                     .st_shndx = 4,
+	                     .st_value = text + 16}};
+
+	size_t at = PHOFF + 3 * sizeof(Elf64_Phdr);
+	size_t names_at = at;
+	at = put_odd(at, names, sizeof names);
+	size_t note_at = at;
+	at = put_odd(at, note, sizeof note);
+	size_t link_at = at;
+	at = put_odd(at, link, sizeof link);
+	size_t strs_at = at;
+	at = put_odd(at, strs, sizeof strs);
+	size_t sym_at = at;
+	at = put_odd(at, sym, sizeof sym);
+
+	Elf64_Phdr ph[3] = {{.p_type = PT_INTERP},
+	                    {.p_type = PT_DYNAMIC},
+	                    {.p_type = PT_NOTE,
+	                     .p_offset = note_at,
+	                     .p_filesz = sizeof note,
+	                     .p_align = 4}};
+	put(PHOFF, ph, sizeof ph);
+	eh.e_phnum = 3;
+	if (phdr_only) {
+		eh.e_shoff = 0;
+		eh.e_shnum = 0;
+		put(0, &eh, sizeof eh);
+		return at;
+	}
+	Elf64_Shdr sh[7] = {{0},
+	                    {.sh_name = SHSTRTAB,
+	                     .sh_type = SHT_STRTAB,
+	                     .sh_offset = names_at,
+	                     .sh_size = sizeof names},
+	                    {.sh_name = NOTE,
+	                     .sh_type = SHT_NOTE,
+	                     .sh_offset = note_at,
+	                     .sh_size = sizeof note,
+	                     .sh_addralign = 4},
+	                    {.sh_name = LINK,
+	                     .sh_type = SHT_PROGBITS,
+	                     .sh_offset = link_at,
+	                     .sh_size = sizeof link},
+	                    {.sh_name = TEXT,
+	                     .sh_type = SHT_NOBITS,
+	                     .sh_flags = SHF_ALLOC | SHF_EXECINSTR,
+	                     .sh_addr = text,
+	                     .sh_size = 64},
+	                    {.sh_name = SYMTAB,
+	                     .sh_type = SHT_SYMTAB,
+	                     .sh_offset = sym_at,
+	                     .sh_size = sizeof sym,
+	                     .sh_link = 6,
+	                     .sh_entsize = sizeof(Elf64_Sym)},
+	                    {.sh_name = STRTAB,
+	                     .sh_type = SHT_STRTAB,
+	                     .sh_offset = strs_at,
+	                     .sh_size = sizeof strs}};
+	eh.e_shoff = at;
+	eh.e_shnum = 7;
+	eh.e_shstrndx = 1;
+	put(at, sh, sizeof sh);
+	put(0, &eh, sizeof eh);
+	return at + sizeof sh;
+}
+
+static size_t simple_file(int san);
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 ||
-	    (strcmp(argv[1], "malloc") && strcmp(argv[1], "sanitizer"))) {
-		fprintf(stderr, "usage: make-elf malloc|sanitizer FILE\n");
+	    (strcmp(argv[1], "malloc") && strcmp(argv[1], "sanitizer") &&
+	     strcmp(argv[1], "debug") && strcmp(argv[1], "debug-phdr"))) {
+		fprintf(stderr, "usage: make-elf "
+		                "malloc|sanitizer|debug|debug-phdr FILE\n");
 		return 2;
 	}
 	int san = !strcmp(argv[1], "sanitizer");
@@ -55,7 +174,21 @@ int main(int argc, char **argv)
 	                 .e_shnum = SHNUM};
 	memcpy(eh.e_ident, self.e_ident, EI_NIDENT);
 	put(0, &eh, sizeof eh);
+	size_t size = !strncmp(argv[1], "debug", 5)
+	                  ? debug_file(eh, !strcmp(argv[1], "debug-phdr"))
+	                  : simple_file(san);
+	f = fopen(argv[2], "wb");
+	if (!f || fwrite(file, size, 1, f) != 1 || fclose(f) != 0) {
+		perror(argv[2]);
+		return 1;
+	}
+	return 0;
+}
 
+/* The "malloc" and "sanitizer" files, after the header.  Returns the
+ * size. */
+static size_t simple_file(int san)
+{
 	Elf64_Phdr ph[2] = {{.p_type = PT_INTERP}, {.p_type = PT_DYNAMIC}};
 	put(PHOFF, ph, sizeof ph);
 
@@ -82,11 +215,5 @@ int main(int argc, char **argv)
 		     .st_shndx = 1}};
 		put(TABOFF, sym, sizeof sym);
 	}
-
-	f = fopen(argv[2], "wb");
-	if (!f || fwrite(file, SIZE, 1, f) != 1 || fclose(f) != 0) {
-		perror(argv[2]);
-		return 1;
-	}
-	return 0;
+	return SIZE;
 }
