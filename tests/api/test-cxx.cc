@@ -31,7 +31,7 @@ namespace
 {
 
 // Reading the containers keeps gcc from eliding their allocations.
-volatile char csink;
+static thread_local volatile char csink;
 
 constexpr uint64_t S = 4096;
 constexpr uint64_t LIMIT = 64 << 10;

@@ -41,7 +41,7 @@
 #error "JUMP_DSO must name the test library built from tests/api/jump-dso.c"
 #endif
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* ---- Failure reporting inside children -------------------------------- */
 

@@ -54,7 +54,7 @@ static long long value(const char *series)
 
 /* ---- The three stops ---------------------------------------------------- */
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 #define LEAK_MAX 100000
 static void *leaked[LEAK_MAX];
 static int nleaked;
@@ -163,8 +163,9 @@ static void *runner(void *arg)
 	ml_limits l = ML_LIMITS_INIT;
 	for (int i = 0; i < 10; i++)
 		ml_run(&l, nothing, NULL, NULL);
-	sink = malloc(100); /* a thread that allocated, too */
-	free(sink);
+	void *p = malloc(100); /* a thread that allocated, too */
+	sink = p;
+	free(p); /* its own block: sink is per thread, never freed */
 	if (arg) {
 		pthread_barrier_wait(&bar); /* counted */
 		pthread_barrier_wait(&bar); /* written */

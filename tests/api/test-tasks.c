@@ -20,7 +20,7 @@
 
 #define S 4096u
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* Allocate (and free) `bytes` in blocks of `block`; count what succeeded
  * and the first failure. */

@@ -44,7 +44,7 @@
 #define MAX_DEPTH 3
 #define S 4096u
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* ---- Small helpers ---------------------------------------------------- */
 

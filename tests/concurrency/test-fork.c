@@ -34,7 +34,7 @@
 #define FORKS 300
 #define CHILD_TIMEOUT 10 /* seconds; a healthy child needs milliseconds */
 
-void *volatile sink;
+static _Thread_local void *volatile sink;
 static atomic_int stop;
 static atomic_int worker_bad;
 

@@ -38,7 +38,7 @@ static bool over_glibc(void)
 	return strcmp(ml_allocator(), "glibc") == 0;
 }
 
-void *volatile sink;
+static _Thread_local void *volatile sink;
 
 #define S 4096u           /* sample interval for most of the tests */
 #define GUARD (64u << 20) /* a task that allocated this much never tripped */
@@ -363,7 +363,7 @@ static void *exit_inside(void *arg)
 	ml_mask();
 	{
 		void *p_ = malloc(100);
-		sink = p_; /* sink is shared: free our own */
+		sink = p_; /* free our own block, not sink read back */
 		free(p_);
 	}
 	pthread_exit(NULL);
@@ -499,7 +499,7 @@ static void *cancel_fn(void *arg)
 	for (;;) {
 		{
 			void *p_ = malloc(64);
-			sink = p_; /* sink is shared: free our own */
+			sink = p_; /* free our own block, not sink read back */
 			free(p_);
 		}
 		struct timespec ms = {0, 1000000};
@@ -692,7 +692,7 @@ static void *fork_task(void *arg)
 	for (int i = 0; i < 16; i++) {
 		{
 			void *p_ = malloc(1000);
-			sink = p_; /* sink is shared: free our own */
+			sink = p_; /* free our own block, not sink read back */
 			free(p_);
 		}
 	}
@@ -712,7 +712,7 @@ static void *fork_task(void *arg)
 	for (f->spent = 0; f->spent < GUARD; f->spent += 1024) {
 		{
 			void *p_ = malloc(1024);
-			sink = p_; /* sink is shared: free our own */
+			sink = p_; /* free our own block, not sink read back */
 			free(p_);
 		}
 	}

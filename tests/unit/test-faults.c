@@ -26,11 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* Allocate and free a block; sink keeps the pair from being optimised
- * away (the pointer freed is our own, never sink's, which other threads
- * write too). */
+ * away (sink is per thread; the pointer freed is our own all the same). */
 static void churn(size_t n)
 {
 	void *p = malloc(n);
