@@ -503,7 +503,7 @@ static void *cancel_fn(void *arg)
 			free(p_);
 		}
 		struct timespec ms = {0, 1000000};
-		nanosleep(&ms, NULL); /* a cancellation point */
+		nanosleep(&ms, NULL); /* not ordering: a cancellation point */
 	}
 	return NULL;
 }
@@ -742,10 +742,14 @@ static void test_fork_in_task(void)
 /* Background allocators for fork-while-busy. */
 static atomic_int busy_stop;
 
+/* Rounds of busy_main, all threads together: a fork waits for new ones. */
+static atomic_uint busy_laps;
+
 static void *busy_main(void *arg)
 {
 	struct worker *w = arg;
 	while (!atomic_load(&busy_stop)) {
+		atomic_fetch_add(&busy_laps, 1);
 		churn(w, 50);
 		ml_token *t = ml_token_new();
 		ml_cleanup_push(nothing, NULL);
@@ -857,14 +861,18 @@ static void test_fork_busy(void)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int bad = 0, hung = 0, first = 0, forks = 0;
 	for (int i = 0; i < FORKS; i++) {
-		struct timespec nap = {0, 2000000};
-		nanosleep(&nap, NULL); /* let the others get going */
+		/* The others under way: as many new rounds as threads since
+		 * the last fork (a wait on them, not a nap). */
+		unsigned want = atomic_load(&busy_laps) + NBUSY;
+		while (atomic_load(&busy_laps) < want)
+			sched_yield();
 		/* child_meter reads glibc's chunk headers: none under
-		 * valgrind. */
+		 * valgrind.  60 s: a hang limit only (a child takes
+		 * milliseconds), generous for a loaded machine. */
 		int st = tap_child(i % 2 || under_valgrind() || !over_glibc()
 		                       ? child_plain
 		                       : child_meter,
-		                   NULL, 3);
+		                   NULL, 60);
 		forks++;
 		if (st != 0) {
 			bad++;
