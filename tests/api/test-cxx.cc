@@ -456,6 +456,8 @@ void wait_for(std::atomic<bool> &flag, long ms)
 {
 	for (long i = 0; i < ms && !flag.load(); i++) {
 		timespec ts = {0, 1000000};
+		// not ordering: the poll of a wait on a flag, never a pass
+		// condition
 		nanosleep(&ts, nullptr);
 	}
 }

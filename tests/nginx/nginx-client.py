@@ -336,7 +336,7 @@ def promquery(port, query, want, seconds):
             pass  # not up yet, or nothing scraped yet
         if last == want or time.monotonic() > end:
             break
-        time.sleep(0.5)
+        time.sleep(0.5)  # not ordering: the poll of a bounded wait
     print('value', last)
     print('found', 1 if last == want else 0)
 

@@ -99,7 +99,7 @@ stop_pid() {
 	kill "$1" 2>/dev/null
 	for _ in $(seq 50); do
 		kill -0 "$1" 2>/dev/null || break
-		sleep 0.2
+		sleep 0.2 # not ordering: the poll of a bounded wait
 	done
 	kill -9 "$1" 2>/dev/null
 }
@@ -150,7 +150,7 @@ start_nginx() {
 	master=$!
 	for _ in $(seq 50); do
 		"$PY" "$CLIENT" get "$p1" /f4k.bin 2>/dev/null | grep -q '^200 4096' && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	worker=$(pgrep -P "$master" | head -1)
 }
@@ -477,7 +477,7 @@ if tap_case metrics; then
 	for _ in $(seq 50); do
 		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/m0" >/dev/null 2>&1
 		grep -qxF "$want" "$tmp/m0/0.txt" && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 20 "$tmp/m" >"$tmp/m.out" 2>&1
 	ct='text/plain; version=0.0.4; charset=utf-8'
@@ -571,7 +571,7 @@ EOF
 			case " $new" in *" $o "*) old=1 ;; esac
 		done
 		[ -z "$old" ] && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/mr" >/dev/null 2>&1
 	w=$(sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"}.*/\1/p' "$tmp/mr/0.txt")
