@@ -360,17 +360,33 @@ static void test_round_trips(void)
 static void test_huge(void)
 {
 	uint64_t a = ml_bound_safe_bytes(800000000000, 1e-50, 80000);
-	uint64_t b = ml_bound_limit_for(1000000000, 1e-9, 80000);
+	uint64_t b = ml_bound_limit_for(1ull << 30, 1e-9, 80000);
 	uint64_t c = ml_bound_limit_for(UINT64_MAX / 4, 1e-9, 1);
-	tap_diag("safe_bytes(k = 1e7) = %llu, limit_for(1e9) = %llu, "
+	tap_diag("safe_bytes(k = 1e7) = %llu, limit_for(1 GiB) = %llu, "
 	         "limit_for(2^62, S = 1) = %llu",
 	         (unsigned long long)a, (unsigned long long)b,
 	         (unsigned long long)c);
-	/* Safe bytes below the limit, limits above the safe size. */
-	tap_ok(a > 0 && a < 800000000000 && b > 1000000000 &&
-	           c > UINT64_MAX / 4,
-	       "huge k and huge safe sizes: safe bytes under the limit, "
-	       "limits over the safe size");
+	/* k = 1e7 at 1e-50 (z = -14.9333): the Gamma quantile by
+	 * Wilson-Hilferty, k (1 - 1/(9k) + z/(3 sqrt k))^3, whose error
+	 * here is far below one sample; and above the normal quantile
+	 * k + z sqrt(k), as docs/statistics.md says (the left tail is
+	 * lighter). */
+	const double k = 1e7, z50 = -14.933337534788;
+	double wh = k * pow(1 - 1 / (9 * k) + z50 / (3 * sqrt(k)), 3);
+	tap_ok(fabs((double)a / 80000 - wh) < 1 &&
+	           (double)a / 80000 > k + z50 * sqrt(k),
+	       "safe_bytes(k = 1e7, 1e-50) = %.3f S: the Wilson-Hilferty "
+	       "quantile %.3f within one sample",
+	       (double)a / 80000, wh);
+	tap_is(b, 1129840000,
+	       "docs/statistics.md: 1 GiB safe at 1e-9 needs a limit of "
+	       "1 129 840 000 bytes");
+	/* k = 2^62: the normal quantile, z = 5.997807 for 1e-9, within
+	 * 1e-3 of its sqrt(k) = 2^31 term (the skew moves it by about
+	 * z^2/3 samples, nothing beside 2^31). */
+	double zc = ((double)c - 0x1p62) / 0x1p31;
+	tap_ok(fabs(zc - 5.997807) < 1e-3,
+	       "limit_for(2^62, 1e-9, S = 1) = 2^62 + %.6f sqrt(2^62)", zc);
 }
 
 static void test_reference_files(void)
@@ -378,7 +394,7 @@ static void test_reference_files(void)
 	int rows = check_file("bounds-reference.tsv");
 	tap_ok(rows == 88, "shared reference: %d rows", rows);
 	rows = check_file("bounds-mpmath.tsv");
-	tap_ok(rows > 200, "mpmath reference: %d rows", rows);
+	tap_ok(rows == 251, "mpmath reference: %d rows of 251", rows);
 }
 
 /* ml_bound_interval_for: the interval it gives keeps both tails within

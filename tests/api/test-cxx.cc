@@ -31,7 +31,7 @@ namespace
 {
 
 // Reading the containers keeps gcc from eliding their allocations.
-volatile char csink;
+static thread_local volatile char csink;
 
 constexpr uint64_t S = 4096;
 constexpr uint64_t LIMIT = 64 << 10;
@@ -456,6 +456,8 @@ void wait_for(std::atomic<bool> &flag, long ms)
 {
 	for (long i = 0; i < ms && !flag.load(); i++) {
 		timespec ts = {0, 1000000};
+		// not ordering: the poll of a wait on a flag, never a pass
+		// condition
 		nanosleep(&ts, nullptr);
 	}
 }

@@ -18,10 +18,10 @@
 
 #include "../tap/tap.h"
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* Sizes that do not divide the budget evenly, from a fixed generator. */
-static uint64_t rng = 42;
+static _Thread_local uint64_t rng = 42; /* each thread its own sequence */
 static size_t next_size(void)
 {
 	rng = rng * 6364136223846793005u + 1442695040888963407u;

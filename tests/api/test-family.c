@@ -29,7 +29,7 @@ void cfree(void *p);
 
 /* Published pointers: gcc may not delete an allocation it cannot see
  * unused. */
-void *volatile sink;
+static _Thread_local void *volatile sink;
 
 #define SENT 4242 /* errno before every call: "untouched" is visible */
 #define HUGE_PD ((size_t)PTRDIFF_MAX + 1)

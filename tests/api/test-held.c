@@ -4,20 +4,48 @@
  * Statistical checks use fixed seeds and fail for a correct library with
  * probability below 1e-6: a mean beyond 5.5 standard deviations of a sum
  * of independent terms (P < 4e-8 for a normal; the sums here are of 200
- * terms, each itself a sum of hundreds of samples). */
+ * terms, each itself a sum of hundreds of samples), or the exact Gamma
+ * tails of docs/statistics.md through ml_bound_safe_bytes (5e-7 each
+ * side).  No sleep orders anything: the threads wait on conditions they
+ * are told about (wait_until, with a generous hang limit that fails with
+ * a message). */
 #define _GNU_SOURCE
 #include <malloc.h>
 #include <math.h>
 #include <memlimits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../tap/tap.h"
 
 #define S 80000u
+
+/* Wait until cond() holds; false (and a message) after a minute, a
+ * backstop only: every wait here ends on what another thread does. */
+static bool wait_until(bool (*cond)(void), const char *what)
+{
+	for (long i = 0; i < 60000000L; i++) {
+		if (cond())
+			return true;
+		if (i % 64 == 63)
+			sched_yield();
+		if (i % 4096 == 4095) /* not ordering: the backstop's pace */
+			nanosleep(&(struct timespec){0, 10000}, NULL);
+	}
+	tap_diag("waited too long for %s", what);
+	return false;
+}
+
+/* |x - want| within 5.5 sd of S * Poisson(want / S): P < 4e-8. */
+static bool near_estimate(double x, double want)
+{
+	return fabs(x - want) < 5.5 * sqrt(want * S);
+}
 
 /* ---- Unbiased: a task holding B bytes is estimated to hold B ---------- */
 
@@ -78,8 +106,8 @@ static void test_streaming(void)
 	ml_limits l = ML_LIMITS_INIT;
 	ml_task *t = ml_task_new(&l);
 	ml_task_run(t, streaming, NULL, NULL);
-	tap_ok(ml_task_allocated(t) > (900u << 20),
-	       "streaming: 1 GiB allocated (%llu estimated)",
+	tap_ok(near_estimate((double)ml_task_allocated(t), 1u << 30),
+	       "streaming: 1 GiB allocated (%llu estimated, within 5.5 sd)",
 	       (unsigned long long)ml_task_allocated(t));
 	tap_is(ml_task_held(t), 0, "streaming: holds nothing");
 	ml_task_free(t);
@@ -117,8 +145,8 @@ static void test_held_limits(void)
 	tap_is(st, ML_OK,
 	       "a held limit of 1 MiB: streaming 1 GiB is not "
 	       "stopped");
-	tap_ok(out.allocated > (900u << 20) && out.held == 0 &&
-	           out.held_peak <= (1 << 20),
+	tap_ok(near_estimate((double)out.allocated, 1u << 30) &&
+	           out.held == 0 && out.held_peak <= (1 << 20),
 	       "its outcome: allocated %llu, held %llu, peak %llu",
 	       (unsigned long long)out.allocated, (unsigned long long)out.held,
 	       (unsigned long long)out.held_peak);
@@ -127,11 +155,17 @@ static void test_held_limits(void)
 	nleaked = 0;
 	st = ml_run(&l, leak, NULL, &out);
 	double b = (double)nleaked * 10000, lim = 16 << 20;
-	double sd = sqrt(lim * S);
+	/* The k-th point of the held bytes' process, k = ceil(L/S), is
+	 * Gamma(k, S) bytes in (docs/statistics.md); the block holding it is
+	 * refused, so the leak holds between that point less one block and
+	 * the point.  Each tail 5e-7. */
+	double lo = (double)ml_bound_safe_bytes(16 << 20, 5e-7, S) - 10000;
+	double hi = (double)ml_bound_safe_bytes(16 << 20, 1 - 5e-7, S) + 1;
 	tap_is(st, ML_HELD_LIMIT, "a leak is stopped by a 16 MiB held limit");
-	tap_ok(fabs(b - lim) < 5.5 * sd + 10000,
-	       "it held %.0f bytes when stopped (limit %.0f, sd %.0f)", b, lim,
-	       sd);
+	tap_ok(b >= lo && b <= hi,
+	       "it held %.0f bytes when stopped (limit %.0f; outside %.0f "
+	       "to %.0f with P < 1e-6)",
+	       b, lim, lo, hi);
 	tap_ok(out.held >= (16u << 20) - 80000 && out.held_peak >= out.held,
 	       "its outcome: held %llu, peak %llu",
 	       (unsigned long long)out.held, (unsigned long long)out.held_peak);
@@ -159,7 +193,9 @@ static void test_other_thread_frees(void)
 	ml_set_seed(7);
 	ml_task_run(t, hold_blocks, NULL, NULL);
 	uint64_t h = ml_task_held(t);
-	tap_ok(h > 0, "blocks held (%llu estimated)", (unsigned long long)h);
+	tap_ok(near_estimate((double)h, (double)BLOCKS * BLOCK),
+	       "blocks held (%llu estimated for %d, within 5.5 sd)",
+	       (unsigned long long)h, BLOCKS * BLOCK);
 	pthread_t th;
 	pthread_create(&th, NULL, free_all, NULL);
 	pthread_join(th, NULL);
@@ -217,8 +253,27 @@ static void test_realloc_memalign(void)
 #define SMALL_THREADS 12
 #define BIG_BLOCKS 250
 static atomic_bool stop;
-static atomic_int small_hit, small_runs, small_why;
+static atomic_int small_hit, small_runs, small_why, small_started;
 static atomic_bool big_ready;
+static int runs_at_join;
+
+static bool big_is_ready(void)
+{
+	return atomic_load(&big_ready);
+}
+
+/* Every small thread inside its first task. */
+static bool smalls_running(void)
+{
+	return atomic_load(&small_started) >= SMALL_THREADS;
+}
+
+/* Each small thread, on average, finished two more tasks under the
+ * limit after the holder was stopped. */
+static bool smalls_went_on(void)
+{
+	return atomic_load(&small_runs) >= runs_at_join + 2 * SMALL_THREADS;
+}
 
 static void free_big(void *arg)
 {
@@ -239,7 +294,7 @@ static void *big_holder(void *arg)
 	/* Waiting, as a request blocked on I/O: only safe points. */
 	while (!atomic_load(&stop)) {
 		ml_check();
-		usleep(1000);
+		usleep(1000); /* not ordering: a request blocked on I/O */
 	}
 	ml_cleanup_pop(true);
 	return NULL;
@@ -249,6 +304,7 @@ static void *small_work(void *arg)
 {
 	(void)arg;
 	void *p[64];
+	atomic_fetch_add(&small_started, 1);
 	for (int round = 0; round < 200 && !atomic_load(&stop); round++) {
 		for (int i = 0; i < 64; i++)
 			p[i] = malloc(16384);
@@ -301,16 +357,17 @@ static void test_largest_holder(void)
 	ml_set_global_limit((uint64_t)64 << 30);
 	pthread_t big, small[SMALL_THREADS];
 	pthread_create(&big, NULL, big_thread, NULL);
-	while (!atomic_load(&big_ready))
-		usleep(1000);
+	bool waited = wait_until(big_is_ready, "the holder's 250 MiB");
 	for (int i = 0; i < SMALL_THREADS; i++)
 		pthread_create(&small[i], NULL, small_thread, NULL);
-	usleep(200000);
+	waited &= wait_until(smalls_running, "the small tasks to start");
 	/* Over the limit now: the 250 MiB holder must go, nobody else. */
 	uint64_t limit = ml_global_memory_usage() - (1 << 20);
 	ml_set_global_limit(limit);
 	pthread_join(big, NULL);
-	usleep(300000); /* the small tasks go on under the limit */
+	runs_at_join = atomic_load(&small_runs);
+	/* The small tasks go on under the limit. */
+	waited &= wait_until(smalls_went_on, "the small tasks to go on");
 	atomic_store(&stop, true);
 	for (int i = 0; i < SMALL_THREADS; i++)
 		pthread_join(small[i], NULL);
@@ -325,22 +382,37 @@ static void test_largest_holder(void)
 		         (unsigned long long)big_out.held,
 		         (unsigned long long)limit,
 		         (unsigned long long)ml_global_memory_usage());
-	tap_ok(atomic_load(&small_runs) > SMALL_THREADS,
-	       "the small tasks ran on (%d runs)", atomic_load(&small_runs));
+	tap_ok(waited && atomic_load(&small_runs) > SMALL_THREADS,
+	       "the small tasks ran on (%d runs, %d after the holder's stop)",
+	       atomic_load(&small_runs),
+	       atomic_load(&small_runs) - runs_at_join);
 	tap_ok(ml_global_memory_usage() < limit, "usage back under the limit");
 	ml_set_global_limit(ML_NO_LIMIT);
 }
 
 /* ---- Past the margin: the grower is chosen, not a streaming task ------
  *
- * A holds 200 MiB, is chosen, and is slow to free (300 ms); meanwhile B
+ * A holds 200 MiB, is chosen, and is slow to free (until B is done); B
  * grows the heap in 64 KiB blocks past limit + limit/8, and C streams 64
  * KiB blocks (holding nothing).  Past the margin the next largest holder,
  * B, must stop; C, which does not grow the heap, never.  (The old backstop
  * stopped whichever task sampled there: C in 1 run of 6.) */
 
 #define MIB (1u << 20)
-static atomic_bool m_ready, m_stop;
+static atomic_bool m_ready, m_stop, b_done;
+static atomic_long c_rounds;
+static long c_at_join;
+
+static bool a_ready(void)
+{
+	return atomic_load(&m_ready);
+}
+
+/* C streamed on for a while after B ended: 64 more blocks. */
+static bool c_went_on(void)
+{
+	return atomic_load(&c_rounds) >= c_at_join + 64;
+}
 
 static void *margin_a(void *arg)
 {
@@ -352,8 +424,10 @@ static void *margin_a(void *arg)
 	}
 	atomic_store(&m_ready, true);
 	while (!atomic_load(&m_stop) && !ml_is_interrupted())
-		usleep(1000);
-	usleep(300000); /* slow to unwind */
+		usleep(1000); /* not ordering: a task blocked on I/O */
+	/* Slow to unwind: it frees nothing before B is done. */
+	while (!atomic_load(&b_done) && !atomic_load(&m_stop))
+		usleep(1000); /* not ordering: the condition is B's end */
 	for (int i = 0; i < 200; i++)
 		free(p[i]);
 	return NULL;
@@ -388,6 +462,7 @@ static void *margin_c(void *arg)
 			break;
 		memset(b, 3, 65536);
 		free(b);
+		atomic_fetch_add(&c_rounds, 1);
 	}
 	return NULL;
 }
@@ -414,21 +489,24 @@ static void test_margin(void)
 		return;
 	}
 	int c_hit = 0, b_stopped = 0;
+	bool waited = true;
 	const int runs = 10;
 	ml_set_global_limit(256ull * MIB);
 	for (int run = 0; run < runs; run++) {
 		atomic_store(&m_ready, false);
 		atomic_store(&m_stop, false);
+		atomic_store(&b_done, false);
 		struct margin_run a = {margin_a, ML_OK}, b = {margin_b, ML_OK},
 		                  c = {margin_c, ML_OK};
 		pthread_t ta, tb, tc;
 		pthread_create(&ta, NULL, margin_runner, &a);
-		while (!atomic_load(&m_ready))
-			usleep(100);
+		waited &= wait_until(a_ready, "A's 200 MiB");
 		pthread_create(&tc, NULL, margin_runner, &c);
 		pthread_create(&tb, NULL, margin_runner, &b);
 		pthread_join(tb, NULL);
-		usleep(100000);
+		atomic_store(&b_done, true);
+		c_at_join = atomic_load(&c_rounds);
+		waited &= wait_until(c_went_on, "C to stream on");
 		atomic_store(&m_stop, true);
 		pthread_join(ta, NULL);
 		pthread_join(tc, NULL);
@@ -436,7 +514,7 @@ static void test_margin(void)
 		b_stopped += b.st == ML_GLOBAL_LIMIT;
 	}
 	ml_set_global_limit(ML_NO_LIMIT);
-	tap_ok(c_hit == 0 && b_stopped == runs,
+	tap_ok(waited && c_hit == 0 && b_stopped == runs,
 	       "past the margin, the grower is stopped (%d of %d runs) and "
 	       "the streaming task never (%d)",
 	       b_stopped, runs, c_hit);

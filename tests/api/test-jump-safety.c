@@ -41,7 +41,7 @@
 #error "JUMP_DSO must name the test library built from tests/api/jump-dso.c"
 #endif
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* ---- Failure reporting inside children -------------------------------- */
 
@@ -60,6 +60,7 @@ static atomic_int locale_poisoned;
 static void *watchdog(void *arg)
 {
 	unsigned s = tap_timeout((unsigned)(uintptr_t)arg);
+	/* not ordering: a watchdog's hang limit */
 	sleep(s);
 	tap_write("# watchdog: no end after %u s (deadlock?)", s);
 	_exit(9);
@@ -76,6 +77,7 @@ static void arm_watchdog(unsigned seconds)
 static void nap_us(long us)
 {
 	struct timespec ts = {us / 1000000, us % 1000000 * 1000};
+	/* not ordering: the writer's pace and a poll of its progress */
 	nanosleep(&ts, NULL);
 }
 

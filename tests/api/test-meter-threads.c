@@ -132,7 +132,7 @@ static struct worker parked[PARKED], shorts[SHORT];
 static pthread_barrier_t made, freed, done;
 static void *main_blocks[64];
 static int64_t main_held;
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* Allocate PER blocks; free every third; give every other of the rest to
  * out[] (another thread frees them). */

@@ -54,7 +54,7 @@ static long long value(const char *series)
 
 /* ---- The three stops ---------------------------------------------------- */
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 #define LEAK_MAX 100000
 static void *leaked[LEAK_MAX];
 static int nleaked;
@@ -116,8 +116,14 @@ static void test_stops(void)
 	tap_is(value("memlimits_tasks_interrupted_total{reason=\"cancelled\"}"),
 	       0, "cancelled 0");
 	tap_is(value("memlimits_tasks_started_total"), 3, "3 tasks started");
-	tap_ok(value("memlimits_samples_total") > 0, "samples counted (%lld)",
-	       value("memlimits_samples_total"));
+	/* Each stop takes k = ceil(2^20 / 80000) = 14 samples, so at least
+	 * 42.  More only from the stops' last allocations (1000 and 10000
+	 * bytes: Poisson(< 1/8) extra each) and the few allocations outside
+	 * the tasks: P(10 or more) < 1e-9 for a Poisson of mean 0.5. */
+	long long samples = value("memlimits_samples_total");
+	tap_ok(samples >= 42 && samples < 52,
+	       "samples counted (%lld: 3 stops of 14, and a few more)",
+	       samples);
 	/* A cancelled task (its token set before: it does not run). */
 	ml_token *tok = ml_token_new();
 	ml_token_set(tok);
@@ -163,8 +169,9 @@ static void *runner(void *arg)
 	ml_limits l = ML_LIMITS_INIT;
 	for (int i = 0; i < 10; i++)
 		ml_run(&l, nothing, NULL, NULL);
-	sink = malloc(100); /* a thread that allocated, too */
-	free(sink);
+	void *p = malloc(100); /* a thread that allocated, too */
+	sink = p;
+	free(p); /* its own block: sink is per thread, never freed */
 	if (arg) {
 		pthread_barrier_wait(&bar); /* counted */
 		pthread_barrier_wait(&bar); /* written */
@@ -273,10 +280,22 @@ static void test_format(void)
 	tap_is(found, 7, "every family of the contract");
 	/* Under valgrind the meter's level starts at 0 (no mallinfo2 from its
 	 * allocator) and may read 0 here. */
-	if (tap_under_valgrind())
+	if (tap_under_valgrind()) {
 		tap_skip(1, "the heap's level: under valgrind");
-	else
-		tap_ok(value("memlimits_heap_bytes") > 0, "the heap");
+		return;
+	}
+	/* The heap follows a block of 8 MiB: up by its chunk (a page more
+	 * at most), and down again once it is freed. */
+	long long before = value("memlimits_heap_bytes");
+	char *block = malloc(8 << 20);
+	memset(block, 1, 8 << 20);
+	long long with = value("memlimits_heap_bytes");
+	free(block);
+	long long after = value("memlimits_heap_bytes");
+	tap_ok(before > 0 && with - before >= 8 << 20 &&
+	           with - before <= (8 << 20) + 4096 && after == before,
+	       "the heap: %lld, %lld with an 8 MiB block, %lld after", before,
+	       with, after);
 }
 
 static void test_badfd(void)
@@ -296,6 +315,9 @@ static void test_badfd(void)
 
 int main(int argc, char **argv)
 {
+	/* The counts above assume the default interval, whatever the
+	 * environment says. */
+	ml_set_sample_interval(80000);
 	if (argc > 1 && !strcmp(argv[1], "print")) {
 		if (!three_stops())
 			return 1;

@@ -193,6 +193,7 @@ static void test_cross_thread_token(void)
 	pthread_create(&a, NULL, endless_slice, t);
 	pthread_create(&b, NULL, endless_slice, t);
 	while (atomic_load(&spinning) < 2)
+		/* not ordering: the poll of a wait on the spinning count */
 		usleep(1000);
 	ml_token_set(tok);
 	void *ra, *rb;
@@ -330,7 +331,7 @@ static void *waiting(void *arg)
 	(void)arg;
 	atomic_store(&phase, 1);
 	while (atomic_load(&phase) != 2)
-		usleep(1000);
+		usleep(1000); /* not ordering: a poll of phase */
 	for (int i = 0; i < 1000; i++)
 		free(malloc(1000));
 	return (void *)7;
@@ -350,8 +351,8 @@ static void test_free_while_running(void)
 	pthread_t th;
 	pthread_create(&th, NULL, waiting_slice, t);
 	while (atomic_load(&phase) != 1)
-		usleep(1000);
-	ml_task_free(t); /* deferred: the slice still runs */
+		usleep(1000); /* not ordering: a poll of phase */
+	ml_task_free(t);      /* deferred: the slice still runs */
 	atomic_store(&phase, 2);
 	void *r;
 	pthread_join(th, &r);
@@ -411,6 +412,7 @@ static void *helper_body(void *arg)
 	 * is seen here; never a pass condition: with the fix the join cannot
 	 * come before the slice ends. */
 	for (int i = 0; i < 500 && !atomic_load(&xjoined); i++)
+		/* not ordering: a bounded wait, never a pass condition */
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
 	return (void *)(intptr_t)(atomic_load(&xjoined) ? 2 : 1);
 }

@@ -20,7 +20,7 @@
 
 #define S 4096u
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* Allocate (and free) `bytes` in blocks of `block`; count what succeeded
  * and the first failure. */
@@ -231,6 +231,8 @@ static void *set_later(void *arg)
 {
 	struct setter *st = arg;
 	struct timespec ts = {0, (long)st->delay_ms * 1000000};
+	/* not ordering: the task spins until the token is set, before it
+	 * starts or during; the delay only varies which */
 	nanosleep(&ts, NULL);
 	ml_token_set(st->t);
 	return NULL;

@@ -40,7 +40,8 @@ void refused_function(void);
 void leak_function(long mib);
 int stream_function(long mib);
 
-void *volatile sink; /* keeps the allocations from being optimised out */
+/* Keeps the allocations from being optimised out; per thread. */
+static _Thread_local void *volatile sink;
 
 static int huge(void)
 {

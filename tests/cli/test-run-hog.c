@@ -14,7 +14,8 @@
 void small_function(void);
 void hog_function(long mib);
 
-void *volatile sink; /* keeps the allocations from being optimised out */
+/* Keeps the allocations from being optimised out; per thread. */
+static _Thread_local void *volatile sink;
 
 __attribute__((noinline)) void small_function(void)
 {

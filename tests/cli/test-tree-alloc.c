@@ -35,6 +35,7 @@ static void wait_for(const char *dir, const char *name)
 	struct timespec ts = {0, 5 * 1000 * 1000};
 	/* A safety stop only (60 s), not a threshold of the test. */
 	for (int i = 0; i < 12000 && !done(dir, name); i++)
+		/* not ordering: the poll of a wait on a file */
 		nanosleep(&ts, NULL);
 }
 

@@ -85,18 +85,25 @@ check $? "--heap-limit 50MiB with --tree-heap-limit 1GiB: each refused by its ow
 wait_pid_file() {
 	i=0
 	while [ ! -s "$tmp/pid" ] && [ $i -lt 3000 ]; do
-		sleep 0.02
+		sleep 0.02 # not ordering: the poll of a wait on the pid file
 		i=$((i + 1))
 	done
 }
 
 # ---- a program killed mid-run leaves nothing -----------------------------
 rm -f "$tmp/pid" "$tmp/shm"
+# not ordering: the program runs until the test kills it (sleep 300)
 "$M" run --tree-heap-limit 64MiB -- sh -c \
 	"ls /dev/shm >'$tmp/shm'; echo \$\$ >'$tmp/pid.new'; mv '$tmp/pid.new' '$tmp/pid'; exec sleep 300" \
 	>/dev/null 2>"$tmp/err" &
 runpid=$!
 wait_pid_file
+if [ ! -s "$tmp/pid" ]; then
+	# The program never ran: end the run now (its wait would last as
+	# long as the sleep) and let the checks below fail.
+	echo "# no pid file after 60 s: killing the run"
+	kill -KILL $runpid 2>/dev/null
+fi
 grep -qE "^memlimits\.$uid\.run\.$runpid\." "$tmp/shm"
 check $? "the run's budget exists while the program runs"
 kill -KILL "$(cat "$tmp/pid")" 2>/dev/null
@@ -109,6 +116,7 @@ check $? "SIGKILL to the program: the command ends as the program did (137, got 
 
 # ---- signals to the command reach the program ----------------------------
 rm -f "$tmp/pid"
+# not ordering: the program's loop runs until the test's SIGTERM (sleep 0.05)
 "$M" run --tree-heap-limit 64MiB -- sh -c \
 	"trap 'echo got-term >\"$tmp/term\"; exit 7' TERM; echo \$\$ >'$tmp/pid'; while :; do sleep 0.05; done" \
 	>/dev/null 2>&1 &

@@ -44,7 +44,7 @@
 #define MAX_DEPTH 3
 #define S 4096u
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* ---- Small helpers ---------------------------------------------------- */
 
@@ -58,6 +58,7 @@ static double now(void)
 static void nap_us(long us)
 {
 	struct timespec ts = {us / 1000000, us % 1000000 * 1000};
+	/* not ordering: a stress run's random pauses and its watch */
 	nanosleep(&ts, NULL);
 }
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -32,9 +33,9 @@
 
 #define NTHREADS 4
 #define FORKS 300
-#define CHILD_TIMEOUT 10 /* seconds; a healthy child needs milliseconds */
+#define CHILD_TIMEOUT 60 /* a hang limit only: a child needs milliseconds */
 
-void *volatile sink;
+static _Thread_local void *volatile sink;
 static atomic_int stop;
 static atomic_int worker_bad;
 
@@ -73,10 +74,14 @@ static void *short_lived(void *arg)
 	return NULL;
 }
 
+/* Rounds of the workers, all together: a fork waits for new ones. */
+static atomic_uint laps;
+
 static void *worker(void *arg)
 {
 	uint64_t rng = 0x9e3779b97f4a7c15u * ((uintptr_t)arg + 1);
 	for (unsigned round = 0; !atomic_load(&stop); round++) {
+		atomic_fetch_add(&laps, 1);
 		churn(&rng, 64);
 		ml_token *t = ml_token_new();
 		ml_cleanup_push(nothing, NULL);
@@ -216,11 +221,15 @@ int main(int argc, char **argv)
 	for (int i = 0; i < NTHREADS; i++)
 		if (pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i))
 			tap_bail("pthread_create failed");
-	struct timespec t0, t1, nap = {0, 1000000};
+	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int forks = 0, hung = 0, bad = 0, first = 0, unwritten = 0;
 	for (int i = 0; i < FORKS; i++) {
-		nanosleep(&nap, NULL); /* let the workers get going */
+		/* The workers under way: as many new rounds as threads since
+		 * the last fork (a wait on them, not a nap). */
+		unsigned want = atomic_load(&laps) + NTHREADS;
+		while (atomic_load(&laps) < want)
+			sched_yield();
 		int st = tap_child(child, NULL, CHILD_TIMEOUT);
 		forks++;
 		if (st == -1) {

@@ -21,7 +21,7 @@
 #include "memlimits.h"
 #include "../tap/tap.h"
 
-void *volatile sink;
+static _Thread_local void *volatile sink;
 
 extern int __pthread_key_create(pthread_key_t *, void (*)(void *));
 int __register_atfork(void (*)(void), void (*)(void), void (*)(void), void *);

@@ -38,7 +38,7 @@ static bool over_glibc(void)
 	return strcmp(ml_allocator(), "glibc") == 0;
 }
 
-void *volatile sink;
+static _Thread_local void *volatile sink;
 
 #define S 4096u           /* sample interval for most of the tests */
 #define GUARD (64u << 20) /* a task that allocated this much never tripped */
@@ -363,7 +363,7 @@ static void *exit_inside(void *arg)
 	ml_mask();
 	{
 		void *p_ = malloc(100);
-		sink = p_; /* sink is shared: free our own */
+		sink = p_; /* free our own block, not sink read back */
 		free(p_);
 	}
 	pthread_exit(NULL);
@@ -499,11 +499,11 @@ static void *cancel_fn(void *arg)
 	for (;;) {
 		{
 			void *p_ = malloc(64);
-			sink = p_; /* sink is shared: free our own */
+			sink = p_; /* free our own block, not sink read back */
 			free(p_);
 		}
 		struct timespec ms = {0, 1000000};
-		nanosleep(&ms, NULL); /* a cancellation point */
+		nanosleep(&ms, NULL); /* not ordering: a cancellation point */
 	}
 	return NULL;
 }
@@ -692,7 +692,7 @@ static void *fork_task(void *arg)
 	for (int i = 0; i < 16; i++) {
 		{
 			void *p_ = malloc(1000);
-			sink = p_; /* sink is shared: free our own */
+			sink = p_; /* free our own block, not sink read back */
 			free(p_);
 		}
 	}
@@ -712,7 +712,7 @@ static void *fork_task(void *arg)
 	for (f->spent = 0; f->spent < GUARD; f->spent += 1024) {
 		{
 			void *p_ = malloc(1024);
-			sink = p_; /* sink is shared: free our own */
+			sink = p_; /* free our own block, not sink read back */
 			free(p_);
 		}
 	}
@@ -742,10 +742,14 @@ static void test_fork_in_task(void)
 /* Background allocators for fork-while-busy. */
 static atomic_int busy_stop;
 
+/* Rounds of busy_main, all threads together: a fork waits for new ones. */
+static atomic_uint busy_laps;
+
 static void *busy_main(void *arg)
 {
 	struct worker *w = arg;
 	while (!atomic_load(&busy_stop)) {
+		atomic_fetch_add(&busy_laps, 1);
 		churn(w, 50);
 		ml_token *t = ml_token_new();
 		ml_cleanup_push(nothing, NULL);
@@ -857,14 +861,18 @@ static void test_fork_busy(void)
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	int bad = 0, hung = 0, first = 0, forks = 0;
 	for (int i = 0; i < FORKS; i++) {
-		struct timespec nap = {0, 2000000};
-		nanosleep(&nap, NULL); /* let the others get going */
+		/* The others under way: as many new rounds as threads since
+		 * the last fork (a wait on them, not a nap). */
+		unsigned want = atomic_load(&busy_laps) + NBUSY;
+		while (atomic_load(&busy_laps) < want)
+			sched_yield();
 		/* child_meter reads glibc's chunk headers: none under
-		 * valgrind. */
+		 * valgrind.  60 s: a hang limit only (a child takes
+		 * milliseconds), generous for a loaded machine. */
 		int st = tap_child(i % 2 || under_valgrind() || !over_glibc()
 		                       ? child_plain
 		                       : child_meter,
-		                   NULL, 3);
+		                   NULL, 60);
 		forks++;
 		if (st != 0) {
 			bad++;

@@ -57,6 +57,36 @@ def get(port, path, timeout=10):
         c.close()
 
 
+def wait_for(cond, seconds=60):
+    """Wait until cond() is true: no sleep orders anything here.  False
+    after SECONDS, a hang limit only."""
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)  # not ordering: the poll of a wait on cond()
+    return True
+
+
+def metric_at_least(port, family, nbytes, seconds=60):
+    """Poll /memlimits-metrics until FAMILY reads NBYTES or more, or the
+    request is refused (503: the worker is over memlimits_pressure, the
+    same fact); prints 'waited FAMILY 1' or 'waited FAMILY 0' (timed out)."""
+    def seen():
+        st, body = get(port, '/memlimits-metrics')
+        if st == 503:
+            return True
+        for line in body.decode(errors='replace').splitlines():
+            f = line.split()
+            if (len(f) == 2 and f[0].split('{')[0] == family and
+                    float(f[1]) >= nbytes):
+                return True
+        return False
+    ok = wait_for(seen, seconds)
+    print('waited', family, 1 if ok else 0)
+    return ok
+
+
 def load(port, html, nord, nbomb):
     ref_static = open(html + '/f4k.bin', 'rb').read()
     st, ref_thumb = get(port, '/thumb/small.png')
@@ -68,6 +98,8 @@ def load(port, html, nord, nbomb):
     res = {'ord_ok': 0, 'ord_bad': 0, 'bomb_ok': 0, 'bomb_bad': 0}
     bad = []
     worst = [0.0]
+
+    done = [0] * nord  # requests each ordinary client has made
 
     def ordinary(i):
         n = 0
@@ -81,6 +113,7 @@ def load(port, html, nord, nbomb):
                 else:
                     res['ord_bad'] += 1
                     bad.append('%s %d %d' % (path, st, len(body)))
+                done[i] += 1
             n += 1
 
     def bombs(count):
@@ -102,14 +135,17 @@ def load(port, html, nord, nbomb):
           for i in range(nord)]
     for t in ts:
         t.start()
-    time.sleep(0.5)  # the ordinary load is under way
+    # The ordinary load under way: every client has been answered once.
+    wait_for(lambda: min(done) >= 1)
     bs = [threading.Thread(target=bombs, args=(nbomb // 2,)),
           threading.Thread(target=bombs, args=(nbomb - nbomb // 2,))]
     for t in bs:
         t.start()
     for t in bs:
         t.join()
-    time.sleep(0.5)
+    # And it goes on after the bombs: every client answered once more.
+    after = list(done)
+    wait_for(lambda: all(d > a for d, a in zip(done, after)))
     stop.set()
     for t in ts:
         t.join()
@@ -201,7 +237,8 @@ def glob(port, big, second):
 def glob_puts(port, big, second, small):
     s = put_start(port, '/big', big << 20)  # the holder: sends slowly
     put_send(s, 4 << 20)
-    time.sleep(0.5)
+    # Its body buffer exists: the worker's heap holds it.
+    metric_at_least(port, 'memlimits_heap_bytes', big << 20)
     t0 = time.monotonic()
     st2 = [None]
     t2 = threading.Thread(target=lambda: st2.__setitem__(
@@ -210,11 +247,12 @@ def glob_puts(port, big, second, small):
     st1 = put_status(s, 5)
     dt = time.monotonic() - t0
     t2.join()
-    time.sleep(0.3)
+    # The small requests carry on after both: 20 more answered.
+    n0 = small['ok'] + small['bad']
+    wait_for(lambda: small['ok'] + small['bad'] >= n0 + 20)
     print('big_status', st1)
     print('big_stopped_s %.3f' % dt)
     print('second_status', st2[0])
-    time.sleep(0.2)
     print('small_ok', small['ok'])
     print('small_bad', small['bad'])
 
@@ -222,7 +260,8 @@ def glob_puts(port, big, second, small):
 def shared(port, big, small, n):
     s = put_start(port, '/big', big << 20)  # nginx allocates its buffer
     put_send(s, 4 << 20)
-    time.sleep(0.5)  # ordering only: the big one's buffer exists first
+    # The big one's buffer exists first: the budget's total holds it.
+    metric_at_least(port, 'memlimits_shared_usage_bytes', big << 20)
     sts = [None] * n
 
     def one(i):
@@ -243,11 +282,14 @@ def pressure(port, big, reqs):
     it ended."""
     s = put_start(port, '/big', big << 20)
     put_send(s, 4 << 20)
-    time.sleep(0.5)
+    # Its buffer exists: the heap holds it (or the worker already refuses).
+    metric_at_least(port, 'memlimits_heap_bytes', big << 20)
     during, _ = get(port, '/f4k.bin')
     ask_all(port, reqs, 'held ')
     s.close()
-    time.sleep(0.5)
+    # The worker freed it: requests are served again.
+    print('served_again', 1 if wait_for(
+        lambda: get(port, '/memlimits-metrics')[0] == 200) else 0)
     after, _ = get(port, '/f4k.bin')
     ask_all(port, reqs, 'freed ')
     print('during', during)
@@ -336,7 +378,7 @@ def promquery(port, query, want, seconds):
             pass  # not up yet, or nothing scraped yet
         if last == want or time.monotonic() > end:
             break
-        time.sleep(0.5)
+        time.sleep(0.5)  # not ordering: the poll of a bounded wait
     print('value', last)
     print('found', 1 if last == want else 0)
 

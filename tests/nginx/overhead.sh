@@ -50,8 +50,13 @@ run() { # run on|off PATH N -> "rps cpu_us_per_request"
 		"$NGINX_BIN" -p "$tmp" -c "$tmp/nginx-off.conf" -e "$tmp/logs/error.log" &
 	fi
 	master=$!
-	sleep 0.5
-	w=$(pgrep -P "$master" | head -1)
+	# Its worker, once there (a wait on it, 10 s at most).
+	w=
+	for _ in $(seq 100); do
+		w=$(pgrep -P "$master" | head -1)
+		[ -n "$w" ] && "$PY" -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && break
+		sleep 0.1 # not ordering: the poll of a bounded wait
+	done
 	ab -q -k -n 2000 -c "$C" "http://127.0.0.1:$port$2" >/dev/null 2>&1 # warm up
 	t0=$(cpu_ns "$w")
 	rps=$(ab -q -k -n "$3" -c "$C" "http://127.0.0.1:$port$2" 2>/dev/null |

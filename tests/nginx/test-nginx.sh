@@ -107,7 +107,7 @@ stop_pid() {
 	kill "$1" 2>/dev/null
 	for _ in $(seq 50); do
 		kill -0 "$1" 2>/dev/null || break
-		sleep 0.2
+		sleep 0.2 # not ordering: the poll of a bounded wait
 	done
 	kill -9 "$1" 2>/dev/null
 }
@@ -158,7 +158,7 @@ start_nginx() {
 	master=$!
 	for _ in $(seq 50); do
 		"$PY" "$CLIENT" get "$p1" /f4k.bin 2>/dev/null | grep -q '^200 4096' && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	worker=$(pgrep -P "$master" | head -1)
 }
@@ -515,7 +515,7 @@ if tap_case metrics; then
 		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/m0" >/dev/null 2>&1
 		grep -qxF "$want" "$tmp/m0/0.txt" &&
 			[ "$(grep -c '^memlimits_heap_bytes{' "$tmp/m0/0.txt")" = 2 ] && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 20 "$tmp/m" >"$tmp/m.out" 2>&1
 	ct='text/plain; version=0.0.4; charset=utf-8'
@@ -611,14 +611,14 @@ EOF
 			case " $new" in *" $o "*) old=1 ;; esac
 		done
 		[ -z "$old" ] && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	# The new workers take their slots at their start: waited for (5 s).
 	snew=$(printf '%s\n' $new | sort -n | paste -sd' ' -)
 	for _ in $(seq 50); do
 		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/mr" >/dev/null 2>&1
 		[ "$(labels "$tmp/mr/0.txt")" = "$snew" ] && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	w=$(labels "$tmp/mr/0.txt")
 	if [ "$w" = "$snew" ] && [ "$snew" != "$sorted" ] && grep -qxF "$want" "$tmp/mr/0.txt"; then
@@ -651,7 +651,7 @@ if tap_case series; then
 	for _ in $(seq 300); do
 		"$PY" "$CLIENT" metrics "$p1" /memlimits-metrics 1 "$tmp/ms" >"$tmp/ms.out" 2>&1
 		[ "$(grep -c '^memlimits_heap_bytes{' "$tmp/ms/0.txt")" = 100 ] && break
-		sleep 0.1
+		sleep 0.1 # not ordering: the poll of a bounded wait
 	done
 	# The workers once all 100 have published: read right after the
 	# start, the master may not have forked them all yet (seen under load).

@@ -500,7 +500,7 @@ end \$\$" >/dev/null
 		until [ "$(q -c "select count(*) from memlimits_activity() where statement_held_bytes > 160 * 1048576")" = "$i" ]; do
 			tries=$((tries + 1))
 			[ $tries -gt 600 ] && break
-			sleep 0.1
+			sleep 0.1 # not ordering: the poll of a bounded wait
 		done
 	done
 	rows=$(q -c "select statement_held_bytes / 1048576 from memlimits_activity() where statement_held_bytes > 100 * 1048576 order by 1")

@@ -30,6 +30,30 @@
 #define TABLE_BYTES (64 + SLOTS * 64)
 
 static void *volatile sink;
+
+/* Under ThreadSanitizer (or ASan) the runtime's malloc is the process's
+ * and ours is bypassed: nothing would be counted, no member would ever be
+ * stopped, and the cases waited for reports that never came until their
+ * time limits (test-shared "hung" under TSan).  There the blocks are
+ * noted through ml_note_alloc, which feeds the meter and the sampler the
+ * same way; what needs held estimates (the library's own records of
+ * blocks) is skipped. */
+static bool noted;
+
+static void *take(size_t n)
+{
+	void *p = malloc(n);
+	if (p && noted)
+		ml_note_alloc(n);
+	return p;
+}
+
+static void give(void *p, size_t n)
+{
+	if (p && noted)
+		ml_note_free(n);
+	free(p);
+}
 /* The parent's write end of "done": children close it, so that the
  * parent's close is their EOF. */
 static int done_writer = -1;
@@ -103,10 +127,10 @@ static void *bystander(void *arg)
 {
 	struct member *m = arg;
 	if (m->one_block)
-		sink = m->blocks[m->n++] = malloc(m->hold);
+		sink = m->blocks[m->n++] = take(m->hold);
 	else {
 		for (uint64_t b = 0; b < m->hold && m->n < 1024; b += MiB)
-			sink = m->blocks[m->n++] = malloc(MiB);
+			sink = m->blocks[m->n++] = take(MiB);
 		ml_shared_usage(); /* publish now: what it holds is known */
 	}
 	put(m->ready, "r", 1);
@@ -124,7 +148,7 @@ static void *leaker(void *arg)
 {
 	struct member *m = arg;
 	while (!ml_is_interrupted() && m->n < 1024) {
-		sink = m->blocks[m->n++] = malloc(MiB);
+		sink = m->blocks[m->n++] = take(MiB);
 		if (getenv("SHARED_DEBUG") && m->n % 8 == 0)
 			tap_diag("leaker %d MiB, total %llu", m->n,
 			         (unsigned long long)ml_shared_usage());
@@ -149,7 +173,7 @@ static void run_member(struct member *m, void *(*fn)(void *))
 	r.held = ml_task_held(t);
 	ml_task_describe(t, r.describe, sizeof r.describe);
 	for (int i = 0; i < m->n; i++)
-		free(m->blocks[i]);
+		give(m->blocks[i], m->one_block ? m->hold : MiB);
 	ml_task_free(t);
 	put(m->out, &r, sizeof r);
 	_exit(0);
@@ -236,7 +260,9 @@ static void *cross(void *arg)
 		for (uint64_t mine = 0; c->n < 1024 && !ml_is_interrupted() &&
 		                        c->base + mine <= LIMIT + 2 * MiB;
 		     mine += 64 << 10)
-			sink = c->blocks[c->n++] = malloc(64 << 10);
+			sink = c->blocks[c->n++] = take(64 << 10);
+		/* Its own view of the total: what it read plus what it took. */
+		over = c->base + (uint64_t)c->n * (64 << 10);
 		put(c->out, &over, sizeof over);
 		char x;
 		get(c->go, &x, 1);
@@ -245,7 +271,7 @@ static void *cross(void *arg)
 	}
 	while (c->n < 1024 && !ml_is_interrupted() &&
 	       ml_shared_usage() <= ml_shared_limit())
-		sink = c->blocks[c->n++] = malloc(MiB);
+		sink = c->blocks[c->n++] = take(MiB);
 	over = ml_shared_usage();
 	put(c->out, &over, sizeof over);
 	char x;
@@ -302,8 +328,11 @@ static void largest_elsewhere(bool one_block, bool quiet_cross)
 	       "the total before the crosser allocates: %.1f MiB (the "
 	       "holder's 40 MiB, counted once)",
 	       (double)first / MiB);
-	tap_ok(get(cout[0], &seen, sizeof seen), "the crosser took the total "
-	                                         "over the limit");
+	seen = 0;
+	bool got = get(cout[0], &seen, sizeof seen);
+	tap_ok(got && seen > LIMIT,
+	       "the crosser took the total over the limit (%.1f MiB of %.0f)",
+	       (double)seen / MiB, (double)LIMIT / MiB);
 	struct result r = {0};
 	tap_ok(get(out[0], &r, sizeof r), "the holder reports");
 	tap_is(r.status, ML_GLOBAL_LIMIT, "the largest holder is stopped");
@@ -366,7 +395,7 @@ static void test_killed_member(void)
 	pid_t pid = fork();
 	if (pid == 0) {
 		for (int i = 0; i < 32; i++)
-			sink = malloc(MiB);
+			sink = take(MiB);
 		ml_shared_usage();
 		put(ready[1], "r", 1);
 		for (;;)
@@ -452,7 +481,7 @@ static void test_other_user(void)
 		_exit(0);
 	}
 	for (int i = 0; i < 16; i++)
-		sink = malloc(MiB);
+		sink = take(MiB);
 	mine = ml_shared_usage();
 	put(go[1], &mine, sizeof mine);
 	int bad = -1;
@@ -475,7 +504,12 @@ static void test_other_user(void)
 
 /* ---- (5) A corrupt table ------------------------------------------------ */
 
-static void churn(int go)
+/* A member that allocates and sums while the parent writes garbage: it
+ * starts only once the table has been overwritten (the byte on `go`), so
+ * that every sum it makes reads garbage.  FLAG delivery: its allocations
+ * are never refused, whatever the garbage makes it count; a NULL is the
+ * system's (exit 60, told apart). */
+static void churn(int ready, int go)
 {
 	if (ml_shared_join(name, 0) != ML_OK)
 		_exit(80);
@@ -483,14 +517,19 @@ static void churn(int go)
 	l.global = true;
 	l.delivery = ML_DELIVER_FLAG;
 	ml_task *t = ml_task_new(&l);
-	put(go, "r", 1);
+	put(ready, "r", 1);
+	char c;
+	if (!get(go, &c, 1))
+		_exit(61);
 	void *keep[64] = {0};
+	size_t size[64] = {0};
 	uint64_t x = (uint64_t)getpid();
 	for (int i = 0; i < 20000; i++) {
 		x = x * 6364136223846793005ull + 1442695040888963407ull;
 		int k = (int)(x >> 58);
-		free(keep[k]);
-		keep[k] = malloc((size_t)(x >> 20) % (256 * 1024) + 1);
+		give(keep[k], size[k]);
+		size[k] = (size_t)(x >> 20) % (256 * 1024) + 1;
+		keep[k] = take(size[k]);
 		if (!keep[k])
 			_exit(60); /* refused */
 		if (i % 256 == 0) {
@@ -500,7 +539,7 @@ static void churn(int go)
 		}
 	}
 	for (int k = 0; k < 64; k++)
-		free(keep[k]);
+		give(keep[k], size[k]);
 	ml_task_free(t);
 	_exit(0);
 }
@@ -520,21 +559,25 @@ static void test_corrupt_table(void)
 		tap_bail("mapping the table");
 	close(fd);
 	ml_shared_leave();
-	int go[2];
-	if (pipe(go))
+	int ready[2], go[2];
+	if (pipe(ready) || pipe(go))
 		tap_bail("pipe");
 	pid_t pid[3];
 	for (int i = 0; i < 3; i++)
 		if ((pid[i] = fork()) == 0)
-			churn(go[1]);
+			churn(ready[1], go[0]);
 	char c;
 	for (int i = 0; i < 3; i++)
-		get(go[0], &c, 1);
+		get(ready[0], &c, 1);
 	uint64_t x = 88172645463325252ull;
 	int alive = 3, round = 0;
 	bool done[3] = {false, false, false};
 	int st[3] = {0, 0, 0};
 	while (alive) {
+		/* The members start after the first round: they never read
+		 * a clean table. */
+		if (round == 1)
+			put(go[1], "ggg", 3);
 		/* Garbage in every slot; every 8th round the head too. */
 		size_t from = round++ % 8 == 7 ? 0 : 64;
 		for (size_t o = from; o + 8 <= TABLE_BYTES; o += 8) {
@@ -551,10 +594,10 @@ static void test_corrupt_table(void)
 	}
 	for (int i = 0; i < 3; i++)
 		tap_ok(WIFEXITED(st[i]) && WEXITSTATUS(st[i]) == 0,
-		       "member %d survives garbage and no allocation is "
-		       "refused (status %d)",
+		       "member %d churned and summed over a table of "
+		       "garbage and exits 0 (status %d)",
 		       i, st[i]);
-	tap_ok(round > 1, "the table was overwritten %d times", round);
+	tap_diag("the table was overwritten %d times", round);
 	munmap(map, TABLE_BYTES);
 	unlink_budget();
 }
@@ -626,7 +669,7 @@ static void test_fork_child(void)
 	make_name("fork");
 	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "joined");
 	for (int i = 0; i < 32; i++)
-		sink = malloc(MiB);
+		sink = take(MiB);
 	uint64_t parent = ml_shared_usage();
 	int res[2], go[2];
 	if (pipe(res) || pipe(go))
@@ -634,7 +677,7 @@ static void test_fork_child(void)
 	pid_t pid = fork();
 	if (pid == 0) {
 		for (int i = 0; i < 8; i++)
-			sink = malloc(MiB);
+			sink = take(MiB);
 		uint64_t u[2] = {ml_shared_usage(), ml_shared_limit()};
 		put(res[1], u, sizeof u);
 		char c;
@@ -673,7 +716,7 @@ static void test_leave(void)
 	if (pid == 0) {
 		/* A member by fork: counts what it allocates after it. */
 		for (int i = 0; i < 8; i++)
-			sink = malloc(MiB);
+			sink = take(MiB);
 		ml_shared_usage();
 		put(ready[1], "r", 1);
 		char c;
@@ -685,7 +728,7 @@ static void test_leave(void)
 	char c;
 	get(ready[0], &c, 1);
 	for (int i = 0; i < 32; i++)
-		sink = malloc(MiB);
+		sink = take(MiB);
 	uint64_t both = ml_shared_usage();
 	tap_ok(both >= 40 * MiB, "both count (%llu)", (unsigned long long)both);
 	tap_is(ml_shared_leave(), ML_OK, "the parent leaves");
@@ -733,12 +776,13 @@ static int exec_child(void)
 	if (ml_shared_limit() != 512 * MiB)
 		return 1;
 	for (int i = 0; i < 4; i++)
-		sink = malloc(MiB);
+		sink = take(MiB);
 	return ml_shared_usage() >= 4 * MiB ? 0 : 2;
 }
 
 int main(int argc, char **argv)
 {
+	noted = !(ml_capabilities() & ML_CAP_INTERPOSED);
 	if (argc > 1 && !strcmp(argv[1], "--exec-child"))
 		return exec_child();
 	self_path = argv[0];
@@ -748,10 +792,16 @@ int main(int argc, char **argv)
 		            "this file)");
 		return tap_done();
 	}
-	tap_case("test_leak_among_four", test_leak_among_four, 120);
-	tap_case("test_largest_elsewhere", test_largest_elsewhere, 120);
-	tap_case("test_quiet_holder", test_quiet_holder, 120);
-	tap_case("test_quiet_crosser", test_quiet_crosser, 120);
+	if (ml_capabilities() & ML_CAP_HELD) {
+		tap_case("test_leak_among_four", test_leak_among_four, 120);
+		tap_case("test_largest_elsewhere", test_largest_elsewhere, 120);
+		tap_case("test_quiet_holder", test_quiet_holder, 120);
+		tap_case("test_quiet_crosser", test_quiet_crosser, 120);
+	} else {
+		tap_skip(4, "the choice of the largest holder needs held "
+		            "estimates: the library's malloc is bypassed "
+		            "(a sanitizer's runtime?)");
+	}
 	tap_case("test_killed_member", test_killed_member, 60);
 	tap_case("test_other_user", test_other_user, 60);
 	tap_case("test_corrupt_table", test_corrupt_table, 120);

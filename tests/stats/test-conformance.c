@@ -82,7 +82,7 @@ static uint64_t size_of(const struct plan *p, uint64_t j)
 static volatile uint64_t cur_index;
 static volatile uint64_t cur_start; /* b_j */
 static volatile bool flagged, failed;
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 static void *task(void *arg)
 {

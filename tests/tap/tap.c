@@ -237,6 +237,8 @@ static int wait_child(pid_t pid, unsigned timeout_s)
 			waitpid(pid, &st, 0);
 			return -1;
 		}
+		/* not ordering: the poll of a wait for the child, with a limit
+		 */
 		nanosleep(&nap, NULL);
 		waited_ms += 2;
 	}

@@ -18,6 +18,7 @@
 #include <memlimits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,11 +27,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* Allocate and free a block; sink keeps the pair from being optimised
- * away (the pointer freed is our own, never sink's, which other threads
- * write too). */
+ * away (sink is per thread; the pointer freed is our own all the same). */
 static void churn(size_t n)
 {
 	void *p = malloc(n);
@@ -666,8 +666,10 @@ static void storm_threads_child(void *arg)
 		for (int i = 0; i < N; i++)
 			pthread_kill(th[i], SIGALRM);
 		struct timespec s = {0, ts.tv_nsec / 200};
+		/* not ordering: spreads the signals over the storm */
 		nanosleep(&s, NULL);
 	}
+	/* not ordering: the storm's length */
 	nanosleep(&ts, NULL);
 	atomic_store(&storm_stop, 1);
 	for (int i = 0; i < N; i++)
@@ -825,6 +827,7 @@ static void cancel_child(void *arg)
 			sched_yield();
 		if (i % 2) {
 			struct timespec ts = {0, 100000};
+			/* not ordering: varies where the cancel lands */
 			nanosleep(&ts, NULL);
 		}
 		FAIL_IF(pthread_cancel(th), 102, "pthread_cancel");
@@ -853,11 +856,15 @@ static void cancel_child(void *arg)
 
 /* ---- exit() and _exit() while tasks run on other threads -------------- */
 
+/* Rounds of the exit workers: the exit waits until they run. */
+static atomic_uint exit_rounds;
+
 static void *exit_worker(void *arg)
 {
 	long i = (long)arg;
 	ml_token *t = ml_token_new();
 	for (unsigned round = 0;; round++) {
+		atomic_fetch_add(&exit_rounds, 1);
 		ml_limits l = lim(16 << 10, (ml_delivery)((i + round) % 3));
 		l.token = t;
 		l.global = round % 2;
@@ -899,8 +906,9 @@ static void exit_child(void *arg)
 	for (long i = 0; i < 4; i++)
 		FAIL_IF(pthread_create(&th[i], NULL, exit_worker, (void *)i),
 		        120, "pthread_create");
-	struct timespec ts = {0, 20 * 1000 * 1000};
-	nanosleep(&ts, NULL);
+	/* Every worker in its loop (a wait on their rounds, not a nap). */
+	while (atomic_load(&exit_rounds) < 8)
+		sched_yield();
 	if (exit_how->from_task) {
 		FAIL_IF(pthread_create(&th[4], NULL, exiting_worker, NULL), 121,
 		        "pthread_create");

@@ -24,7 +24,7 @@ uint64_t ml__held_by_stack(const void *task, uint64_t *sums);
 #define NSTACKS 4096 /* core.h's ML__NSTACKS */
 static uint64_t sums[NSTACKS + 1];
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 /* Tracking on, free filtered. */
 static bool tracking(void)

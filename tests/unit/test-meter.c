@@ -164,7 +164,7 @@ static void test_threads(void)
 	       (long long)(usage() - before));
 }
 
-static void *volatile sink;
+static _Thread_local void *volatile sink;
 
 static void *alloc_task(void *arg)
 {
