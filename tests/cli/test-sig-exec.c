@@ -52,6 +52,7 @@ static int wait_to_be_killed(const char *file)
 	    rename(aside, file))
 		return 98;
 	struct timespec left = {120, 0};
+	/* not ordering: a backstop; the test kills this process */
 	while (nanosleep(&left, &left) && errno == EINTR)
 		;
 	fprintf(stderr, "test-sig-exec: not killed in 120 s\n");

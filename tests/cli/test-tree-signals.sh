@@ -67,7 +67,7 @@ done
 wait_pid_file() {
 	i=0
 	while [ ! -s "$tmp/pid" ] && [ $i -lt 3000 ]; do
-		sleep 0.02
+		sleep 0.02 # not ordering: the poll of a bounded wait
 		i=$((i + 1))
 	done
 	[ -s "$tmp/pid" ] || echo "# the program wrote no pid file in 60 s"
