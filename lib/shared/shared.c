@@ -804,6 +804,21 @@ static void bus_install(void)
 
 /* ---- Choosing ------------------------------------------------------------ */
 
+/* The total is back under the limit: the requests still pending are
+ * dropped (their targets need not stop any more). */
+static void drop_requests(struct table *t, const struct view *v)
+{
+	if (!v->requests || v->total > v->limit)
+		return;
+	uint32_t n = slots_used(t);
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t r = atomic_load_explicit(&t->slot[i].request,
+		                                  memory_order_relaxed);
+		if (r)
+			req_clear(&t->slot[i], r);
+	}
+}
+
 /* Sum, and when over, ask the largest holder (after a full sweep); when
  * back under, drop the requests still pending. */
 static void check(struct table *t, bool full)
@@ -813,15 +828,7 @@ static void check(struct table *t, bool full)
 	if (over(&v) && !full)
 		sum(t, true, -1, false, &v);
 	pressure_note(&v);
-	if (v.requests && v.total <= v.limit) {
-		uint32_t n = slots_used(t);
-		for (uint32_t i = 0; i < n; i++) {
-			uint64_t r = atomic_load_explicit(&t->slot[i].request,
-			                                  memory_order_relaxed);
-			if (r)
-				req_clear(&t->slot[i], r);
-		}
-	}
+	drop_requests(t, &v);
 	if (!over(&v) || v.best < 0)
 		return;
 	uint64_t none = 0;
@@ -904,10 +911,12 @@ static void on_fold(void)
 			/* Over: this fold runs inside an allocation whose
 			 * block is not yet its task's; the choice waits
 			 * for the held hook that records it. */
-			if (over(&v))
+			if (over(&v)) {
 				choice_due = true;
-			else
+			} else {
 				pressure_note(&v);
+				drop_requests(t, &v);
+			}
 		}
 	}
 	ml__spin_unlock(&pub);
