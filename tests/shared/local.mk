@@ -16,3 +16,7 @@ tests_shared_test_shared_stop_SOURCES = tests/shared/test-shared-stop.c
 tests_shared_test_shared_stop_LDADD = $(ML_TEST_LIBS)
 tests_shared_test_shared_stop_LDFLAGS = $(ML_TEST_LINK)
 tests_shared_test_shared_stop_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+
+# Issue 35: --tree-heap-limit fails closed when its table is full.
+TESTS += tests/shared/test-tree-full.sh
+EXTRA_DIST += tests/shared/test-tree-full.sh
