@@ -183,13 +183,14 @@ static uint64_t now_ns(void)
 /* ---- Processes --------------------------------------------------------- */
 
 /* A process's start time, exec token and whether it is a zombie, from
- * /proc/PID/stat: field 22, the start time; fields 26-28 and 45-51, the
- * image's code, stack, data, brk, argument and environment addresses,
- * which every exec sets anew (randomised, and another program's differ
- * anyway), hashed into the token; 0 when the kernel hides them (another
- * user, a process that is not dumpable).  Fields counted after the last
- * ')'.  1: read; 0: no such process; -1: cannot tell.  No stdio, no
- * malloc: async-signal-safe. */
+ * /proc/PID/stat: field 22, the start time; fields 26-28 and 45-47, the
+ * image's code, stack, data and brk start addresses, which every exec
+ * sets anew (randomised, and another program's differ anyway) and
+ * nothing else changes (the argument and environment fields, which
+ * prctl(PR_SET_MM) can move, are left out), hashed into the token; 0
+ * when the kernel hides them (another user, a process that is not
+ * dumpable).  Fields counted after the last ')'.  1: read; 0: no such
+ * process; -1: cannot tell.  No stdio, no malloc: async-signal-safe. */
 static int proc_stat(pid_t pid, uint64_t *start, uint64_t *token)
 {
 	char path[48] = "/proc/", num[ML__UTOA_BYTES];
@@ -214,7 +215,7 @@ static int proc_stat(pid_t pid, uint64_t *start, uint64_t *token)
 	if (*p == 'Z' || *p == 'X' || *p == 'x')
 		return 0;
 	uint64_t tok = 0, any = 0;
-	for (int field = 3; field <= 51; field++) {
+	for (int field = 3; field <= 47; field++) {
 		if (field > 3) {
 			p = strchr(p, ' ');
 			if (!p)
@@ -222,7 +223,7 @@ static int proc_stat(pid_t pid, uint64_t *start, uint64_t *token)
 			p++;
 		}
 		if (field != 22 && !(field >= 26 && field <= 28) &&
-		    !(field >= 45 && field <= 51))
+		    !(field >= 45 && field <= 47))
 			continue;
 		uint64_t v = 0;
 		for (char *q = p; *q >= '0' && *q <= '9'; q++)
