@@ -178,10 +178,13 @@ static void *blocked_holder(void *arg)
 		char c;
 		(void)!read(b->block, &c, 1);
 	}
-	if (b->delivery == ML_DELIVER_FAIL)
-		b->after = malloc(MiB) == NULL; /* refused now */
-	else
+	if (b->delivery == ML_DELIVER_FAIL) {
+		void *p = malloc(MiB); /* refused now */
+		b->after = p == NULL;
+		free(p);
+	} else {
 		b->after = ml_is_interrupted();
+	}
 	return NULL;
 }
 
