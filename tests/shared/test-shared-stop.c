@@ -655,6 +655,36 @@ static void test_foreign_object(void)
 	unlink_budget();
 }
 
+/* ---- (7b) A squatted name ------------------------------------------------ */
+
+/* Another user makes the object of a server's name first: a join by that
+ * name is refused (the server says why), and a budget with no name
+ * (ml_shared_create, what servers use) cannot be squatted at all. */
+static void test_squatted(void)
+{
+	if (geteuid() != 0) {
+		tap_skip(1, "not root: cannot make an object as another user");
+		return;
+	}
+	make_name("squat");
+	char obj[128];
+	object(obj, sizeof obj);
+	int fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL, 0600);
+	tap_ok(fd >= 0 && fchown(fd, 65534, 65534) == 0 &&
+	           ftruncate(fd, HEAD + 4096 * SLOT) == 0,
+	       "nobody's object under root's budget name");
+	if (fd >= 0)
+		close(fd);
+	tap_is(ml_shared_join(name, LIMIT), ML_EINVAL,
+	       "a join by that name is refused");
+	tap_is(ml_shared_limit(), 0, "and nothing was joined");
+	tap_is(ml_shared_create(LIMIT, 0), ML_OK,
+	       "a budget with no name is made all the same");
+	tap_is(ml_shared_limit(), LIMIT, "with its limit");
+	tap_is(ml_shared_leave(), ML_OK, "left");
+	unlink_budget();
+}
+
 /* ---- (8) exec into a program without the library ------------------------ */
 
 static void test_exec_frees_slot(void)
@@ -867,6 +897,7 @@ int main(int argc, char **argv)
 	tap_case("test_untorn", test_untorn, 120);
 	tap_case("test_truncated", test_truncated, 60);
 	tap_case("test_foreign_object", test_foreign_object, 30);
+	tap_case("test_squatted", test_squatted, 30);
 	tap_case("test_exec_frees_slot", test_exec_frees_slot, 60);
 	tap_case("test_many_by_name", test_many_by_name, 300);
 	tap_case("test_many_full", test_many_full, 300);
