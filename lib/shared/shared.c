@@ -164,6 +164,7 @@ static _Atomic int wake_sig = -1;
 static _Atomic ml_wake_fn wake_fn;
 static void *_Atomic wake_arg;
 static int wake_installed; /* the signal our handler is on, 0: none */
+static bool wake_asked;    /* the program named the signal */
 static struct sigaction wake_old;
 /* A request the handler could not carry out (the global list's lock was
  * taken): done at the next fold or safe point. */
@@ -1146,7 +1147,7 @@ static int join_table(struct table *t, uint32_t n, const char *name,
 	atomic_store(&map_lost, false);
 	if (by_name)
 		bus_install();
-	wake_install(false);
+	wake_install(wake_asked);
 	/* The meter runs from now on, limit or not.  The choice reads the
 	 * held estimates of global tasks, which need held tracking from
 	 * their registration on (tasks/held.c). */
@@ -1382,6 +1383,7 @@ int ml__shared_set_wake(int signo, ml_wake_fn fn, void *arg)
 	atomic_store(&wake_arg, arg);
 	atomic_store(&wake_fn, fn);
 	if (signo >= 0) {
+		wake_asked = true;
 		atomic_store(&wake_sig, signo);
 		if (atomic_load(&tab))
 			wake_install(true);

@@ -266,6 +266,91 @@ static void test_woken_sleep_fail(void)
 	woken(true, ML_DELIVER_FAIL);
 }
 
+/* ---- (1b) The wake's settings ------------------------------------------- */
+
+static void their_handler(int sig)
+{
+	(void)sig;
+}
+
+static bool wakeable_self(void)
+{
+	ml_shared_member m[64];
+	size_t n = ml_shared_members(m, 64);
+	for (size_t i = 0; i < n && i < 64; i++)
+		if (m[i].flags & ML_SHARED_SELF)
+			return (m[i].flags & ML_SHARED_WAKEABLE) != 0;
+	return false;
+}
+
+static void test_wake_settings(void)
+{
+	tap_is(ml_shared_set_wake(SIGKILL, NULL, NULL), ML_EINVAL,
+	       "SIGKILL cannot wake");
+	tap_is(ml_shared_set_wake(SIGSEGV, NULL, NULL), ML_EINVAL,
+	       "nor a synchronous signal");
+	tap_is(ml_shared_set_wake(-2, NULL, NULL), ML_EINVAL,
+	       "nor a negative one but ML_WAKE_KEEP");
+	tap_is(ml_shared_set_wake(SIGRTMAX + 1, NULL, NULL), ML_EINVAL,
+	       "nor one past SIGRTMAX");
+	int res[2], block[2];
+	if (pipe(res) || pipe(block))
+		tap_bail("pipe");
+	/* A program with its own SIGCONT handler: not woken by default;
+	 * taken when it names the signal. */
+	for (int named = 0; named < 2; named++) {
+		pid_t pid = child();
+		if (pid == 0) {
+			signal(SIGCONT, their_handler);
+			if (named && ml_shared_set_wake(SIGCONT, NULL, NULL))
+				_exit(80);
+			if (ml_shared_create(LIMIT, 0) != ML_OK)
+				_exit(81);
+			struct sigaction now;
+			sigaction(SIGCONT, NULL, &now);
+			int r[2] = {wakeable_self(),
+			            !(now.sa_flags & SA_SIGINFO) &&
+			                now.sa_handler == their_handler};
+			put(res[1], r, sizeof r);
+			_exit(0);
+		}
+		int r[2] = {-1, -1};
+		tap_ok(get(res[0], r, sizeof r), "the member reports");
+		tap_is(r[0], named,
+		       named
+		           ? "named: it can be woken"
+		           : "its own SIGCONT handler: not woken (said once)");
+		tap_is(r[1], !named,
+		       named ? "named: the library's handler is on SIGCONT"
+		             : "and its handler is left in place");
+		reap(pid, "the member");
+	}
+	/* A stray SIGCONT (kill, a shell's fg) is nothing to a member. */
+	pid_t pid = child();
+	if (pid == 0) {
+		if (ml_shared_create(LIMIT, 0) != ML_OK)
+			_exit(81);
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		ml_task *t = ml_task_new(&l);
+		put(res[1], "r", 1);
+		char c;
+		(void)!read(block[0], &c, 1);
+		int st = ml_task_status(t);
+		put(res[1], &st, sizeof st);
+		_exit(0);
+	}
+	char c;
+	get(res[0], &c, 1);
+	tap_ok(kill(pid, SIGCONT) == 0, "a stray SIGCONT sent to a member");
+	put(block[1], "g", 1);
+	int st = -1;
+	tap_ok(get(res[0], &st, sizeof st), "the member reports");
+	tap_is(st, ML_OK, "its task is not interrupted");
+	reap(pid, "the member");
+}
+
 /* ---- (2) A target that never obeys: the next largest is chosen ---------- */
 
 struct poller {
@@ -891,6 +976,7 @@ int main(int argc, char **argv)
 	}
 	tap_case("test_woken_read_flag", test_woken_read_flag, 60);
 	tap_case("test_woken_sleep_fail", test_woken_sleep_fail, 60);
+	tap_case("test_wake_settings", test_wake_settings, 60);
 	tap_case("test_deadline", test_deadline, 60);
 	tap_case("test_crosser_counts_itself", test_crosser_counts_itself, 60);
 	tap_case("test_usage_reads_only", test_usage_reads_only, 60);
