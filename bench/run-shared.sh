@@ -14,7 +14,10 @@
 # members of a 64 MiB budget (V holds 40 MiB in a global task, C's task
 # crosses the limit), with FLAG and with JUMP delivery; latency from C's
 # crossing allocation to V's task seen stopped (CLOCK_MONOTONIC), the
-# overshoot as the total V reads at its stop minus the limit.
+# overshoot as the total V reads at its stop minus the limit; and with V
+# blocked in ppoll (issue 35: only the wake signal reaches it).  Then the
+# time a member with no free slot takes to allocate 256 MiB in 32 KiB
+# blocks, against one with a slot (issue 35: flat, no retry per fold).
 #
 # Environment: ML_BENCH (bench/ml-bench), SHARED_LATENCY
 # (bench/shared-latency; empty or missing: skipped), VALGRIND (empty or
@@ -27,14 +30,21 @@ if [ -n "$SHARED_LATENCY" ]; then
 	printf '\n%-34s %6s %10s %10s %10s %10s\n' \
 	    "stop across processes (issue 27)" "runs" "median us" "p99 us" \
 	    "over MiB" "max MiB"
-	for mode in flag jump; do
+	for mode in flag jump wait; do
 		# mode good failed median p99 over-median over-max latency-max
 		"$SHARED_LATENCY" 50 $mode 64 40 | awk -v m="$mode" '{
 			printf "%-34s %6s %10s %10s %10s %10s\n",
-			    "64 MiB, 2 members, " m " delivery",
+			    "64 MiB, 2 members, " (m == "wait" ? "V in ppoll" : m " delivery"),
 			    $2 ($3 > 0 ? " (" $3 " failed)" : ""),
 			    $4, $5, $6, $7 }'
 	done
+	# Issue 35: a member that found the table full allocates as one
+	# with a slot (no claim retried per fold).
+	"$SHARED_LATENCY" full | awk '{
+		printf "\n%-44s %10s %10s\n", "256 MiB in 32 KiB blocks (issue 35)",
+		    "slot ms", "full ms"
+		printf "%-44s %10s %10s\n", "1024 slots, " $2 " taken by idle members",
+		    $3, $4 }'
 fi
 if [ -z "$VALGRIND" ] || ! "$VALGRIND" --version >/dev/null 2>&1; then
 	echo "bench: valgrind not found: skipping shared budgets" >&2

@@ -1,7 +1,8 @@
 /* Shared budgets (issue 27; docs/shared.md): the stop latency across
  * processes and the overshoot at the stop.
  *
- *   shared-latency [RUNS [flag|jump [LIMIT_MIB [HOLD_MIB]]]]
+ *   shared-latency [RUNS [flag|jump|wait [LIMIT_MIB [HOLD_MIB]]]]
+ *   shared-latency full
  *
  * Each run (a budget of its own, name unique per run) forks two members:
  *
@@ -19,12 +20,24 @@
  *     allocates one batch more (1 MiB: the batch of this limit, so that it
  *     publishes, as a member that keeps growing does) and waits.
  *
+ * wait (issue 35): V, FLAG delivery, does not loop but waits in ppoll (a
+ * process blocked in a system call, as a PostgreSQL backend in pg_sleep
+ * or a lock wait): only the wake signal (SIGCONT, ml_shared_set_wake(3))
+ * ends the wait; V then reads the clock once ml_is_interrupted() says so.
+ *
+ * full (issue 35): what an allocation costs a member that found the table
+ * full.  An unnamed budget of 1024 slots; a child allocates 256 MiB in 32
+ * KiB blocks (a fold each) while a slot is free, then again once 1023
+ * idle children hold every slot; prints both times in ms (0.3: 21 ms and
+ * 62.4 s, a failed claim retried at every fold).
+ *
  * Latency = V's stop - C's crossing; overshoot = the total V reads at its
  * stop - the limit.  Prints one line per run (with -v) and a summary:
  * median and 99th percentile (nearest rank) of the latency in us, median
  * and max of the overshoot in MiB.  bench/run-shared.sh runs it. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -96,6 +109,8 @@ static void *volatile ring[RING];
 static int v_ready_fd;
 static volatile uint64_t v_t_stop;
 
+static bool waiting;
+
 static void *victim(void *arg)
 {
 	(void)arg;
@@ -104,10 +119,28 @@ static void *victim(void *arg)
 		if (!big[i])
 			_exit(4);
 	}
-	ml_shared_usage(); /* publish the 40 MiB now */
 	char c = 'r';
+	/* wait: SIGCONT blocked until ppoll unblocks it, so that a wake
+	 * before the wait is not lost. */
+	sigset_t cont, none;
+	sigemptyset(&cont);
+	sigaddset(&cont, SIGCONT);
+	sigprocmask(SIG_BLOCK, &cont, &none);
+	sigdelset(&none, SIGCONT);
+	if (!waiting)
+		sigprocmask(SIG_SETMASK, &none, NULL);
 	write_all(v_ready_fd, &c, 1);
 	uint64_t start = now_ns();
+	while (waiting) {
+		struct timespec ts = {5, 0};
+		ppoll(NULL, 0, &ts, &none);
+		if (ml_is_interrupted()) {
+			v_t_stop = now_ns();
+			return NULL;
+		}
+		if (now_ns() - start > SPIN_NS)
+			return NULL; /* never stopped */
+	}
 	for (unsigned long i = 0;; i++) {
 		unsigned k = (unsigned)(i % RING);
 		free(ring[k]);
@@ -182,6 +215,68 @@ static void run_crosser(const char *name, int res_fd, int wait_fd)
 
 /* ---- the parent -------------------------------------------------------- */
 
+/* ---- full: the cost of a member with no slot ----------------------------- */
+
+static double alloc_ms(void)
+{
+	int p[2];
+	if (pipe(p))
+		_exit(1);
+	pid_t pid = fork();
+	if (pid == 0) {
+		uint64_t t0 = now_ns();
+		for (int i = 0; i < 256 * 32; i++) {
+			void *volatile b = malloc(32 * 1024);
+			if (!b)
+				_exit(4);
+		}
+		double ms = (double)(now_ns() - t0) / 1e6;
+		write_all(p[1], &ms, sizeof ms);
+		_exit(0);
+	}
+	double ms = -1;
+	close(p[1]);
+	(void)read_all(p[0], &ms, sizeof ms);
+	close(p[0]);
+	waitpid(pid, NULL, 0);
+	return ms;
+}
+
+static int full(void)
+{
+	enum { SLOTS = 1024 };
+	if (ml_shared_create((uint64_t)1 << 40, SLOTS) != ML_OK)
+		return 1;
+	double free_ms = alloc_ms();
+	int ready[2], hold[2];
+	if (pipe(ready) || pipe(hold))
+		return 1;
+	static pid_t kids[SLOTS];
+	int n = 0;
+	for (; n < SLOTS - 1; n++) {
+		kids[n] = fork();
+		if (kids[n] < 0)
+			break;
+		if (kids[n] == 0) {
+			close(hold[1]);
+			ml_check(); /* claims a slot */
+			char c = 'r';
+			write_all(ready[1], &c, 1);
+			(void)read_all(hold[0], &c, 1);
+			_exit(0);
+		}
+	}
+	char c;
+	for (int i = 0; i < n; i++)
+		(void)read_all(ready[0], &c, 1);
+	double full_ms = alloc_ms();
+	close(hold[1]);
+	for (int i = 0; i < n; i++)
+		waitpid(kids[i], NULL, 0);
+	printf("full %d %.1f %.1f\n", n, free_ms, full_ms);
+	return 0;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -204,6 +299,8 @@ static void reap(pid_t pid)
 
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "full"))
+		return full();
 	int runs = argc > 1 ? atoi(argv[1]) : 50;
 	const char *mode = argc > 2 ? argv[2] : "flag";
 	int limit_mib = argc > 3 ? atoi(argv[3]) : 64;
@@ -211,12 +308,14 @@ int main(int argc, char **argv)
 	bool verbose = getenv("SHARED_LATENCY_VERBOSE") != NULL;
 	if (runs < 1 || limit_mib < 2 || hold_mib < 1 || hold_mib > 1000 ||
 	    hold_mib >= limit_mib ||
-	    (strcmp(mode, "flag") && strcmp(mode, "jump"))) {
-		fprintf(stderr, "usage: shared-latency [RUNS [flag|jump "
-		                "[LIMIT_MIB [HOLD_MIB]]]]\n");
+	    (strcmp(mode, "flag") && strcmp(mode, "jump") &&
+	     strcmp(mode, "wait"))) {
+		fprintf(stderr, "usage: shared-latency [RUNS [flag|jump|wait "
+		                "[LIMIT_MIB [HOLD_MIB]]]] | full\n");
 		return 2;
 	}
-	delivery = strcmp(mode, "flag") ? ML_DELIVER_JUMP : ML_DELIVER_FLAG;
+	delivery = strcmp(mode, "jump") ? ML_DELIVER_FLAG : ML_DELIVER_JUMP;
+	waiting = !strcmp(mode, "wait");
 	limit_bytes = (uint64_t)limit_mib * MIB;
 	int64_t *lat = calloc((size_t)runs, sizeof *lat);
 	int64_t *over = calloc((size_t)runs, sizeof *over);

@@ -33,9 +33,12 @@ man_MANS += \
 	docs/gen/ml_set_sample_interval.3 \
 	docs/gen/ml_set_seed.3 \
 	docs/gen/ml_set_stack_capture.3 \
+	docs/gen/ml_shared_create.3 \
 	docs/gen/ml_shared_join.3 \
 	docs/gen/ml_shared_leave.3 \
 	docs/gen/ml_shared_limit.3 \
+	docs/gen/ml_shared_members.3 \
+	docs/gen/ml_shared_set_wake.3 \
 	docs/gen/ml_shared_usage.3 \
 	docs/gen/ml_status_str.3 \
 	docs/gen/ml_task_allocated.3 \

@@ -30,9 +30,9 @@ extern "C" {
  * (so that -Iinclude works from a checkout): configure.ac's AC_INIT is the
  * one source, tests/api/test-version.sh holds these to it. */
 #define ML_VERSION_MAJOR 0
-#define ML_VERSION_MINOR 3
+#define ML_VERSION_MINOR 4
 #define ML_VERSION_PATCH 0
-#define ML_VERSION_STRING "0.3.0"
+#define ML_VERSION_STRING "0.4.0"
 
 /* How a task ended (ml_run's result), or why a call was refused. */
 typedef enum ml_status {
@@ -412,18 +412,74 @@ ML_EXPORT uint64_t ml_bound_limit_for(uint64_t safe, double t,
  * every member; limit == 0 joins with the limit in force.  A child made
  * by fork() is a member too.  Returns ML_OK, ML_EINVAL (bad name, already
  * a member of another budget, limit 0 and no such budget, or an object
- * of that name that is not this user's) or ML_ENOMEM (no memory, or the
- * budget has 1024 members already).  See ml_shared_join(3).  Since 0.3. */
+ * of that name that is not this user's, or not a budget's table) or
+ * ML_ENOMEM (no memory, or the budget's table is full: its slots, 4096
+ * unless MEMLIMITS_SHARED_SLOTS said otherwise when it was made).  See
+ * ml_shared_join(3).  Since 0.3. */
 ML_EXPORT int ml_shared_join(const char *name, uint64_t limit);
 /* Leave it: this process's heap no longer counts.  ML_OK or ML_EINVAL
  * (not a member).  Since 0.3. */
 ML_EXPORT int ml_shared_leave(void);
 /* The members' total heap as last published by each live member (the
- * dead swept first, this process's own heap as of now); 0 when this
- * process is not a member.  Since 0.3. */
+ * dead skipped, this process's own heap as of now); 0 when this process
+ * is not a member.  Reads only (since 0.4): one scan of the table, no
+ * publication, no stop request.  Since 0.3. */
 ML_EXPORT uint64_t ml_shared_usage(void);
 /* The budget's limit; 0 when this process is not a member.  Since 0.3. */
 ML_EXPORT uint64_t ml_shared_limit(void);
+
+/* Since 0.4: budgets with no name, the wake, the members.  Thread-safe,
+ * not async-signal-safe (they may wait for a publisher of the moment);
+ * the wake callback runs in a signal handler. */
+
+/* Slots of a table made without a count: members at once. */
+#define ML_SHARED_DEFAULT_SLOTS 4096u
+/* A target that has not given its task's memory back this long after it
+ * was asked (or after its task stopped) counts as memory again, and the
+ * next largest holder is chosen. */
+#define ML_SHARED_DEADLINE_MS 250
+/* Make a new budget with no name and join it: its table is shared with
+ * the children this process forks from now on (members from their first
+ * allocation), and with no other process; nothing another user can
+ * squat, nothing left behind.  For a server's master before it forks
+ * (nginx, PostgreSQL's postmaster).  slots: members at once, 1 to 65536,
+ * 0 for ML_SHARED_DEFAULT_SLOTS.  ML_OK, ML_EINVAL (limit 0, slots out of
+ * range, already a member) or ML_ENOMEM.  Since 0.4. */
+ML_EXPORT int ml_shared_create(uint64_t limit, uint32_t slots);
+
+/* Called from the wake signal's handler, after the task the budget
+ * chose was interrupted: must be async-signal-safe (set a flag, a latch,
+ * write to a pipe or an eventfd). */
+typedef void (*ml_wake_fn)(void *arg);
+/* ml_shared_set_wake's signo: keep the signal, change the callback. */
+#define ML_WAKE_KEEP (-1)
+/* How a member is woken when the budget asks it to stop a task: by
+ * default with SIGCONT (whose default action is harmless to a process
+ * that is not stopped), installed at the join unless the program has a
+ * handler of its own on it.  signo: another signal (the library's handler
+ * replaces the program's), 0 never woken (the request waits for the next
+ * allocation or safe point), ML_WAKE_KEEP.  fn, arg: called from the
+ * handler once the task is interrupted (or NULL).  Callable before or
+ * after the join; fork children inherit it.  ML_OK, or ML_EINVAL (a
+ * signal that cannot be caught, or a synchronous one).  Since 0.4. */
+ML_EXPORT int ml_shared_set_wake(int signo, ml_wake_fn fn, void *arg);
+
+/* One member as the table has it (ml_shared_members). */
+typedef struct ml_shared_member {
+	int32_t pid;
+	uint32_t flags;    /* ML_SHARED_SELF, _ASKED, _WAKEABLE */
+	uint64_t heap;     /* its heap, as last published (late by less
+	                      than one batch; this process's: now) */
+	uint64_t held;     /* its largest running global task's estimate */
+	uint64_t stopping; /* what its stopped tasks still hold */
+} ml_shared_member;
+#define ML_SHARED_SELF 1u     /* this process */
+#define ML_SHARED_ASKED 2u    /* a stop request is pending */
+#define ML_SHARED_WAKEABLE 4u /* it has a wake signal */
+/* Copy up to n members into out (live ones, in slot order); returns how
+ * many there are (more than n: call again with more room).  Reads only:
+ * publishes nothing, stops nothing.  0 when not a member.  Since 0.4. */
+ML_EXPORT size_t ml_shared_members(ml_shared_member *out, size_t n);
 
 /* ---- Version and capabilities --------------------------------------------
  *

@@ -259,6 +259,19 @@ void ml__global_visit(void (*fn)(struct ml_task *task, void *arg), void *arg)
 	ml__spin_unlock(&list_lock);
 }
 
+/* Issue 35: the same from a signal handler, which must not wait on a lock
+ * its own thread may hold: false, and nothing visited, when taken. */
+bool ml__global_try_visit(void (*fn)(struct ml_task *task, void *arg),
+                          void *arg)
+{
+	if (!ml__spin_trylock(&list_lock))
+		return false;
+	for (struct ml_task *task = head; task; task = task->gnext)
+		fn(task, arg);
+	ml__spin_unlock(&list_lock);
+	return true;
+}
+
 ml_pressure_fn ml__pressure_get(uint64_t *ppm, void **arg)
 {
 	*ppm = atomic_load(&pressure_ppm);

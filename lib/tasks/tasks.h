@@ -321,6 +321,10 @@ bool ml__global_held_need(struct ml__thread *t);
  * global task, under the list's lock (fn takes no lock, allocates
  * nothing); the pressure callback, its fraction in millionths. */
 void ml__global_visit(void (*fn)(struct ml_task *task, void *arg), void *arg);
+/* The same, async-signal-safe: false (nothing visited) when the list's
+ * lock is taken. */
+bool ml__global_try_visit(void (*fn)(struct ml_task *task, void *arg),
+                          void *arg);
 ml_pressure_fn ml__pressure_get(uint64_t *ppm, void **arg);
 /* A consumer's work at every safe point (lib/shared's stop requests),
  * NULL: none. */

@@ -4,8 +4,8 @@
  *
  *   test-tree-alloc DIR NAME MIB AFTER|- NAME...
  *
- * Waits for DIR/AFTER.done first (unless AFTER is -), so that the order of
- * the allocations is fixed; says "NAME pid P: allocated" or "refused",
+ * Writes DIR/NAME.start, then waits for DIR/AFTER.done (unless AFTER is
+ * -), so that the order of the allocations is fixed; says "NAME pid P: allocated" or "refused",
  * and, under a shared budget, the members' total and the limit as
  * ml_shared_usage and ml_shared_limit give them (found in the preloaded
  * library); writes DIR/NAME.done; waits for DIR/N.done of each N named;
@@ -48,6 +48,12 @@ int main(int argc, char **argv)
 	}
 	const char *dir = argv[1], *name = argv[2];
 	size_t mib = strtoul(argv[3], NULL, 10);
+	/* Started (a member, or under no budget): DIR/NAME.start. */
+	char sp[4096];
+	snprintf(sp, sizeof sp, "%s/%s.start", dir, name);
+	int sfd = open(sp, O_WRONLY | O_CREAT, 0644);
+	if (sfd >= 0)
+		close(sfd);
 	if (strcmp(argv[4], "-"))
 		wait_for(dir, argv[4]);
 	sink = malloc(mib << 20);

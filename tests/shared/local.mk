@@ -6,3 +6,17 @@ tests_shared_test_shared_SOURCES = tests/shared/test-shared.c
 tests_shared_test_shared_LDADD = $(ML_TEST_LIBS)
 tests_shared_test_shared_LDFLAGS = $(ML_TEST_LINK)
 tests_shared_test_shared_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+
+# Issue 35: the stop that reaches a waiting member, the deadline, the
+# crosser counted, read-only usage, untorn reads, a truncated or foreign
+# object, exec, 1100 members.
+check_PROGRAMS += tests/shared/test-shared-stop
+TESTS += tests/shared/test-shared-stop
+tests_shared_test_shared_stop_SOURCES = tests/shared/test-shared-stop.c
+tests_shared_test_shared_stop_LDADD = $(ML_TEST_LIBS)
+tests_shared_test_shared_stop_LDFLAGS = $(ML_TEST_LINK)
+tests_shared_test_shared_stop_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
+
+# Issue 35: --tree-heap-limit fails closed when its table is full.
+TESTS += tests/shared/test-tree-full.sh
+EXTRA_DIST += tests/shared/test-tree-full.sh

@@ -26,8 +26,11 @@
 
 #define MiB ((uint64_t)1 << 20)
 #define LIMIT (64 * MiB)
-#define SLOTS 1024
-#define TABLE_BYTES (64 + SLOTS * 64)
+/* The table's layout (lib/shared/shared.c, layout 2): a 64-byte head and
+ * 4096 slots (the default) of 192 bytes, a slot's tag first. */
+#define SLOTS 4096
+#define SLOT_BYTES 192
+#define TABLE_BYTES (64 + SLOTS * SLOT_BYTES)
 
 static void *volatile sink;
 
@@ -269,8 +272,14 @@ static void *cross(void *arg)
 		ml_check();
 		return NULL;
 	}
-	while (c->n < 1024 && !ml_is_interrupted() &&
-	       ml_shared_usage() <= ml_shared_limit())
+	/* Until the total is over, and never past two MiB over what the
+	 * holder held at the start: the holder, woken at once, may have
+	 * given its memory back before this loop looks again (then the
+	 * crosser, alone, would be over on its own). */
+	for (uint64_t mine = 0; c->n < 1024 && !ml_is_interrupted() &&
+	                        ml_shared_usage() <= ml_shared_limit() &&
+	                        c->base + mine <= LIMIT + 2 * MiB;
+	     mine += MiB)
 		sink = c->blocks[c->n++] = take(MiB);
 	over = ml_shared_usage();
 	put(c->out, &over, sizeof over);
@@ -311,7 +320,7 @@ static void largest_elsewhere(bool one_block, bool quiet_cross)
 		uint64_t first = ml_shared_usage();
 		put(cout[1], &first, sizeof first);
 		c.quiet = quiet_cross;
-		c.base = first;
+		c.base = first; /* both kinds stop two MiB over */
 		ml_limits l = ML_LIMITS_INIT;
 		l.global = true;
 		l.delivery = ML_DELIVER_FLAG;
@@ -580,10 +589,11 @@ static void test_corrupt_table(void)
 			put(go[1], "ggg", 3);
 		/* Garbage in every slot; every 8th round the head too. */
 		size_t from = round++ % 8 == 7 ? 0 : 64;
-		for (size_t o = from; o + 8 <= TABLE_BYTES; o += 8) {
+		/* The first 64 slots: the members' own and many more. */
+		for (size_t o = from; o + 8 <= 64 + 64 * SLOT_BYTES; o += 8) {
 			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 			uint64_t v = x;
-			if (o % 64 == 0 && (x & 1))
+			if ((o - 64) % SLOT_BYTES == 0 && (x & 1))
 				v = (v & ~(uint64_t)3) | 2; /* "live" */
 			memcpy(map + o, &v, 8);
 		}
@@ -656,7 +666,7 @@ static int live_slots_of(pid_t pid)
 		return -1;
 	int n = 0;
 	for (int i = 0; i < SLOTS; i++) {
-		uint64_t tag = map[8 + i * 8];
+		uint64_t tag = map[(64 + i * SLOT_BYTES) / 8];
 		if ((tag & 3) == 2 && (pid_t)(tag >> 32) == pid)
 			n++;
 	}

@@ -1,0 +1,999 @@
+/* Shared budgets 0.4 (issue 35): a stop that reaches a member blocked in
+ * a system call, no frozen enforcement, the crosser counting itself,
+ * ml_shared_usage with no effect, untorn reads, a truncated or foreign
+ * object, exec freeing a slot, a full table.  Real member processes that
+ * talk through pipes; no sleep orders anything and no wall-clock
+ * threshold: a case that never happens hits tap_case's time limit, which
+ * fails it with its name (the wake latency is measured by
+ * bench/shared-latency, not here). */
+#define _GNU_SOURCE
+#include "memlimits.h"
+#include "../tap/tap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB ((uint64_t)1 << 20)
+#define LIMIT (64 * MiB)
+/* The table (lib/shared/shared.c, layout 2): a 64-byte head, slots of
+ * 192 bytes: tag, start, exec token, seq, request, request time, wake,
+ * then two copies of (heap, held, identity, stopping, since). */
+#define HEAD 64
+#define SLOT 192
+
+static void *volatile sink;
+static char name[64];
+
+static void make_name(const char *what)
+{
+	snprintf(name, sizeof name, "test-stop.%d.%s", (int)getpid(), what);
+}
+
+static void object(char *buf, size_t len)
+{
+	snprintf(buf, len, "/memlimits.%u.%s", (unsigned)geteuid(), name);
+}
+
+static void unlink_budget(void)
+{
+	char obj[128];
+	object(obj, sizeof obj);
+	shm_unlink(obj);
+}
+
+static void put(int fd, const void *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			_exit(90);
+		p = (const char *)p + w;
+		n -= (size_t)w;
+	}
+}
+
+static bool get(int fd, void *p, size_t n)
+{
+	while (n) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return false;
+		p = (char *)p + r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+static void reap(pid_t pid, const char *who)
+{
+	int st = -1;
+	bool got = waitpid(pid, &st, 0) == pid;
+	tap_ok(got && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "%s exits 0 (status %d)", who, st);
+}
+
+static pid_t child(void)
+{
+	pid_t pid = fork();
+	if (pid == 0)
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (pid < 0)
+		tap_bail("fork");
+	return pid;
+}
+
+/* Hold `mib` MiB in 1 MiB blocks (in the calling task); give them back. */
+static void *held_blocks[256];
+static int n_held;
+
+static void hold(int mib)
+{
+	for (int i = 0; i < mib && n_held < 256; i++) {
+		sink = held_blocks[n_held++] = malloc(MiB);
+		memset(sink, 1, 4096);
+	}
+}
+
+static void give_back(void)
+{
+	while (n_held > 0)
+		free(held_blocks[--n_held]);
+}
+
+static void *hold_fn(void *arg)
+{
+	hold((int)(intptr_t)arg);
+	return NULL;
+}
+
+static void *alloc_fn(void *arg)
+{
+	sink = malloc((size_t)(uintptr_t)arg);
+	memset(sink, 1, 4096);
+	return NULL;
+}
+
+/* ---- (1) A member blocked in read or sleep is woken ---------------------- */
+
+/* The holder's callback (in the wake handler): the task's status as it
+ * is then, to the parent.  Async-signal-safe: a load and a write. */
+struct waker {
+	ml_task *task;
+	int fd;
+};
+
+static void on_wake(void *arg)
+{
+	struct waker *w = arg;
+	int st = ml_task_status(w->task);
+	if (write(w->fd, &st, sizeof st) < 0)
+		_exit(91);
+}
+
+struct blocked {
+	int ready, block, mib;
+	bool sleep; /* in a timed wait (ppoll), else in read */
+	int after;  /* the task's status, or a FAIL allocation's result */
+	ml_delivery delivery;
+};
+
+static void *blocked_holder(void *arg)
+{
+	struct blocked *b = arg;
+	hold(b->mib);
+	/* The wake may come before the wait begins: blocked until the wait
+	 * (ppoll) unblocks it atomically, as a server's wait loop checks
+	 * its flags first (PostgreSQL's latch). */
+	sigset_t cont, none;
+	sigemptyset(&cont);
+	sigaddset(&cont, SIGCONT);
+	sigprocmask(SIG_BLOCK, &cont, &none);
+	sigdelset(&none, SIGCONT);
+	put(b->ready, "r", 1);
+	if (b->sleep) {
+		/* A long timed wait: only a signal ends it before the
+		 * case's time limit. */
+		struct timespec ts = {3600, 0};
+		ppoll(NULL, 0, &ts, &none);
+	} else {
+		/* read() restarts after the handler (SA_RESTART): the
+		 * parent writes once the callback has run. */
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		char c;
+		(void)!read(b->block, &c, 1);
+	}
+	if (b->delivery == ML_DELIVER_FAIL) {
+		void *p = malloc(MiB); /* refused now */
+		b->after = p == NULL;
+		free(p);
+	} else {
+		b->after = ml_is_interrupted();
+	}
+	return NULL;
+}
+
+static void woken(bool sleeping, ml_delivery delivery)
+{
+	tap_is(ml_shared_create(LIMIT, 0), ML_OK, "an unnamed budget");
+	int ready[2], block[2], wk[2], res[2], hres[2], cgo[2];
+	if (pipe(ready) || pipe(block) || pipe(wk) || pipe(res) || pipe(hres) ||
+	    pipe(cgo))
+		tap_bail("pipe");
+	pid_t hp = child();
+	if (hp == 0) {
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = delivery;
+		static struct waker w;
+		static struct blocked b;
+		w.task = ml_task_new(&l);
+		w.fd = wk[1];
+		if (!w.task || ml_shared_set_wake(ML_WAKE_KEEP, on_wake, &w))
+			_exit(80);
+		b = (struct blocked){ready[1], block[0], 44,
+		                     sleeping, -1,       delivery};
+		ml_outcome o;
+		ml_task_run(w.task, blocked_holder, &b, &o);
+		int r[2] = {ml_task_status(w.task), b.after};
+		put(hres[1], r, sizeof r);
+		_exit(0);
+	}
+	char c;
+	tap_ok(get(ready[0], &c, 1), "the holder holds 44 MiB and blocks");
+	pid_t cp = child();
+	if (cp == 0) {
+		/* The crosser: 24 MiB in its own global task, less than the
+		 * holder's 44, which takes the total over 64.  Their
+		 * estimates are Poisson counts of mean 315 and 577 samples
+		 * (80000 bytes, the default interval): the crosser's at or
+		 * above the holder's with probability about 1e-18 (normal
+		 * approximation, z = 262 / sqrt(892) = 8.8), under the 1e-6
+		 * false alarm of the statistical tests. */
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		ml_task *t = ml_task_new(&l);
+		ml_outcome o;
+		ml_task_run(t, hold_fn, (void *)24, &o);
+		int st = ml_task_status(t);
+		put(res[1], &st, sizeof st);
+		char x;
+		get(cgo[0], &x, 1);
+		_exit(0);
+	}
+	int st = -1;
+	tap_ok(get(wk[0], &st, sizeof st), "the holder's callback ran");
+	tap_ok(st == ML_GLOBAL_LIMIT,
+	       "its task was interrupted while it waited in %s (%s "
+	       "delivery): status %d",
+	       sleeping ? "ppoll" : "read",
+	       delivery == ML_DELIVER_FAIL ? "FAIL" : "FLAG", st);
+	int cs = -1;
+	tap_ok(get(res[0], &cs, sizeof cs), "the crosser reports");
+	tap_is(cs, ML_OK, "the crosser, holding less, goes on");
+	put(block[1], "g", 1);
+	int r[2] = {-1, -1};
+	tap_ok(get(hres[0], r, sizeof r), "the holder reports");
+	tap_is(r[0], ML_GLOBAL_LIMIT, "the holder's task ended interrupted");
+	tap_is(r[1], 1,
+	       delivery == ML_DELIVER_FAIL
+	           ? "an allocation after the wait is refused"
+	           : "ml_is_interrupted() after the wait");
+	put(cgo[1], "g", 1);
+	reap(hp, "the holder");
+	reap(cp, "the crosser");
+	ml_shared_leave();
+}
+
+static void test_woken_read_flag(void)
+{
+	woken(false, ML_DELIVER_FLAG);
+}
+
+static void test_woken_sleep_fail(void)
+{
+	woken(true, ML_DELIVER_FAIL);
+}
+
+/* ---- (1b) The wake's settings ------------------------------------------- */
+
+static void their_handler(int sig)
+{
+	(void)sig;
+}
+
+static bool wakeable_self(void)
+{
+	ml_shared_member m[64];
+	size_t n = ml_shared_members(m, 64);
+	for (size_t i = 0; i < n && i < 64; i++)
+		if (m[i].flags & ML_SHARED_SELF)
+			return (m[i].flags & ML_SHARED_WAKEABLE) != 0;
+	return false;
+}
+
+static void test_wake_settings(void)
+{
+	tap_is(ml_shared_set_wake(SIGKILL, NULL, NULL), ML_EINVAL,
+	       "SIGKILL cannot wake");
+	tap_is(ml_shared_set_wake(SIGSEGV, NULL, NULL), ML_EINVAL,
+	       "nor a synchronous signal");
+	tap_is(ml_shared_set_wake(-2, NULL, NULL), ML_EINVAL,
+	       "nor a negative one but ML_WAKE_KEEP");
+	tap_is(ml_shared_set_wake(SIGRTMAX + 1, NULL, NULL), ML_EINVAL,
+	       "nor one past SIGRTMAX");
+	int res[2], block[2];
+	if (pipe(res) || pipe(block))
+		tap_bail("pipe");
+	/* A program with its own SIGCONT handler: not woken by default;
+	 * taken when it names the signal. */
+	for (int named = 0; named < 2; named++) {
+		pid_t pid = child();
+		if (pid == 0) {
+			signal(SIGCONT, their_handler);
+			if (named && ml_shared_set_wake(SIGCONT, NULL, NULL))
+				_exit(80);
+			if (ml_shared_create(LIMIT, 0) != ML_OK)
+				_exit(81);
+			struct sigaction now;
+			sigaction(SIGCONT, NULL, &now);
+			int r[2] = {wakeable_self(),
+			            !(now.sa_flags & SA_SIGINFO) &&
+			                now.sa_handler == their_handler};
+			put(res[1], r, sizeof r);
+			_exit(0);
+		}
+		int r[2] = {-1, -1};
+		tap_ok(get(res[0], r, sizeof r), "the member reports");
+		tap_is(r[0], named,
+		       named
+		           ? "named: it can be woken"
+		           : "its own SIGCONT handler: not woken (said once)");
+		tap_is(r[1], !named,
+		       named ? "named: the library's handler is on SIGCONT"
+		             : "and its handler is left in place");
+		reap(pid, "the member");
+	}
+	/* A stray SIGCONT (kill, a shell's fg) is nothing to a member. */
+	pid_t pid = child();
+	if (pid == 0) {
+		if (ml_shared_create(LIMIT, 0) != ML_OK)
+			_exit(81);
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		ml_task *t = ml_task_new(&l);
+		put(res[1], "r", 1);
+		char c;
+		(void)!read(block[0], &c, 1);
+		int st = ml_task_status(t);
+		put(res[1], &st, sizeof st);
+		_exit(0);
+	}
+	char c;
+	get(res[0], &c, 1);
+	tap_ok(kill(pid, SIGCONT) == 0, "a stray SIGCONT sent to a member");
+	put(block[1], "g", 1);
+	int st = -1;
+	tap_ok(get(res[0], &st, sizeof st), "the member reports");
+	tap_is(st, ML_OK, "its task is not interrupted");
+	reap(pid, "the member");
+}
+
+/* ---- (2) A target that never obeys: the next largest is chosen ---------- */
+
+struct poller {
+	int ready, out, mib;
+};
+
+/* Holds, then waits for its task to be interrupted at its safe points. */
+static void *poll_holder(void *arg)
+{
+	struct poller *p = arg;
+	hold(p->mib);
+	put(p->ready, "r", 1);
+	while (!ml_is_interrupted())
+		sched_yield();
+	/* As a server ends a stopped request: its memory goes back. */
+	give_back();
+	return NULL;
+}
+
+static void test_deadline(void)
+{
+	tap_is(ml_shared_create(LIMIT, 0), ML_OK, "an unnamed budget");
+	int ready[2], block[2], res[2], stop[2];
+	if (pipe(ready) || pipe(block) || pipe(res) || pipe(stop))
+		tap_bail("pipe");
+	/* A: 36 MiB, cannot be woken, blocked in read: it never obeys. */
+	pid_t a = child();
+	if (a == 0) {
+		if (ml_shared_set_wake(0, NULL, NULL) != ML_OK)
+			_exit(80);
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		static struct blocked b;
+		b = (struct blocked){ready[1], block[0], 36,
+		                     false,    -1,       ML_DELIVER_FLAG};
+		ml_outcome o;
+		ml_run(&l, blocked_holder, &b, &o);
+		_exit(0);
+	}
+	char c;
+	get(ready[0], &c, 1);
+	/* B: 20 MiB, polling.  B's estimate (mean 262 samples) at or below
+	 * C's (12 MiB: 157) with probability about 2e-7 (z = 105 / sqrt(419)
+	 * = 5.1), under the 1e-6 false alarm of the statistical tests. */
+	pid_t b = child();
+	if (b == 0) {
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		static struct poller p;
+		p = (struct poller){ready[1], res[1], 20};
+		ml_outcome o;
+		ml_run(&l, poll_holder, &p, &o);
+		put(res[1], &o.status, sizeof o.status);
+		_exit(0);
+	}
+	get(ready[0], &c, 1);
+	/* C: 12 MiB in a task (64 over with A's and B's), then moves its
+	 * heap by 2 MiB at a time (each fold sums) until told to stop. */
+	pid_t cp = child();
+	if (cp == 0) {
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		ml_task *t = ml_task_new(&l);
+		ml_outcome o;
+		ml_task_run(t, hold_fn, (void *)12, &o);
+		struct pollfd pf = {.fd = stop[0], .events = POLLIN};
+		while (poll(&pf, 1, 0) == 0) {
+			void *p = malloc(2 * MiB);
+			memset(p, 1, 4096);
+			free(p);
+		}
+		int st = ml_task_status(t);
+		put(res[1], &st, sizeof st);
+		_exit(0);
+	}
+	int bs = -1;
+	tap_ok(get(res[0], &bs, sizeof bs), "B reports");
+	tap_is(bs, ML_GLOBAL_LIMIT,
+	       "B, the next largest, is stopped once A (asked, blocked, "
+	       "not wakeable) is past the deadline");
+	ml_shared_member m[16];
+	size_t n = ml_shared_members(m, 16);
+	bool a_seen = false;
+	for (size_t i = 0; i < n && i < 16; i++)
+		a_seen |= m[i].pid == a;
+	tap_ok(a_seen, "A is still a member (%zu members)", n);
+	put(stop[1], "s", 1);
+	int cs = -1;
+	tap_ok(get(res[0], &cs, sizeof cs), "C reports");
+	tap_is(cs, ML_OK, "C, the crosser holding least, goes on");
+	put(block[1], "g", 1);
+	reap(a, "A");
+	reap(b, "B");
+	reap(cp, "C");
+	ml_shared_leave();
+}
+
+/* ---- (3) The crosser counts itself --------------------------------------- */
+
+static void test_crosser_counts_itself(void)
+{
+	tap_is(ml_shared_create(LIMIT, 0), ML_OK, "an unnamed budget");
+	int ready[2], res[2], done[2];
+	if (pipe(ready) || pipe(res) || pipe(done))
+		tap_bail("pipe");
+	pid_t by = child();
+	if (by == 0) {
+		close(done[1]);
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		ml_task *t = ml_task_new(&l);
+		ml_outcome o;
+		ml_task_run(t, hold_fn, (void *)24, &o);
+		put(ready[1], "r", 1);
+		char x;
+		get(done[0], &x, 1); /* EOF */
+		ml_check();
+		int st = ml_task_status(t);
+		put(res[1], &st, sizeof st);
+		_exit(0);
+	}
+	char c;
+	get(ready[0], &c, 1);
+	pid_t cp = child();
+	if (cp == 0) {
+		close(done[1]);
+		/* One block of 48 MiB: 72 MiB with the bystander's 24. */
+		ml_limits l = ML_LIMITS_INIT;
+		l.global = true;
+		l.delivery = ML_DELIVER_FLAG;
+		ml_task *t = ml_task_new(&l);
+		ml_outcome o;
+		ml_task_run(t, alloc_fn, (void *)(uintptr_t)(48 * MiB), &o);
+		ml_check();
+		int st = ml_task_status(t);
+		put(res[1], &st, sizeof st);
+		_exit(0);
+	}
+	int cs = -1;
+	tap_ok(get(res[0], &cs, sizeof cs), "the crosser reports");
+	/* The estimates: Poisson counts of mean 48 MiB / 80000 = 629 and
+	 * 24 MiB / 80000 = 315 at the default interval; the 48 MiB block's
+	 * below the other's with probability under 1e-20 (Chernoff). */
+	tap_is(cs, ML_GLOBAL_LIMIT,
+	       "the task whose one 48 MiB block crossed is stopped: its "
+	       "block counted before the choice");
+	close(done[1]);
+	int bs = -1;
+	tap_ok(get(res[0], &bs, sizeof bs), "the bystander reports");
+	tap_is(bs, ML_OK, "the 24 MiB bystander is not stopped");
+	reap(by, "the bystander");
+	reap(cp, "the crosser");
+	ml_shared_leave();
+}
+
+/* ---- (4) ml_shared_usage has no effect ----------------------------------- */
+
+static uint64_t *map_table(size_t *len)
+{
+	char obj[128];
+	object(obj, sizeof obj);
+	int fd = shm_open(obj, O_RDWR, 0);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0)
+		tap_bail("opening the table");
+	*len = (size_t)st.st_size;
+	void *p = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		tap_bail("mapping the table");
+	return p;
+}
+
+static uint64_t *slot_word(uint64_t *t, size_t i, int w)
+{
+	return &t[(HEAD + i * SLOT) / 8 + (size_t)w];
+}
+
+/* The live slot of pid, -1: none. */
+static long slot_of(uint64_t *t, size_t len, pid_t pid)
+{
+	for (size_t i = 0; HEAD + (i + 1) * SLOT <= len; i++) {
+		uint64_t tag =
+		    __atomic_load_n(slot_word(t, i, 0), __ATOMIC_ACQUIRE);
+		if ((tag & 3) == 2 && (pid_t)(tag >> 32) == pid)
+			return (long)i;
+	}
+	return -1;
+}
+
+static void test_usage_reads_only(void)
+{
+	make_name("usage");
+	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "joined");
+	hold(8);
+	int ready[2];
+	if (pipe(ready))
+		tap_bail("pipe");
+	pid_t pid = child();
+	if (pid == 0) {
+		hold(16);
+		ml_check(); /* its slot, claimed and published */
+		ml_shared_members(NULL, 0);
+		put(ready[1], "r", 1);
+		for (;;)
+			pause();
+	}
+	char c;
+	get(ready[0], &c, 1);
+	size_t len;
+	uint64_t *t = map_table(&len);
+	long me = slot_of(t, len, getpid()), it = slot_of(t, len, pid);
+	tap_ok(me >= 0 && it >= 0, "both have a slot (%ld, %ld)", me, it);
+	uint64_t seq = *slot_word(t, (size_t)me, 3);
+	uint64_t before = ml_shared_usage();
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	uint64_t after = 0;
+	for (int i = 0; i < 100; i++)
+		after = ml_shared_usage();
+	tap_ok(after + 15 * MiB <= before,
+	       "the killed member no longer counts (%llu, then %llu)",
+	       (unsigned long long)before, (unsigned long long)after);
+	tap_is(*slot_word(t, (size_t)me, 3), seq,
+	       "101 calls published nothing (our seq unchanged)");
+	tap_ok(slot_of(t, len, pid) == it,
+	       "nor freed the dead member's slot (left to the sweep of a "
+	       "publication)");
+	munmap(t, len);
+	ml_shared_leave();
+	unlink_budget();
+}
+
+/* ---- (5) No torn reads -----------------------------------------------------
+ */
+
+/* A fake member that publishes (heap, held) = (k, k) as the protocol
+ * says, as fast as it can; ml_shared_members must never see them differ. */
+static void test_untorn(void)
+{
+	make_name("torn");
+	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "joined");
+	size_t len;
+	uint64_t *t = map_table(&len);
+	int ready[2];
+	if (pipe(ready))
+		tap_bail("pipe");
+	pid_t pid = child();
+	if (pid == 0) {
+		/* Slot 100: free in a table of 4096; claim it as ourselves
+		 * (start time 0: "cannot tell", as a claim being made). */
+		__atomic_store_n(slot_word(t, 100, 3), 0, __ATOMIC_RELAXED);
+		__atomic_store_n(slot_word(t, 100, 0),
+		                 (uint64_t)getpid() << 32 | 4 | 2,
+		                 __ATOMIC_RELEASE);
+		uint32_t hw = 101;
+		__atomic_store_n((uint32_t *)&t[3], hw, __ATOMIC_RELEASE);
+		put(ready[1], "r", 1);
+		for (uint64_t k = 1;; k++) {
+			uint64_t q = __atomic_load_n(slot_word(t, 100, 3),
+			                             __ATOMIC_RELAXED);
+			uint64_t *cp =
+			    slot_word(t, 100, 7 + 5 * (int)((q + 1) & 1));
+			__atomic_thread_fence(__ATOMIC_RELEASE);
+			__atomic_store_n(&cp[0], k * 4096, __ATOMIC_RELAXED);
+			__atomic_store_n(&cp[1], k * 4096, __ATOMIC_RELAXED);
+			__atomic_store_n(slot_word(t, 100, 3), q + 1,
+			                 __ATOMIC_RELEASE);
+		}
+	}
+	char c;
+	get(ready[0], &c, 1);
+	int torn = 0, seen = 0;
+	for (int i = 0; i < 200000; i++) {
+		ml_shared_member m[4];
+		size_t n = ml_shared_members(m, 4);
+		for (size_t j = 0; j < n && j < 4; j++) {
+			if (m[j].pid != pid)
+				continue;
+			seen++;
+			torn += m[j].heap != m[j].held;
+		}
+	}
+	tap_ok(seen > 1000, "the fake member was read %d times", seen);
+	tap_is(torn, 0,
+	       "never a torn pair (heap and held published "
+	       "together)");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	munmap(t, len);
+	ml_shared_leave();
+	unlink_budget();
+}
+
+/* ---- (6) A truncated object, under load ---------------------------------- */
+
+static void churn(int go)
+{
+	if (ml_shared_join(name, 0) != ML_OK)
+		_exit(80);
+	ml_limits l = ML_LIMITS_INIT;
+	l.global = true;
+	l.delivery = ML_DELIVER_FLAG;
+	ml_task *t = ml_task_new(&l);
+	put(go, "r", 1);
+	void *keep[64] = {0};
+	uint64_t x = (uint64_t)getpid();
+	for (int i = 0; i < 30000; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		int k = (int)(x >> 58);
+		free(keep[k]);
+		keep[k] = malloc((size_t)(x >> 20) % (256 * 1024) + 1);
+		if (!keep[k])
+			_exit(60);
+		if (i % 256 == 0) {
+			ml_check();
+			ml_shared_usage();
+			ml_shared_members(NULL, 0);
+		}
+	}
+	for (int k = 0; k < 64; k++)
+		free(keep[k]);
+	ml_task_free(t);
+	_exit(ml_shared_limit() == 0 ? 0 : 61); /* it left the budget */
+}
+
+static void test_truncated(void)
+{
+	make_name("trunc");
+	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "the budget is made");
+	ml_shared_leave();
+	int go[2];
+	if (pipe(go))
+		tap_bail("pipe");
+	pid_t pid[3];
+	for (int i = 0; i < 3; i++)
+		if ((pid[i] = child()) == 0)
+			churn(go[1]);
+	char c;
+	for (int i = 0; i < 3; i++)
+		get(go[0], &c, 1);
+	char obj[128];
+	object(obj, sizeof obj);
+	int fd = shm_open(obj, O_RDWR, 0);
+	tap_ok(fd >= 0 && ftruncate(fd, 0) == 0,
+	       "the object is truncated to 0 while 3 members allocate");
+	close(fd);
+	for (int i = 0; i < 3; i++) {
+		int st;
+		waitpid(pid[i], &st, 0);
+		tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		       "member %d carries on, out of the budget (status %d%s)",
+		       i, st,
+		       WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS ? ": SIGBUS"
+		                                                 : "");
+	}
+	unlink_budget();
+}
+
+/* ---- (7) An object that is not a table ------------------------------------
+ */
+
+static void test_foreign_object(void)
+{
+	make_name("foreign");
+	char obj[128];
+	object(obj, sizeof obj);
+	/* 0.3's layout: 64 + 1024 x 64 bytes, its magic. */
+	int fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL, 0600);
+	uint64_t magic = 0x6d6c736861726501ull, limit = LIMIT;
+	tap_ok(fd >= 0 && ftruncate(fd, 64 + 1024 * 64) == 0 &&
+	           pwrite(fd, &magic, 8, 0) == 8 &&
+	           pwrite(fd, &limit, 8, 8) == 8,
+	       "an object of 0.3's layout");
+	tap_is(ml_shared_join(name, 0), ML_EINVAL, "is refused by a joiner");
+	tap_is(ml_shared_join(name, LIMIT), ML_EINVAL, "and by a maker");
+	/* The right size for layout 2, its head garbage. */
+	tap_ok(ftruncate(fd, 0) == 0 &&
+	           ftruncate(fd, HEAD + 4096 * SLOT) == 0 &&
+	           pwrite(fd, "garbage!garbage!", 16, 0) == 16,
+	       "an object of the right size, not a table");
+	tap_is(ml_shared_join(name, 0), ML_EINVAL, "is refused");
+	tap_is(ml_shared_limit(), 0, "and nothing was joined");
+	close(fd);
+	unlink_budget();
+}
+
+/* ---- (7b) A squatted name ------------------------------------------------ */
+
+/* Another user makes the object of a server's name first: a join by that
+ * name is refused (the server says why), and a budget with no name
+ * (ml_shared_create, what servers use) cannot be squatted at all. */
+static void test_squatted(void)
+{
+	if (geteuid() != 0) {
+		tap_skip(1, "not root: cannot make an object as another user");
+		return;
+	}
+	make_name("squat");
+	char obj[128];
+	object(obj, sizeof obj);
+	int fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL, 0600);
+	tap_ok(fd >= 0 && fchown(fd, 65534, 65534) == 0 &&
+	           ftruncate(fd, HEAD + 4096 * SLOT) == 0,
+	       "nobody's object under root's budget name");
+	if (fd >= 0)
+		close(fd);
+	tap_is(ml_shared_join(name, LIMIT), ML_EINVAL,
+	       "a join by that name is refused");
+	tap_is(ml_shared_limit(), 0, "and nothing was joined");
+	tap_is(ml_shared_create(LIMIT, 0), ML_OK,
+	       "a budget with no name is made all the same");
+	tap_is(ml_shared_limit(), LIMIT, "with its limit");
+	tap_is(ml_shared_leave(), ML_OK, "left");
+	unlink_budget();
+}
+
+/* ---- (8) exec into a program without the library ------------------------ */
+
+static void test_exec_frees_slot(void)
+{
+	make_name("exec");
+	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "joined");
+	int ready[2], go[2];
+	if (pipe(ready) || pipe(go))
+		tap_bail("pipe");
+	pid_t pid = child();
+	if (pid == 0) {
+		hold(16);
+		ml_check();
+		ml_shared_members(NULL, 0);
+		put(ready[1], "r", 1);
+		char x;
+		get(go[0], &x, 1);
+		execl("/bin/sleep", "sleep", "3600", (char *)NULL);
+		_exit(99);
+	}
+	char c;
+	get(ready[0], &c, 1);
+	size_t len;
+	uint64_t *t = map_table(&len);
+	tap_ok(slot_of(t, len, pid) >= 0, "the child has a slot");
+	uint64_t with = ml_shared_usage();
+	put(go[1], "g", 1);
+	/* Until the exec is done: /proc/PID/exe names sleep. */
+	char exe[64], path[4096];
+	snprintf(exe, sizeof exe, "/proc/%d/exe", (int)pid);
+	for (;;) {
+		ssize_t n = readlink(exe, path, sizeof path - 1);
+		if (n > 0 && (path[n] = 0, strstr(path, "sleep")))
+			break;
+		sched_yield();
+	}
+	/* Publications: each 2 MiB block moves our heap by a batch, so each
+	 * fold sums; every 16th sum is a full sweep. */
+	for (int i = 0; i < 40; i++) {
+		void *p = malloc(2 * MiB);
+		memset(p, 1, 4096);
+		free(p);
+	}
+	tap_ok(slot_of(t, len, pid) < 0,
+	       "its slot is freed once it exec'd /bin/sleep (pid and start "
+	       "time unchanged)");
+	tap_ok(ml_shared_usage() + 15 * MiB <= with,
+	       "its 16 MiB no longer count");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	munmap(t, len);
+	ml_shared_leave();
+	unlink_budget();
+}
+
+/* ---- (9) 1100 members, a table of 1024 ----------------------------------- */
+
+static void members(bool by_name, uint32_t slots)
+{
+	enum { N = 1100 };
+	if (by_name) {
+		make_name("many");
+		tap_is(ml_shared_join(name, 4096 * MiB), ML_OK, "joined");
+		ml_shared_leave(); /* the children join by name */
+	} else {
+		tap_is(ml_shared_create(4096 * MiB, slots), ML_OK,
+		       "an unnamed budget of 1024 slots");
+	}
+	int res[2], done[2];
+	if (pipe(res) || pipe(done))
+		tap_bail("pipe");
+	static pid_t pid[N];
+	for (int i = 0; i < N; i++) {
+		pid[i] = child();
+		if (pid[i] == 0) {
+			close(done[1]);
+			int r = by_name ? ml_shared_join(name, 0) : ML_OK;
+			/* A little held, in 32 KiB steps: a fold each (the
+			 * cost a refused member must not pay at each). */
+			for (int k = 0; k < 4; k++)
+				sink = malloc(32 << 10);
+			ml_check();
+			static ml_shared_member m[N + 8];
+			size_t n = ml_shared_members(m, N + 8);
+			bool mine = false;
+			for (size_t j = 0; j < n && j < N + 8; j++)
+				mine |= (m[j].flags & ML_SHARED_SELF) != 0;
+			int out[2] = {r, mine};
+			put(res[1], out, sizeof out);
+			char x;
+			get(done[0], &x, 1);
+			_exit(0);
+		}
+	}
+	int ok = 0, enomem = 0, other = 0, counted = 0;
+	for (int i = 0; i < N; i++) {
+		int out[2];
+		if (!get(res[0], out, sizeof out))
+			break;
+		ok += out[0] == ML_OK;
+		enomem += out[0] == ML_ENOMEM;
+		other += out[0] != ML_OK && out[0] != ML_ENOMEM;
+		counted += out[1];
+	}
+	close(done[1]);
+	int bad = 0;
+	for (int i = 0; i < N; i++) {
+		int st;
+		waitpid(pid[i], &st, 0);
+		bad += !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+	}
+	if (by_name) {
+		tap_is(ok, N, "all 1100 join a table of 4096 slots");
+		tap_is(counted, N, "and are counted");
+		unlink_budget();
+	} else {
+		/* The parent has one slot, the first 1023 children the
+		 * rest; the others are refused once and never counted. */
+		tap_is(counted, (int)slots - 1,
+		       "1023 of 1100 children have a slot");
+		tap_is(other + enomem, 0, "(members by fork: no call fails)");
+		ml_shared_leave();
+	}
+	tap_is(bad, 0, "every member exits 0");
+}
+
+static void test_many_by_name(void)
+{
+	members(true, 0);
+}
+
+static void test_many_full(void)
+{
+	members(false, 1024);
+}
+
+/* A joiner by name that finds no free slot gets ML_ENOMEM, once: this
+ * program again, with MEMLIMITS_SHARED_SLOTS=2 (read at start). */
+static char *self;
+
+static void test_full_by_name(void)
+{
+	make_name("full");
+	char env[32] = "MEMLIMITS_SHARED_SLOTS=2";
+	pid_t pid = child();
+	if (pid == 0) {
+		char *argv[] = {self, "--full", name, NULL};
+		char *envp[] = {env, NULL};
+		execve(self, argv, envp);
+		_exit(99);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "a table of 2 slots made by name: the maker and a child by "
+	       "fork fit, a third process's join gets ML_ENOMEM (status %d)",
+	       WIFEXITED(st) ? WEXITSTATUS(st) : -st);
+	unlink_budget();
+}
+
+static int full_mode(const char *nm)
+{
+	if (ml_shared_join(nm, LIMIT) != ML_OK)
+		return 1;
+	int ready[2], go[2];
+	if (pipe(ready) || pipe(go))
+		return 2;
+	pid_t a = fork();
+	if (a == 0) {
+		ml_check(); /* claims the second slot */
+		put(ready[1], "r", 1);
+		char x;
+		get(go[0], &x, 1);
+		_exit(0);
+	}
+	char c;
+	get(ready[0], &c, 1);
+	pid_t b = fork();
+	if (b == 0) {
+		/* A member by fork with no slot to claim: it leaves, and
+		 * joins by name. */
+		ml_shared_leave();
+		_exit(ml_shared_join(nm, 0) == ML_ENOMEM &&
+		              ml_shared_limit() == 0
+		          ? 0
+		          : 3);
+	}
+	int st;
+	waitpid(b, &st, 0);
+	put(go[1], "g", 1);
+	waitpid(a, NULL, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 4;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && !strcmp(argv[1], "--full"))
+		return full_mode(argv[2]);
+	self = argv[0];
+	if (tap_under_valgrind()) {
+		tap_skip(1, "member processes under valgrind (test-shared.c "
+		            "says why)");
+		return tap_done();
+	}
+	tap_case("test_woken_read_flag", test_woken_read_flag, 60);
+	tap_case("test_woken_sleep_fail", test_woken_sleep_fail, 60);
+	tap_case("test_wake_settings", test_wake_settings, 60);
+	tap_case("test_deadline", test_deadline, 60);
+	tap_case("test_crosser_counts_itself", test_crosser_counts_itself, 60);
+	tap_case("test_usage_reads_only", test_usage_reads_only, 60);
+	tap_case("test_untorn", test_untorn, 120);
+	tap_case("test_truncated", test_truncated, 60);
+	tap_case("test_foreign_object", test_foreign_object, 30);
+	tap_case("test_squatted", test_squatted, 30);
+	tap_case("test_exec_frees_slot", test_exec_frees_slot, 60);
+	tap_case("test_many_by_name", test_many_by_name, 300);
+	tap_case("test_many_full", test_many_full, 300);
+	tap_case("test_full_by_name", test_full_by_name, 60);
+	return tap_done();
+}

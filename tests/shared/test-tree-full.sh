@@ -1,0 +1,66 @@
+#!/bin/sh
+# memlimits run --tree-heap-limit fails closed (issue 35): a process of the
+# tree that cannot be counted (the table is full) does not start, with one
+# line; none runs without the tree's limit.  A table of 4 slots
+# (MEMLIMITS_SHARED_SLOTS, read by the program that makes it) and 30
+# processes started at once, each waiting for "go" before it allocates, so
+# that those which started hold their slots while the others try.  The
+# test waits (a condition, with a hang limit as a backstop) until every
+# one of the 30 has started or said it does not; no wall-clock threshold.
+: "${top_builddir:?}" "${top_srcdir:?}"
+M=$top_builddir/tools/memlimits
+A=$top_builddir/tests/cli/test-tree-alloc
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-treefull.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+export LC_ALL=C
+unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
+	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT \
+	MEMLIMITS_SHARED MEMLIMITS_SHARED_TREE
+. "$top_srcdir/tests/tap/tap.sh"
+check() { # check COND-STATUS DESCRIPTION
+	if test "$1" = 0; then ok "$2"; else notok "$2"; fi
+}
+test -x "$M" && test -x "$A" || {
+	echo "Bail out! $M or $A not built"
+	exit 1
+}
+N=30
+MEMLIMITS_SHARED_SLOTS=4 "$M" run --tree-heap-limit 64MiB -- sh -c "
+	i=0
+	while [ \$i -lt $N ]; do
+		i=\$((i + 1))
+		'$A' '$tmp' p\$i 1 go &
+	done
+	wait" >"$tmp/out" 2>"$tmp/err" &
+runpid=$!
+# Until each has started or refused to (backstop: 120 s, then fail).
+tries=0
+while :; do
+	started=$(ls "$tmp" | grep -c '\.start$')
+	refused=$(grep -c 'this process does not start' "$tmp/err")
+	[ $((started + refused)) -ge $N ] && break
+	tries=$((tries + 1))
+	if [ $tries -gt 2400 ]; then
+		notok "the $N processes started or refused within 120 s ($started, $refused)"
+		break
+	fi
+	sleep 0.05
+done
+: >"$tmp/go.done"
+wait $runpid
+st=$?
+check $? "memlimits run ends (status $st)"
+started=$(ls "$tmp" | grep -c '\.start$')
+refused=$(grep -c 'this process does not start' "$tmp/err")
+[ $((started + refused)) = $N ]
+check $? "each of $N processes started ($started) or said it does not ($refused)"
+[ "$refused" -ge 1 ] && [ "$started" -le 3 ]
+check $? "4 slots (the program's and 3): at most 3 of the $N start" ||
+	diag "$tmp/err"
+grep -c ': allocated$' "$tmp/out" | grep -qx "$started"
+check $? "each one started allocated its MiB" || diag "$tmp/out"
+bad=$(grep ' total ' "$tmp/out" | grep -cv ' limit 67108864$')
+[ "$bad" = 0 ]
+check $? "each one started ran with the tree's 64 MiB limit (none without)" ||
+	diag "$tmp/out"
+tap_done
