@@ -325,6 +325,9 @@ extern struct ml__lock ml__mapped_lock;
 /* The ranges, their storage mapped at the first call; NULL if it cannot
  * be (nothing is counted then).  Under the lock. */
 struct ml__ranges *ml__mapped_ranges(void);
+/* Some piece found no record (ranges.lost > 0): read without the lock. */
+#define ml__mapped_full (ml__mapped_ranges_lost() != 0)
+uint64_t ml__mapped_ranges_lost(void);
 /* Counting runs (MEMLIMITS_MAPPED, read at start: core/settings.c). */
 extern _Atomic bool ml__mapped_on;
 #define ML__MAPPED_ON atomic_load_explicit(&ml__mapped_on, memory_order_relaxed)

@@ -63,3 +63,8 @@ void ml__mapped_disable(void)
 	if (was)
 		ml__meter_mapped(-was);
 }
+
+uint64_t ml__mapped_ranges_lost(void)
+{
+	return __atomic_load_n(&ranges.lost, __ATOMIC_RELAXED);
+}

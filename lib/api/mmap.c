@@ -118,13 +118,19 @@ static void settle(struct decision *d, bool ok, bool recorded, uint64_t left)
 		ml__held_drop(d->key, left * d->unit);
 }
 
+/* The meter, after the lock; and, once, that the table filled up
+ * (alloc/ranges.c: pieces then go uncounted, never counted twice). */
 static inline void meter(int64_t delta)
 {
-	if (delta) {
-		int e = errno;
+	int e = errno;
+	if (delta)
 		ml__meter_mapped(delta);
-		errno = e;
-	}
+	static _Atomic bool said;
+	if (ml__unlikely(ml__mapped_full) && !atomic_exchange(&said, true))
+		ml__diag("the table of mapped ranges is full (%zu ranges): "
+		         "some memory the program maps itself is not counted",
+		         (size_t)ML__MAPPED_CAP);
+	errno = e;
 }
 
 static void *refused(void)
