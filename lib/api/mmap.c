@@ -47,6 +47,50 @@ __attribute__((constructor(101))) static void mmap_init(void)
 	                      memory_order_release);
 }
 
+_Atomic bool ml__mapped_attribute;
+struct ml__mapped_by ml__mapped_by[ML__MAPPED_BY];
+struct ml__mapped_refusal ml__mapped_refused;
+_Atomic uint64_t ml__mapped_refusals;
+
+/* n counted bytes mapped from pc: added to its object (api.h). */
+static ML__COLD void attribute(uintptr_t pc, uint64_t n)
+{
+	struct ml__object o;
+	if (ml__find_object(pc, &o) != 0)
+		return;
+	for (unsigned i = 0; i < ML__MAPPED_BY; i++) {
+		struct ml__mapped_by *b =
+		    &ml__mapped_by[(o.start / 4096 + i) % ML__MAPPED_BY];
+		uintptr_t was =
+		    atomic_load_explicit(&b->obj, memory_order_acquire);
+		if (!was) {
+			/* The name first: a reader takes obj with acquire. */
+			b->name = o.name;
+			if (atomic_compare_exchange_strong(&b->obj, &was,
+			                                   o.start))
+				was = o.start;
+		}
+		if (was != o.start)
+			continue;
+		atomic_fetch_add_explicit(&b->bytes, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&b->count, 1, memory_order_relaxed);
+		uint64_t l =
+		    atomic_load_explicit(&b->largest, memory_order_relaxed);
+		while (n > l &&
+		       !atomic_compare_exchange_weak(&b->largest, &l, n))
+			;
+		return;
+	}
+}
+
+static inline void counted_from(uintptr_t pc, int64_t delta)
+{
+	if (ml__unlikely(delta > 0) &&
+	    ml__unlikely(atomic_load_explicit(&ml__mapped_attribute,
+	                                      memory_order_relaxed)))
+		attribute(pc, (uint64_t)delta);
+}
+
 /* Does this call count, from its caller pc? */
 static inline bool counting(uintptr_t pc)
 {
@@ -133,9 +177,26 @@ static inline void meter(int64_t delta)
 	errno = e;
 }
 
-static void *refused(void)
+/* The library refused a mapping of n bytes (its first is kept for the
+ * report): ENOMEM, as the kernel's own refusals. */
+static ML__COLD void note_refused(const char *op, uint64_t n, uintptr_t pc)
 {
+	atomic_fetch_add_explicit(&ml__mapped_refusals, 1,
+	                          memory_order_relaxed);
+	static _Atomic bool taken;
+	if (!atomic_exchange(&taken, true)) {
+		ml__mapped_refused.op = op;
+		ml__mapped_refused.bytes = n;
+		ml__mapped_refused.pc = pc;
+		atomic_store_explicit(&ml__mapped_refused.set, true,
+		                      memory_order_release);
+	}
 	errno = ENOMEM;
+}
+
+static void *refused(const char *op, uint64_t n, uintptr_t pc)
+{
+	note_refused(op, n, pc);
 	return MAP_FAILED;
 }
 
@@ -154,7 +215,7 @@ static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 	uintptr_t n = page_up(len);
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED && !decide(n, &d))
-		return refused();
+		return refused("mmap", n, pc);
 	bool recorded = false;
 	int64_t delta = 0;
 	void *p;
@@ -182,6 +243,7 @@ static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 	if (fixed)
 		ml__spin_unlock(&ml__mapped_lock);
 	meter(delta);
+	counted_from(pc, delta);
 	if (state == ML__RANGE_COUNTED)
 		settle(&d, p != MAP_FAILED, recorded, 0);
 	return p;
@@ -223,8 +285,8 @@ ML__API int munmap(void *addr, size_t len)
 
 ML__API int mprotect(void *addr, size_t len, int prot)
 {
-	if (!len || misaligned(addr) ||
-	    !counting((uintptr_t)__builtin_return_address(0)))
+	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+	if (!len || misaligned(addr) || !counting(pc))
 		return ml__sys_mprotect(addr, len, prot);
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
 	unsigned state =
@@ -239,7 +301,7 @@ ML__API int mprotect(void *addr, size_t len, int prot)
 		    R ? ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED) : 0;
 		ml__spin_unlock(&ml__mapped_lock);
 		if (k && !decide(k, &d)) {
-			errno = ENOMEM;
+			note_refused("mprotect", k, pc);
 			return -1;
 		}
 	}
@@ -255,6 +317,7 @@ ML__API int mprotect(void *addr, size_t len, int prot)
 	}
 	ml__spin_unlock(&ml__mapped_lock);
 	meter(delta);
+	counted_from(pc, delta);
 	settle(&d, r == 0, true, left);
 	return r;
 }
@@ -268,9 +331,9 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 		to = va_arg(ap, void *);
 		va_end(ap);
 	}
+	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
 	if (!newlen || newlen > SIZE_MAX / 2 || oldlen > SIZE_MAX / 2 ||
-	    misaligned(old) ||
-	    !counting((uintptr_t)__builtin_return_address(0)))
+	    misaligned(old) || !counting(pc))
 		return ml__sys_mremap(old, oldlen, newlen, flags, to);
 	uintptr_t a = (uintptr_t)old, on = page_up(oldlen),
 	          nn = page_up(newlen);
@@ -284,7 +347,7 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 	uint64_t grow = keep_old ? nn : nn > on ? nn - on : 0;
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED && grow && !decide(grow, &d))
-		return refused();
+		return refused("mremap", grow, pc);
 	bool recorded = !d.key;
 	int64_t delta = 0;
 	ml__spin_lock(&ml__mapped_lock);
@@ -309,6 +372,7 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 	}
 	ml__spin_unlock(&ml__mapped_lock);
 	meter(delta);
+	counted_from(pc, delta);
 	settle(&d, p != MAP_FAILED, recorded, 0);
 	return p;
 }
