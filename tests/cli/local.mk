@@ -123,3 +123,11 @@ EXTRA_DIST += tests/cli/test-tree-limit.sh
 tests_cli_test_tree_alloc_SOURCES = tests/cli/test-tree-alloc.c
 tests_cli_test_tree_alloc_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_cli_test_tree_alloc_LDFLAGS = -no-install
+
+# Memory the program maps itself under run mode (issue 34): the heap
+# limit refuses mappings, --no-mapped, the report, timeline and statistics.
+check_PROGRAMS += tests/cli/test-run-mapped
+TESTS += tests/cli/test-run-mapped.sh
+EXTRA_DIST += tests/cli/test-run-mapped.sh
+tests_cli_test_run_mapped_SOURCES = tests/cli/test-run-mapped.c
+tests_cli_test_run_mapped_LDFLAGS = -no-install
