@@ -105,7 +105,8 @@ static void truncate_at(struct ml__ranges *R, size_t i, uintptr_t from)
 static void cut(struct ml__ranges *R, size_t i, uintptr_t x)
 {
 	if (R->n == R->cap) {
-		R->lost++;
+		/* Atomic: read without the lock (mapped.c's full flag). */
+		__atomic_fetch_add(&R->lost, 1, __ATOMIC_RELAXED);
 		truncate_at(R, i, x);
 		return;
 	}
@@ -173,7 +174,7 @@ bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
 	if (!state)
 		return false;
 	if (R->n == R->cap) {
-		R->lost++;
+		__atomic_fetch_add(&R->lost, 1, __ATOMIC_RELAXED);
 		return false; /* the caller gives its samples back */
 	}
 	if (i < R->n)

@@ -63,12 +63,13 @@ static ML__COLD void attribute(uintptr_t pc, uint64_t n)
 		    &ml__mapped_by[(o.start / 4096 + i) % ML__MAPPED_BY];
 		uintptr_t was =
 		    atomic_load_explicit(&b->obj, memory_order_acquire);
-		if (!was) {
-			/* The name first: a reader takes obj with acquire. */
-			b->name = o.name;
-			if (atomic_compare_exchange_strong(&b->obj, &was,
-			                                   o.start))
-				was = o.start;
+		if (!was &&
+		    atomic_compare_exchange_strong(&b->obj, &was, o.start)) {
+			/* Ours: the name after (a reader skips a slot with
+			 * none yet). */
+			atomic_store_explicit(&b->name, o.name,
+			                      memory_order_release);
+			was = o.start;
 		}
 		if (was != o.start)
 			continue;
