@@ -359,7 +359,8 @@ static bool map_file(const char *path, struct image *im)
 		return false;
 	}
 	size_t len = (size_t)st.st_size;
-	const unsigned char *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	const unsigned char *m =
+	    ml__sys_mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return false;
@@ -371,7 +372,7 @@ static bool map_file(const char *path, struct image *im)
 static void unmap(struct image *im)
 {
 	if (im->m)
-		munmap((void *)im->m, im->len);
+		ml__sys_munmap((void *)im->m, im->len);
 	im->m = NULL;
 	im->len = 0;
 }

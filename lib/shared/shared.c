@@ -774,9 +774,9 @@ static void bus_handler(int sig, siginfo_t *si, void *uc)
 	if (m && a >= m && a < m + len) {
 		/* Zeros in place of the table: the access retries and
 		 * reads an empty table, the next hook leaves it. */
-		if (mmap(m, len, PROT_READ | PROT_WRITE,
-		         MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-		         0) != MAP_FAILED) {
+		if (ml__sys_mmap(m, len, PROT_READ | PROT_WRITE,
+		                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+		                 0) != MAP_FAILED) {
 			atomic_store(&map_lost, true);
 			return;
 		}
@@ -1098,8 +1098,8 @@ static int open_table(const char *name, uint64_t limit, struct table **out,
 	}
 	if (fstat(fd, &st) != 0 || st.st_size != (off_t)table_bytes(n))
 		goto out; /* changed meanwhile */
-	void *p = mmap(NULL, table_bytes(n), PROT_READ | PROT_WRITE, MAP_SHARED,
-	               fd, 0);
+	void *p = ml__sys_mmap(NULL, table_bytes(n), PROT_READ | PROT_WRITE,
+	                       MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		rc = ML_ENOMEM;
 		goto out;
@@ -1113,7 +1113,7 @@ static int open_table(const char *name, uint64_t limit, struct table **out,
 	           atomic_load(&t->head.nslots) != n ||
 	           atomic_load(&t->head.limit) == 0) {
 		/* Not made (yet), or another layout, or not a table. */
-		munmap(p, table_bytes(n));
+		ml__sys_munmap(p, table_bytes(n));
 		goto out;
 	} else if (limit) {
 		atomic_store(&t->head.limit, limit);
@@ -1168,7 +1168,7 @@ static int join_table(struct table *t, uint32_t n, const char *name,
 	pub_unlock();
 	if (rc != ML_OK) {
 		ml__meter_keep(false);
-		munmap(t, table_bytes(n));
+		ml__sys_munmap(t, table_bytes(n));
 	}
 	return rc;
 }
@@ -1211,8 +1211,8 @@ int ml__shared_create(uint64_t limit, uint32_t slots)
 	}
 	/* Shared with the children forked from now on, and with nobody
 	 * else: no name, no file to truncate. */
-	void *p = mmap(NULL, table_bytes(n), PROT_READ | PROT_WRITE,
-	               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	void *p = ml__sys_mmap(NULL, table_bytes(n), PROT_READ | PROT_WRITE,
+	                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	int rc = ML_ENOMEM;
 	if (p != MAP_FAILED) {
 		table_init(p, n, limit);
@@ -1237,7 +1237,7 @@ static void leave_table(struct table *t)
 	my_slot = -1;
 	my_name[0] = 0;
 	atomic_store(&map_base, NULL);
-	munmap(t, table_bytes(nslots));
+	ml__sys_munmap(t, table_bytes(nslots));
 }
 
 /* The table shrank or was replaced under us (pub held): leave it, say so

@@ -277,11 +277,21 @@ static void *cross(void *arg)
 	 * given its memory back before this loop looks again (then the
 	 * crosser, alone, would be over on its own). */
 	for (uint64_t mine = 0; c->n < 1024 && !ml_is_interrupted() &&
-	                        ml_shared_usage() <= ml_shared_limit() &&
 	                        c->base + mine <= LIMIT + 2 * MiB;
-	     mine += MiB)
+	     mine += MiB) {
+		uint64_t now = ml_shared_usage();
+		if (now > over)
+			over = now;
+		if (now > ml_shared_limit())
+			break;
 		sink = c->blocks[c->n++] = take(MiB);
-	over = ml_shared_usage();
+	}
+	/* What it saw: the largest total it read, or its own view (what the
+	 * holder held at its start plus what it took), whichever is larger:
+	 * the holder, woken by the crossing, may have freed its memory
+	 * before the next read. */
+	if (c->base + (uint64_t)c->n * MiB > over)
+		over = c->base + (uint64_t)c->n * MiB;
 	put(c->out, &over, sizeof over);
 	char x;
 	get(c->go, &x, 1); /* the holder has been stopped and reported */
