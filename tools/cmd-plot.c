@@ -495,7 +495,7 @@ static int plot_main(int argc, char **argv)
 {
 	const char *out = NULL, *title = NULL;
 	const char *in =
-	    ml__svg_args(CMD, "TIMELINE", argc, argv, help, &out, &title);
+	    ml__svg_args(CMD, "TIMELINE", argc, argv, help, &out, &title, NULL);
 	if (!in)
 		return ML__TOOL_OK;
 	const char *shown = strcmp(in, "-") ? in : "stdin";
