@@ -252,7 +252,6 @@ void ml__svg_circle(FILE *f, double cx, double cy, double r, const char *fill,
 	fputs("/>", f);
 }
 
-
 size_t ml__svg_chars(const char *s, size_t n)
 {
 	size_t k = 0;
