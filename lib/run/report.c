@@ -566,8 +566,10 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		                 "--report FILE or --profile FILE)\n");
 	}
 	if (!ML__HELD_ON)
-		ml__out_puts(&o, "memory held: not tracked (run mode tracks it "
-		                 "with --held-limit or --report FILE)\n");
+		ml__out_puts(
+		    &o,
+		    "memory held: not tracked (run mode tracks it "
+		    "with --held-limit, --report FILE or --profile FILE)\n");
 	if (trip.held)
 		put_held(&o, sy, "at the trip", trip.held, trip.held_total);
 	/* Written at the trip (abort mode): the trip's figure is the one. */
