@@ -56,6 +56,14 @@ static struct {
 	uint64_t total, heap;  /* its sum, the heap then */
 } peak;
 
+/* The heap where the meter runs (a heap limit, a timeline), else
+ * ML_NO_LIMIT: asking the allocator (mallinfo2) takes its arenas' locks,
+ * not a thing to do inside malloc. */
+static uint64_t heap_now(void)
+{
+	return ML__METER_ON ? ml__meter_usage() : ML_NO_LIMIT;
+}
+
 void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total)
 {
 	/* Called once per process (runmode.c guards it). */
@@ -75,7 +83,7 @@ void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total)
 	uint64_t *held = ml__raw_alloc(ML__NIDS * sizeof *held);
 	if (held) {
 		trip.held_total = ml__held_by_stack(NULL, held);
-		trip.heap = ml__meter_usage();
+		trip.heap = heap_now();
 		trip.held = held;
 	}
 }
@@ -90,7 +98,7 @@ void ml__profile_peak(uint64_t held)
 	if (peak.held) {
 		memset(peak.held, 0, ML__NIDS * sizeof *peak.held);
 		peak.total = ml__held_by_stack(NULL, peak.held);
-		peak.heap = ml__meter_usage();
+		peak.heap = heap_now();
 	}
 	uint64_t m = peak.total >> PEAK_SHIFT;
 	/* No memory: no more tries. */
@@ -655,9 +663,12 @@ static void write_held(struct ml__symbols *sy, char *buf, const char *suffix,
 		ml__out_put(&o, *c == '\n' || *c == '\r' ? "?" : c, 1);
 	ml__out_puts(&o, "\n# held_bytes ");
 	ml__out_u(&o, total, 10);
-	ml__out_puts(&o, "\n# heap_bytes ");
-	ml__out_u(&o, heap, 10);
 	ml__out_puts(&o, "\n");
+	if (heap != ML_NO_LIMIT) {
+		ml__out_puts(&o, "# heap_bytes ");
+		ml__out_u(&o, heap, 10);
+		ml__out_puts(&o, "\n");
+	}
 	if (stop) {
 		/* The limit that stopped it, and its value. */
 		ml_status why = trip.why;
