@@ -467,7 +467,8 @@ static struct proc *processes(size_t *np)
 	struct proc *ps = calloc(n ? n : 1, sizeof *ps);
 	if (!ps)
 		ml__tool_usage_error(CMD, "out of memory");
-	qsort(pnames, npnames, sizeof *pnames, by_pid_order);
+	if (npnames) /* qsort of NULL: undefined, even for 0 */
+		qsort(pnames, npnames, sizeof *pnames, by_pid_order);
 	size_t k = 0, q = 0;
 	for (size_t i = 0, p; i < nrows; i = p) {
 		struct proc *pr = &ps[k++];
