@@ -16,6 +16,7 @@
  * a "# process PID PROGRAM" line when it starts, among the rows: plot
  * labels each line with its program; readers that do not know the key
  * skip it, as they skip any comment.
+ *
  * Written from the slow path, with no thread of its own: a row at a
  * sample when the process's heap has moved by 1/256 of the last row's
  * heap (of the heap limit, when one is set) since the last row, and no
