@@ -215,8 +215,12 @@ fi
 # ---- No limit reached: the pictures' commands on stderr all the same ----
 if tap_case no-limit-note; then
 	if test -n "$py" && test -x "$py"; then
+		# 100 MiB held, freed, then 1.25 MiB: the peak's picture is
+		# of the 100 MiB (within its 1/32 margin and a megabyte).
 		$T "$M" run --timeline "$tmp/N" --profile "$tmp/NP" -- "$py" -c \
-			'x=[bytearray(1<<20) for _ in range(20)]' 2>"$tmp/n.err"
+			'x=[bytearray(1<<20) for _ in range(100)]
+del x
+y=[bytearray(1<<16) for _ in range(20)]' 2>"$tmp/n.err"
 		if grep -q '^memlimits: no limit reached; pictures' "$tmp/n.err" &&
 			grep -q "^  memlimits plot $tmp/N\$" "$tmp/n.err" &&
 			grep -q "^  memlimits flamegraph $tmp/NP.peak\$" "$tmp/n.err" &&
@@ -227,7 +231,14 @@ if tap_case no-limit-note; then
 			notok "no limit reached: no note of the pictures"
 			diag "$tmp/n.err"
 		fi
+		if awk '/^#/ { next } { t += $NF } END { print t; if (t < 0.9 * 104857600 || t > 1.1 * 104857600) exit 1 }' \
+			"$tmp/NP.peak" >"$tmp/np.out" 2>&1; then
+			ok "P.peak: $(cat "$tmp/np.out") bytes, the 100 MiB the program held before it freed them"
+		else
+			notok "P.peak: $(cat "$tmp/np.out"), not the 100 MiB peak"
+		fi
 	else
+		skip "python3 not found"
 		skip "python3 not found"
 	fi
 fi
