@@ -44,6 +44,7 @@ static void reset(void)
 	text = NULL;
 	text_cap = 0;
 	nstacks = drawn = merged_blocks = 0;
+	memset(&held_info, 0, sizeof held_info);
 }
 
 static void check(const char *svg, size_t len, size_t in)

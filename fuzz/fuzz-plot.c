@@ -28,6 +28,11 @@ static void reset(void)
 	for (int i = 0; i < 4; i++)
 		limit[i] = UINT64_MAX;
 	program[0] = 0;
+	for (size_t i = 0; i < npnames; i++)
+		free(pnames[i].name);
+	free(pnames);
+	pnames = NULL;
+	npnames = pnames_cap = 0;
 	free(text);
 	text = NULL;
 	text_cap = 0;

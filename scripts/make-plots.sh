@@ -1,18 +1,24 @@
 #!/bin/sh
-# Regenerate the README's pictures (issue 29): docs/plots/timeline.png and
-# docs/plots/flamegraph.png, from a python workload under a heap limit:
+# Regenerate the README's pictures (issues 29, 36) in docs/plots:
+# timeline.png, flamegraph.png and held.png from a python workload under a
+# heap limit, build.png from a parallel build of 40 processes:
 #
 #   memlimits run --heap-limit 200MiB --timeline T --profile P -- \
 #       python3 -c 'x=[bytearray(1<<20) for _ in range(1000)]'
-#   memlimits plot T; memlimits flamegraph P     (then rsvg-convert to PNG)
+#   memlimits plot T; memlimits flamegraph P; memlimits flamegraph --held P
+#   memlimits run --timeline B -- make -j2    (13 files: make, and gcc,
+#                                              cc1 and as for each)
+#   memlimits plot B                          (then rsvg-convert to PNG)
 #
 # Usage: scripts/make-plots.sh [BUILDDIR]   (default: build; run from the
-# top of the source tree, after make).  Needs python3 and rsvg-convert
-# (Debian: librsvg2-bin, in scripts/install-deps).  The statistics plots
-# of docs/statistics.md have their own script, docs/plots/make-plots.sh.
+# top of the source tree, after make).  Needs python3, gcc, make and
+# rsvg-convert (Debian: librsvg2-bin, in scripts/install-deps).  The
+# statistics plots of docs/statistics.md have their own script,
+# docs/plots/make-plots.sh.  Look at the PNGs after: the texts must stay
+# inside the pictures (tests/cli/svg-check.py checks the SVGs here too).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:-$top/build}
+build=$(cd "${1:-$top/build}" && pwd)
 M=$build/tools/memlimits
 test -x "$M" || { echo "make-plots.sh: $M not built" >&2; exit 2; }
 command -v rsvg-convert >/dev/null ||
@@ -25,15 +31,30 @@ trap 'rm -rf "$tmp"' EXIT
 "$M" run --heap-limit 200MiB --seed 1 --timeline "$tmp/timeline.tsv" \
 	--profile "$tmp/profile.txt" -- "$py" -c \
 	'x=[bytearray(1<<20) for _ in range(1000)]' 2>/dev/null || true
-"$M" plot --title "Heap over time: python3 under --heap-limit 200MiB" \
-	-o "$tmp/timeline.svg" "$tmp/timeline.tsv"
-"$M" flamegraph --title "Flame graph: python3 under --heap-limit 200MiB" \
+"$M" plot -o "$tmp/timeline.svg" "$tmp/timeline.tsv"
+"$M" flamegraph --title "Bytes allocated: python3 under --heap-limit 200MiB" \
 	-o "$tmp/flamegraph.svg" "$tmp/profile.txt"
+"$M" flamegraph --held -o "$tmp/held.svg" "$tmp/profile.txt"
+
+# A build: 13 files of different sizes, make -j2 (make, then gcc, cc1 and
+# as for each: 40 processes).
+mkdir "$tmp/b"
+objs=
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13; do
+	sh "$top/bench/make-gcc-input.sh" $((i * 4)) >"$tmp/b/u$i.c"
+	objs="$objs u$i.o"
+done
+printf 'all:%s\n%%.o: %%.c\n\tgcc -O2 -c $< -o $@\n' "$objs" >"$tmp/b/Makefile"
+(cd "$tmp/b" && "$M" run --timeline "$tmp/build.tsv" -- make -s -j2) 2>/dev/null
+"$M" plot -o "$tmp/build.svg" "$tmp/build.tsv"
+
+if test -n "$(command -v python3)"; then
+	python3 "$top/tests/cli/svg-check.py" "$tmp"/*.svg
+fi
 out=$top/docs/plots
-rsvg-convert "$tmp/timeline.svg" -o "$out/timeline.png"
-rsvg-convert "$tmp/flamegraph.svg" -o "$out/flamegraph.png"
-for f in "$out/timeline.png" "$out/flamegraph.png"; do
-	size=$(wc -c <"$f")
-	echo "$f: $size bytes"
-	test "$size" -lt 300000 || { echo "make-plots.sh: $f is over 300 KB" >&2; exit 1; }
+for p in timeline flamegraph held build; do
+	rsvg-convert "$tmp/$p.svg" -o "$out/$p.png"
+	size=$(wc -c <"$out/$p.png")
+	echo "$out/$p.png: $size bytes"
+	test "$size" -lt 300000 || { echo "make-plots.sh: $out/$p.png is over 300 KB" >&2; exit 1; }
 done

@@ -12,7 +12,15 @@
  * merged with its narrow siblings into one grey "[N frames under 0.1 %]"
  * block (its callees not drawn), so that a profile of 10 000 stacks stays
  * a few hundred KB.  Colours come from a hash of the name (the warm
- * palette of flamegraph.pl): one function, one colour, in every picture. */
+ * palette of flamegraph.pl): one function, one colour, in every picture.
+ *
+ * Lines that start with "# " are comments.  `memlimits run --profile
+ * FILE`'s held profiles (FILE.peak, FILE.stop: memlimits(1), "PROFILE")
+ * begin each process's block with "# memlimits held at the peak" (or
+ * "stop") and "# key value" lines (pid, program, held_bytes, heap_bytes,
+ * the limit that stopped it): the picture is titled from them, naming the
+ * program and what the picture is.  --held PROFILE draws PROFILE.stop
+ * where it exists, else PROFILE.peak. */
 #include "config.h"
 
 #define _GNU_SOURCE
@@ -23,23 +31,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "svg.h"
 #include "tool.h"
 
 #define CMD "flamegraph"
 
-static const char synopsis[] = "[-o OUT.svg] [--title TEXT] PROFILE";
+static const char synopsis[] = "[-o OUT.svg] [--title TEXT] [--held] PROFILE";
 
 /* The picture's geometry, in pixels. */
 #define WIDTH 1200.0
-#define SIDE 10.0      /* margin left and right */
-#define FRAME_H 16.0   /* one frame's height, a pixel of it a gap */
-#define TOP 58.0       /* title and subtitle */
-#define BOTTOM 24.0    /* the note under the root */
-#define FONT 11.0      /* frame labels */
-#define CHAR_W 6.4     /* their mean advance, for cutting names */
-#define MIN_SHARE 1000 /* frames under total/MIN_SHARE are merged */
+#define SIDE 10.0                  /* margin left and right */
+#define FRAME_H 16.0               /* one frame's height, a pixel of it a gap */
+#define TOP 58.0                   /* title and subtitle */
+#define BOTTOM 24.0                /* the note under the root */
+#define FONT 11.0                  /* frame labels */
+#define CHAR_W (FONT * ML__SVG_EM) /* their mean advance (svg.h) */
+#define MIN_SHARE 1000             /* frames under total/MIN_SHARE are merged */
 
 /* Frames, and names, at most: the tables' uint32_t sizes double up to
  * twice as many. */
@@ -195,6 +204,74 @@ static uint32_t child(uint32_t parent, uint32_t name)
 
 static uint64_t nstacks;
 
+/* What the held profiles' comments say: the blocks (one a process), the
+ * kinds seen (1: at the peak, 2: at the stop), and the largest block's
+ * figures, for the title. */
+struct block {
+	uint64_t pid, held, heap, limit;
+	char limit_name[24]; /* "heap_limit", ... or "" */
+	char program[256];
+};
+static struct {
+	uint64_t n;
+	unsigned kinds;
+	struct block cur, big;
+} held_info;
+
+static void held_block_end(void)
+{
+	if (held_info.n && held_info.cur.held >= held_info.big.held)
+		held_info.big = held_info.cur;
+}
+
+/* "# key value": only the held profiles' keys mean anything. */
+static void comment(const char *s)
+{
+	struct block *b = &held_info.cur;
+	const char *v;
+	if (!strcmp(s, "# memlimits held at the peak") ||
+	    !strcmp(s, "# memlimits held at the stop")) {
+		held_block_end();
+		held_info.n++;
+		held_info.kinds |= s[24] == 'p' ? 1 : 2;
+		memset(b, 0, sizeof *b);
+		return;
+	}
+	if (!held_info.n)
+		return;
+	if (!strncmp(s, "# program ", 10)) {
+		snprintf(b->program, sizeof b->program, "%s", s + 10);
+		return;
+	}
+	static const char *const keys[] = {
+	    "pid",        "held_bytes", "heap_bytes",     "alloc_limit",
+	    "heap_limit", "held_limit", "tree_heap_limit"};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		size_t k = strlen(keys[i]);
+		if (strncmp(s + 2, keys[i], k) || s[2 + k] != ' ')
+			continue;
+		v = s + 3 + k;
+		uint64_t x = 0;
+		/* Not a number: the comment is not ours, and says nothing. */
+		if (!*v || strspn(v, "0123456789") != strlen(v) ||
+		    strlen(v) > 19)
+			return;
+		x = strtoull(v, NULL, 10);
+		if (i == 0)
+			b->pid = x;
+		else if (i == 1)
+			b->held = x;
+		else if (i == 2)
+			b->heap = x;
+		else {
+			b->limit = x;
+			snprintf(b->limit_name, sizeof b->limit_name, "%s",
+			         keys[i]);
+		}
+		return;
+	}
+}
+
 static _Noreturn void bad_line(const char *file, uint64_t line, const char *why)
 {
 	ml__tool_usage_error(CMD,
@@ -217,6 +294,10 @@ static void read_profile(const char *file, FILE *f)
 		size_t b = strspn(s, " \t");
 		if (s[b] == 0)
 			continue;
+		if (s[0] == '#' && s[1] == ' ') {
+			comment(s);
+			continue;
+		}
 		char *sp = strrchr(s, ' '), *tab = strrchr(s, '\t');
 		if (!sp || (tab && tab > sp))
 			sp = tab;
@@ -259,6 +340,7 @@ static void read_profile(const char *file, FILE *f)
 	free(text);
 	text = NULL;
 	text_cap = 0;
+	held_block_end();
 	if (!nodes[0].value)
 		ml__tool_usage_error(CMD,
 		                     "%s: no stacks (an empty profile, or "
@@ -451,10 +533,67 @@ static void help(void)
 	       "PROFILE.svg; '-': stdout,\n"
 	       "                     the default when PROFILE is '-', "
 	       "stdin)\n"
-	       "  --title TEXT       the picture's title (default: "
-	       "\"Flame graph: PROFILE\")\n\n"
+	       "  --title TEXT       the picture's title (default: what a "
+	       "held profile's\n"
+	       "                     comments say, else \"Flame graph: "
+	       "PROFILE\")\n"
+	       "  --held             draw what was held: PROFILE.stop where "
+	       "a limit stopped\n"
+	       "                     the program, else PROFILE.peak "
+	       "(memlimits run --profile)\n\n"
 	       "Exit status: 0; 2 on bad usage or bad input (one line on "
 	       "stderr, nothing\nwritten).\n");
+}
+
+/* "python3.11 (pid 42): held at the stop, 199 MiB of the 200 MiB heap
+ * limit" from a held profile's comments; "Flame graph: FILE" for any
+ * other profile. */
+static char *default_title(const char *shown)
+{
+	char *t = NULL;
+	int n;
+	if (!held_info.n) {
+		n = asprintf(&t, "Flame graph: %s", shown);
+	} else {
+		const struct block *b = &held_info.big;
+		const char *prog = strrchr(b->program, '/');
+		prog = prog ? prog + 1 : b->program;
+		char who[320], all[32], lim[32];
+		if (held_info.n == 1)
+			snprintf(who, sizeof who, "%s (pid %" PRIu64 ")",
+			         *prog ? prog : "?", b->pid);
+		else
+			snprintf(who, sizeof who,
+			         "%s (pid %" PRIu64 ") and %" PRIu64
+			         " other process%s",
+			         *prog ? prog : "?", b->pid, held_info.n - 1,
+			         held_info.n == 2 ? "" : "es");
+		ml__svg_bytes(all, sizeof all, (double)total);
+		ml__svg_bytes(lim, sizeof lim, (double)b->limit);
+		const char *ln = b->limit_name;
+		const char *what =
+		    !strcmp(ln, "alloc_limit")       ? "allocation limit"
+		    : !strcmp(ln, "held_limit")      ? "held limit"
+		    : !strcmp(ln, "tree_heap_limit") ? "tree heap limit"
+		                                     : "heap limit";
+		if (held_info.kinds == 2 && held_info.n == 1 && *ln)
+			n = asprintf(&t,
+			             "%s: held at the stop, %s of the %s %s",
+			             who, all, lim, what);
+		else if (held_info.kinds == 2)
+			n = asprintf(&t, "%s: held at the stop, %s in all", who,
+			             all);
+		else if (held_info.kinds == 1 && held_info.n == 1)
+			n = asprintf(&t, "%s: held at the peak, %s", who, all);
+		else if (held_info.kinds == 1)
+			n = asprintf(&t, "%s: held at their peaks, %s in all",
+			             who, all);
+		else
+			n = asprintf(&t, "%s: held, %s in all", who, all);
+	}
+	if (n < 0)
+		ml__tool_usage_error(CMD, "out of memory");
+	return t;
 }
 
 /* The flame graph of the stacks read, into o (shown: the input's name,
@@ -470,19 +609,19 @@ static void flamegraph(FILE *o, const char *title, const char *shown)
 	base_y = TOP + depth * FRAME_H;
 
 	char *t = NULL;
-	if (!title && asprintf(&t, "Flame graph: %s", shown) < 0)
-		ml__tool_usage_error(CMD, "out of memory");
 	if (!title)
-		title = t;
+		title = t = default_title(shown);
 	ml__svg_begin(o, WIDTH, height, title);
 	ml__svg_text(o, WIDTH / 2, 24, "middle", 17, "#000000", "bold", "%s",
 	             title);
 	char tb[32];
 	ml__svg_bytes(tb, sizeof tb, (double)total);
 	ml__svg_text(o, WIDTH / 2, 44, "middle", 12, "#444444", NULL,
-	             "%" PRIu64 " stacks, %s in all; widths by bytes, callers "
+	             "%" PRIu64 " stacks, %s %s; widths by bytes, callers "
 	             "below their callees; hover a frame for its figures",
-	             nstacks, tb);
+	             nstacks, tb,
+	             held_info.n ? "held (estimated from the samples)"
+	                         : "in all");
 	draw(o);
 	ml__svg_text(o, SIDE, height - 8, "start", 11, "#666666", NULL,
 	             "Frames under 0.1 %% of the total are merged into grey "
@@ -495,10 +634,24 @@ static void flamegraph(FILE *o, const char *title, const char *shown)
 static int flamegraph_main(int argc, char **argv)
 {
 	const char *out = NULL, *title = NULL;
+	bool held = false;
 	const char *in =
-	    ml__svg_args(CMD, "PROFILE", argc, argv, help, &out, &title);
+	    ml__svg_args(CMD, "PROFILE", argc, argv, help, &out, &title, &held);
 	if (!in)
 		return ML__TOOL_OK;
+	char *held_in = NULL;
+	if (held) {
+		/* What held the memory: at the stop where a limit stopped
+		 * the program, else at the peak. */
+		if (!strcmp(in, "-"))
+			ml__tool_usage_error(CMD, "--held needs the profile's "
+			                          "file name, not '-'");
+		if (asprintf(&held_in, "%s.stop", in) < 0)
+			ml__tool_usage_error(CMD, "out of memory");
+		if (access(held_in, F_OK) != 0)
+			memcpy(held_in + strlen(in), ".peak", 5);
+		in = held_in;
+	}
 	const char *shown = strcmp(in, "-") ? in : "stdin";
 	FILE *f = ml__svg_open_in(CMD, in);
 	read_profile(shown, f);
@@ -508,6 +661,7 @@ static int flamegraph_main(int argc, char **argv)
 	FILE *o = ml__svg_open_out(CMD, outname);
 	flamegraph(o, title, shown);
 	ml__svg_close_out(CMD, o, outname);
+	free(held_in);
 	return ML__TOOL_OK;
 }
 

@@ -7,11 +7,25 @@
  * limit, the one they are compared with; the part of the heap the program
  * mapped itself (mapped_bytes, issue 34) dashed, when there is one.
  *
+ * Lines are steps: the heap a row shows holds until the next row (a row
+ * is written when it has moved), so a line goes across, then up or down.
+ * Each process is named by its program ("# process PID PROGRAM" lines;
+ * the last for a pid, since exec replaces the program) and pid.  The
+ * LEGEND_MAX processes of largest peak get colours and a legend entry,
+ * the others are drawn thin and grey, summed up in one entry: a build's
+ * 40 processes stay readable.  The legend wraps onto rows, the picture
+ * growing to hold them.  The title names the program that the first
+ * process ran last (a pyenv shim or env execs the real program in the
+ * same pid); where that is a shell or env still (it forked the program
+ * instead), the program of the largest peak.
+ *
  * The reader is strict: comment lines ("# key value"; unknown keys are
  * skipped), the header row, and rows of 5 tab-separated fields (4 where
  * the empty event's tab is missing), or 6 (5) when the header has
- * mapped_bytes before the event (0.4; 0.3's files have none).  Anything else
- * stops the command with its line number, status 2, nothing written. */
+ * mapped_bytes before the event (0.4; 0.3's files have none).  Anything
+ * else stops the command with its line number, status 2, nothing
+ * written.  Old timelines without "# process" lines are drawn with
+ * "pid N" labels. */
 #include "config.h"
 
 #define _GNU_SOURCE
@@ -35,12 +49,14 @@ static const char synopsis[] = "[-o OUT.svg] [--title TEXT] TIMELINE";
 
 /* The picture's geometry, in pixels. */
 #define WIDTH 960.0
-#define HEIGHT 540.0
-#define LEFT 84.0   /* y tick labels */
-#define RIGHT 28.0  /* margin */
-#define TOP 66.0    /* title, subtitle */
-#define BOTTOM 96.0 /* x ticks, axis title, legend */
-#define LEGEND_MAX 8
+#define PLOT_H 378.0 /* the plotting area's height */
+#define LEFT 84.0    /* y tick labels */
+#define RIGHT 28.0   /* margin */
+#define TOP 66.0     /* title, subtitle */
+#define AXIS_B 60.0  /* under the plot: x ticks, axis title */
+#define ROW_H 20.0   /* a legend row */
+#define LEGEND_MAX 8 /* processes in colour, in the legend */
+#define NAME_MAX 24  /* characters of a program's name in the legend */
 
 enum { EV_NONE, EV_ALLOC, EV_HEAP, EV_HELD, EV_EXIT };
 static const char *const ev_names[] = {"", "alloc_limit", "heap_limit",
@@ -61,6 +77,14 @@ static size_t nrows, rows_cap;
 /* Limits from the comments: UINT64_MAX where not set. */
 static uint64_t limit[4] = {UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
 static char program[512];
+
+/* "# process PID PROGRAM" lines, in the order read. */
+struct pname {
+	uint64_t pid, order;
+	char *name;
+};
+static struct pname *pnames;
+static size_t npnames, pnames_cap;
 
 static _Noreturn void bad_line(const char *file, uint64_t line, const char *why)
 {
@@ -105,8 +129,31 @@ static void comment(const char *file, uint64_t line, char *s)
 			         "a limit that is not a byte count");
 		return;
 	}
-	if (!strcmp(key, "program"))
+	if (!strcmp(key, "program")) {
 		snprintf(program, sizeof program, "%s", v);
+	} else if (!strcmp(key, "process")) {
+		char *sp2 = strchr(v, ' ');
+		struct pname pn = {.order = npnames};
+		if (sp2)
+			*sp2 = 0;
+		if (!sp2 || !u64_field(v, &pn.pid) || !sp2[1])
+			bad_line(file, line,
+			         "a process line that is not "
+			         "'# process PID PROGRAM'");
+		if (npnames == pnames_cap) {
+			pnames_cap = pnames_cap ? 2 * pnames_cap : 64;
+			pnames = realloc(pnames, pnames_cap * sizeof *pnames);
+			if (!pnames)
+				ml__tool_usage_error(CMD, "out of memory");
+		}
+		/* The base name: what the legend shows. */
+		const char *base = strrchr(sp2 + 1, '/');
+		base = base && base[1] ? base + 1 : sp2 + 1;
+		pn.name = strdup(base);
+		if (!pn.name)
+			ml__tool_usage_error(CMD, "out of memory");
+		pnames[npnames++] = pn;
+	}
 }
 
 /* The line read, kept here between lines (and reachable when a bad line
@@ -198,7 +245,7 @@ static void read_timeline(const char *file, FILE *f)
 
 /* ---- Drawing ---------------------------------------------------------- */
 
-static double tmax, ymax, ystep, yunit;
+static double tmax, ymax, ystep, yunit, height;
 static const char *yunit_name;
 
 static double px(double t)
@@ -208,7 +255,7 @@ static double px(double t)
 
 static double py(double v)
 {
-	return HEIGHT - BOTTOM - (HEIGHT - TOP - BOTTOM) * v / ymax;
+	return TOP + PLOT_H - PLOT_H * v / ymax;
 }
 
 /* By pid, then time: rows of one process in order (threads may write
@@ -239,7 +286,7 @@ static void tick_label(char *buf, size_t cap, double v)
 
 static void axes(FILE *f)
 {
-	double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = HEIGHT - BOTTOM, y1 = TOP;
+	double x0 = LEFT, x1 = WIDTH - RIGHT, y0 = TOP + PLOT_H, y1 = TOP;
 	char b[64];
 	int n = 0;
 	for (double v = 0; v <= ymax * (1 + 1e-9) && n++ < TICKS_MAX;
@@ -285,11 +332,13 @@ static void limit_line(FILE *f, int i)
 /* Which series of a process: its heap, held bytes, mapped bytes. */
 enum { S_HEAP, S_HELD, S_MAPPED };
 
+/* A process's heap (or held or mapped bytes) as steps: each row's value
+ * holds until the next row, so from one point to the next the line goes
+ * across, then up or down. */
 static void process_line(FILE *f, const struct row *r, size_t n,
-                         const char *colour, int which)
+                         const char *colour, double width, int which)
 {
-	bool held = which != S_HEAP;
-	double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+	double *x = malloc(2 * n * sizeof *x), *y = malloc(2 * n * sizeof *y);
 	if (!x || !y)
 		ml__tool_usage_error(CMD, "out of memory");
 	size_t k = 0;
@@ -307,6 +356,12 @@ static void process_line(FILE *f, const struct row *r, size_t n,
 		if (k && i + 1 < n && fabs(xi - x[k - 1]) < 0.5 &&
 		    fabs(yi - y[k - 1]) < 0.5)
 			continue;
+		if (k && yi != y[k - 1]) {
+			/* Across at the last value first. */
+			x[k] = xi;
+			y[k] = y[k - 1];
+			k++;
+		}
 		x[k] = xi;
 		y[k] = yi;
 		k++;
@@ -314,7 +369,8 @@ static void process_line(FILE *f, const struct row *r, size_t n,
 	if (k == 1)
 		ml__svg_circle(f, x[0], y[0], 2.5, colour, NULL);
 	else if (k > 1)
-		ml__svg_polyline(f, x, y, k, colour, held ? 1.2 : 2,
+		ml__svg_polyline(f, x, y, k, colour,
+		                 which == S_HEAP ? width : 1.2,
 		                 which == S_HELD     ? "1.5 3"
 		                 : which == S_MAPPED ? "6 3"
 		                                     : NULL);
@@ -392,21 +448,158 @@ static void help(void)
 	       "stderr, nothing\nwritten).\n");
 }
 
+/* A process: its rows rows[first, first + n), its program (the last
+ * "# process" line for its pid; NULL: none), and its peak. */
+struct proc {
+	size_t first, n;
+	uint64_t pid, peak;
+	double start;
+	const char *name;
+	int colour; /* palette index; -1: grey */
+};
+
+static int by_pid_order(const void *a, const void *b)
+{
+	const struct pname *x = a, *y = b;
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int by_peak(const void *a, const void *b)
+{
+	const struct proc *x = *(struct proc *const *)a;
+	const struct proc *y = *(struct proc *const *)b;
+	if (x->peak != y->peak)
+		return x->peak > y->peak ? -1 : 1;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int by_start(const void *a, const void *b)
+{
+	const struct proc *x = a, *y = b;
+	if (x->start != y->start)
+		return x->start < y->start ? -1 : 1;
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/* The processes of the sorted rows, in the order they started. */
+static struct proc *processes(size_t *np)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < nrows; i++)
+		n += !i || rows[i].pid != rows[i - 1].pid;
+	struct proc *ps = calloc(n ? n : 1, sizeof *ps);
+	if (!ps)
+		ml__tool_usage_error(CMD, "out of memory");
+	if (npnames) /* qsort of NULL: undefined, even for 0 */
+		qsort(pnames, npnames, sizeof *pnames, by_pid_order);
+	size_t k = 0, q = 0;
+	for (size_t i = 0, p; i < nrows; i = p) {
+		struct proc *pr = &ps[k++];
+		pr->first = i;
+		pr->pid = rows[i].pid;
+		pr->start = rows[i].t;
+		for (p = i; p < nrows && rows[p].pid == pr->pid; p++)
+			pr->peak =
+			    rows[p].heap > pr->peak ? rows[p].heap : pr->peak;
+		pr->n = p - i;
+		/* The last name given to this pid (both sorted by pid). */
+		while (q < npnames && pnames[q].pid < pr->pid)
+			q++;
+		while (q < npnames && pnames[q].pid == pr->pid)
+			pr->name = pnames[q++].name;
+	}
+	qsort(ps, n, sizeof *ps, by_start);
+	*np = n;
+	return ps;
+}
+
+/* A shell or env: they start the program the user meant. */
+static bool launcher(const char *name)
+{
+	static const char *const l[] = {"sh",  "dash", "bash", "zsh",
+	                                "ksh", "env",  "time", "nice"};
+	for (size_t i = 0; name && i < sizeof l / sizeof l[0]; i++)
+		if (!strcmp(name, l[i]))
+			return true;
+	return false;
+}
+
+/* "cc1 4243", or "pid 4243" without a name; the name cut to NAME_MAX
+ * characters. */
+static void proc_label(char *buf, size_t cap, const struct proc *p)
+{
+	if (!p->name) {
+		snprintf(buf, cap, "pid %" PRIu64, p->pid);
+		return;
+	}
+	bool cut;
+	size_t len = strlen(p->name);
+	size_t keep = ml__svg_fit(p->name, len, ml__svg_width(NAME_MAX, 1, 0),
+	                          1, false, &cut);
+	snprintf(buf, cap, "%.*s%s %" PRIu64, (int)keep, p->name,
+	         cut ? "..." : "", p->pid);
+}
+
+/* The legend's entries, wrapped onto rows across the picture: returns the
+ * rows; draws them at y0 when f is not NULL. */
+static int legend(FILE *f, double y0, struct proc *ps, size_t np, size_t ngrey,
+                  uint64_t grey_peak)
+{
+	double x = LEFT, right = WIDTH - RIGHT;
+	int rows_used = 1;
+	char b[128];
+	for (size_t i = 0; i <= np; i++) {
+		const char *colour;
+		if (i < np && ps[i].colour < 0)
+			continue;
+		if (i < np) {
+			proc_label(b, sizeof b, &ps[i]);
+			colour = palette[ps[i].colour];
+		} else if (ngrey) {
+			char pk[32];
+			ml__svg_bytes(pk, sizeof pk, (double)grey_peak);
+			snprintf(b, sizeof b,
+			         "%zu more process%s (grey), peaks up to %s",
+			         ngrey, ngrey == 1 ? "" : "es", pk);
+			colour = "#b4b4b4";
+		} else {
+			break;
+		}
+		double w =
+		    28 + ml__svg_width(ml__svg_chars(b, strlen(b)), 12, false);
+		if (x > LEFT && x + w > right) {
+			x = LEFT;
+			rows_used++;
+		}
+		double y = y0 + (rows_used - 1) * ROW_H;
+		if (f) {
+			ml__svg_line(f, x, y - 4, x + 22, y - 4, colour, 2.5,
+			             NULL);
+			ml__svg_text(f, x + 28, y, "start", 12, "#333333", NULL,
+			             "%s", b);
+		}
+		x += w + 18;
+	}
+	return rows_used;
+}
+
 /* The chart of the rows read, into o (shown: the input's name, for the
  * default title).  The fuzz target calls it too. */
 static void plot(FILE *o, const char *title, const char *shown)
 {
 	qsort(rows, nrows, sizeof *rows, by_pid_time);
+	size_t np;
+	struct proc *ps = processes(&np);
 
 	/* The scales: every row, and the limits that fit. */
 	tmax = 0;
 	double top = 0;
 	bool any_held = false, any_mapped = false;
-	size_t npids = 0;
 	for (size_t i = 0; i < nrows; i++) {
 		tmax = rows[i].t > tmax ? rows[i].t : tmax;
 		top = (double)rows[i].heap > top ? (double)rows[i].heap : top;
-		npids += !i || rows[i].pid != rows[i - 1].pid;
 		any_held |= rows[i].held != UINT64_MAX;
 		any_mapped |= rows[i].mapped != UINT64_MAX && rows[i].mapped;
 	}
@@ -436,29 +629,65 @@ static void plot(FILE *o, const char *title, const char *shown)
 	ystep = ml__svg_step(top * 1.1 / yunit, 6) * yunit;
 	ymax = ceil(top * 1.1 / ystep) * ystep;
 
+	/* Colours for the LEGEND_MAX largest peaks (in the order the
+	 * processes started), grey for the rest. */
+	struct proc **rank = malloc((np ? np : 1) * sizeof *rank);
+	if (!rank)
+		ml__tool_usage_error(CMD, "out of memory");
+	for (size_t i = 0; i < np; i++)
+		rank[i] = &ps[i];
+	qsort(rank, np, sizeof *rank, by_peak);
+	size_t ncol = np <= LEGEND_MAX + 1 ? np : LEGEND_MAX;
+	uint64_t grey_peak = 0;
+	for (size_t i = 0; i < np; i++) {
+		rank[i]->colour = i < ncol ? 0 : -1;
+		if (i >= ncol && rank[i]->peak > grey_peak)
+			grey_peak = rank[i]->peak;
+	}
+	for (size_t i = 0, c = 0; i < np; i++)
+		if (ps[i].colour >= 0)
+			ps[i].colour = (int)(c++ % NPALETTE);
+	const struct proc *largest = np ? rank[0] : NULL;
+	free(rank);
+
+	double legend_y = TOP + PLOT_H + AXIS_B + 6;
+	int lrows = legend(NULL, legend_y, ps, np, np - ncol, grey_peak);
+	height = legend_y + (lrows - 1) * ROW_H + 16;
+
+	/* The program the user ran: what the first process became (shims
+	 * and env exec it in their own pid), else the largest peak's. */
 	char *t = NULL;
 	if (!title) {
-		const char *base = strrchr(program, '/');
-		base = base ? base + 1 : program;
-		if (asprintf(&t, "Heap over time: %s", *base ? base : shown) <
+		const char *name = np ? ps[0].name : NULL;
+		if (launcher(name) && largest && largest->name)
+			name = largest->name;
+		if (!name) {
+			const char *base = strrchr(program, '/');
+			name = base ? base + 1 : program;
+		}
+		if (asprintf(&t, "Heap over time: %s", *name ? name : shown) <
 		    0)
 			ml__tool_usage_error(CMD, "out of memory");
 		title = t;
 	}
-	ml__svg_begin(o, WIDTH, HEIGHT, title);
+	ml__svg_begin(o, WIDTH, height, title);
 	ml__svg_text(o, WIDTH / 2, 26, "middle", 17, "#000000", "bold", "%s",
 	             title);
-	/* The subtitle: what is drawn, and the first limit reached. */
+	/* The subtitle: what is drawn, the largest peak, and the first
+	 * limit reached. */
 	const struct row *first = NULL;
 	for (size_t i = 0; i < nrows; i++)
 		if (rows[i].event >= EV_ALLOC && rows[i].event <= EV_HELD &&
 		    (!first || rows[i].t < first->t))
 			first = &rows[i];
-	char peak[32], sub[256];
-	ml__svg_bytes(peak, sizeof peak, top);
+	char sub[256], pk[32], who[128];
 	size_t k = 0;
-	append(sub, sizeof sub, &k, "%zu process%s", npids,
-	       npids == 1 ? "" : "es");
+	append(sub, sizeof sub, &k, "%zu process%s", np, np == 1 ? "" : "es");
+	if (largest) {
+		ml__svg_bytes(pk, sizeof pk, (double)largest->peak);
+		proc_label(who, sizeof who, largest);
+		append(sub, sizeof sub, &k, "; peak heap %s (%s)", pk, who);
+	}
 	if (first)
 		append(sub, sizeof sub, &k,
 		       "; the %s was reached at %.2f s (pid %" PRIu64 ")",
@@ -473,49 +702,44 @@ static void plot(FILE *o, const char *title, const char *shown)
 		       "scale)",
 		       b);
 	}
+	if (any_mapped)
+		append(sub, sizeof sub, &k, "; dashed: of it mapped");
+	if (draw_held)
+		append(sub, sizeof sub, &k, "; dotted: held (estimated)");
 	ml__svg_text(o, WIDTH / 2, 46, "middle", 12, "#444444", NULL, "%s",
 	             sub);
 	axes(o);
 	for (int i = EV_ALLOC; i <= EV_HELD; i++)
 		limit_line(o, i);
 	bool labelled[EV_EXIT + 1] = {false};
-	size_t p = 0, shown_pids = 0;
-	double lx = LEFT;
-	for (size_t i = 0; i < nrows; i = p) {
-		for (p = i; p < nrows && rows[p].pid == rows[i].pid; p++)
-			;
-		const char *c = palette[shown_pids % NPALETTE];
-		ml__svg_group(o, "pid %" PRIu64, rows[i].pid);
-		process_line(o, rows + i, p - i, c, S_HEAP);
-		if (draw_held)
-			process_line(o, rows + i, p - i, c, S_HELD);
-		if (any_mapped)
-			process_line(o, rows + i, p - i, c, S_MAPPED);
-		markers(o, rows + i, p - i, labelled);
-		ml__svg_group_end(o);
-		/* The legend, under the axis title. */
-		double ly = HEIGHT - 28;
-		if (shown_pids < LEGEND_MAX) {
-			ml__svg_line(o, lx, ly - 4, lx + 22, ly - 4, c, 2.5,
-			             NULL);
-			ml__svg_text(o, lx + 28, ly, "start", 12, "#333333",
-			             NULL, "pid %" PRIu64, rows[i].pid);
-			lx += 28 +
-			      7.2 * (4 + snprintf(NULL, 0, "%" PRIu64,
-			                          rows[i].pid)) +
-			      18;
-		} else if (shown_pids == LEGEND_MAX) {
-			ml__svg_text(o, lx, ly, "start", 12, "#333333", NULL,
-			             "and %zu more", npids - LEGEND_MAX);
+	/* Grey ones first, under the coloured ones. */
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < np; i++) {
+			const struct proc *p = &ps[i];
+			if ((p->colour >= 0) != (pass == 1))
+				continue;
+			char b[128];
+			proc_label(b, sizeof b, p);
+			ml__svg_group(o, "%s", b);
+			process_line(o, rows + p->first, p->n,
+			             pass ? palette[p->colour] : "#b4b4b4",
+			             pass ? 2 : 1.2, S_HEAP);
+			if (draw_held)
+				process_line(o, rows + p->first, p->n,
+				             pass ? palette[p->colour]
+				                  : "#b4b4b4",
+				             1.2, S_HELD);
+			if (any_mapped)
+				process_line(o, rows + p->first, p->n,
+				             pass ? palette[p->colour]
+				                  : "#b4b4b4",
+				             1.2, S_MAPPED);
+			markers(o, rows + p->first, p->n, labelled);
+			ml__svg_group_end(o);
 		}
-		shown_pids++;
-	}
-	if (draw_held || any_mapped)
-		ml__svg_text(o, WIDTH - RIGHT, HEIGHT - 24, "end", 12,
-		             "#333333", NULL, "solid: heap%s%s",
-		             any_mapped ? "; dashed: of it mapped" : "",
-		             draw_held ? "; dotted: held (estimated)" : "");
+	legend(o, legend_y, ps, np, np - ncol, grey_peak);
 	ml__svg_end(o);
+	free(ps);
 	free(t);
 }
 
@@ -523,7 +747,7 @@ static int plot_main(int argc, char **argv)
 {
 	const char *out = NULL, *title = NULL;
 	const char *in =
-	    ml__svg_args(CMD, "TIMELINE", argc, argv, help, &out, &title);
+	    ml__svg_args(CMD, "TIMELINE", argc, argv, help, &out, &title, NULL);
 	if (!in)
 		return ML__TOOL_OK;
 	const char *shown = strcmp(in, "-") ? in : "stdin";
@@ -536,6 +760,9 @@ static int plot_main(int argc, char **argv)
 	plot(o, title, shown);
 	ml__svg_close_out(CMD, o, outname);
 	free(rows);
+	for (size_t i = 0; i < npnames; i++)
+		free(pnames[i].name);
+	free(pnames);
 	return ML__TOOL_OK;
 }
 

@@ -44,6 +44,8 @@ static int run_main(int argc, char **argv)
 	    o.profile ? ml__run_out_file("--profile", o.profile) : NULL;
 	char *timeline =
 	    o.timeline ? ml__run_out_file("--timeline", o.timeline) : NULL;
+	if (profile)
+		ml__run_held_files_clear(profile);
 	ml__run_set_limits(&o, report, profile, stats, timeline);
 
 	char *alloc = o.allocator ? ml__run_find_allocator(o.allocator) : NULL;

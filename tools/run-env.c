@@ -88,7 +88,10 @@ void ml__run_set_limits(const struct ml__run_opts *o, const char *report,
 	 * "limit reached: none" reports buried the one that mattered. */
 	char pid[24];
 	snprintf(pid, sizeof pid, "%ld", (long)getpid());
-	set("MEMLIMITS_REPORT_PID", report && !o->report_all ? pid : NULL);
+	/* Without a report file, the same process alone names the pictures'
+	 * commands on stderr when no limit is reached (lib/run/report.c). */
+	bool one = report ? !o->report_all : profile || timeline;
+	set("MEMLIMITS_REPORT_PID", one ? pid : NULL);
 	set("MEMLIMITS_PROFILE", profile);
 	set("MEMLIMITS_STATS_DIR", stats);
 	set("MEMLIMITS_TIMELINE", timeline);

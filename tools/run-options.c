@@ -167,6 +167,26 @@ static char *absolute(const char *p)
 	return r;
 }
 
+/* FILE.peak and FILE.stop, the held profiles beside FILE, are appended to
+ * by the processes that have one: a stale one from an earlier run goes
+ * first (a .stop exists only where a limit stopped a process). */
+void ml__run_held_files_clear(const char *profile)
+{
+	static const char *const suffix[] = {".peak", ".stop"};
+	if (strstr(profile, "%p"))
+		return;
+	for (int i = 0; i < 2; i++) {
+		char *p;
+		struct stat st;
+		if (asprintf(&p, "%s%s", profile, suffix[i]) < 0)
+			ml__tool_usage_error(CMD, "out of memory");
+		if (lstat(p, &st) == 0 && S_ISREG(st.st_mode) && unlink(p) != 0)
+			ml__tool_usage_error(CMD, "cannot remove '%s': %s", p,
+			                     strerror(errno));
+		free(p);
+	}
+}
+
 /* The report and profile files are appended to by every process of the
  * run: start them empty (unless they are per-process, with %p). */
 char *ml__run_out_file(const char *opt, const char *v)

@@ -40,6 +40,8 @@ char *ml__run_size_env(const char *v);
 /* --report, --profile, --timeline FILE: made absolute and started empty (unless
  * it names a per-process file, with %p). */
 char *ml__run_out_file(const char *opt, const char *v);
+/* FILE.peak and FILE.stop from an earlier run removed. */
+void ml__run_held_files_clear(const char *profile);
 /* --stats DIR: a writable directory, made absolute. */
 char *ml__run_stats_dir(const char *v);
 

@@ -76,6 +76,9 @@ static size_t utf8_len(const unsigned char *s, size_t n)
 	return k;
 }
 
+/* The picture's width, for ml__svg_text to keep every text inside it. */
+static double pic_w;
+
 /* The one place where outside text is made safe for XML. */
 void ml__svg_escape(FILE *f, const char *s, size_t n)
 {
@@ -132,6 +135,7 @@ static void escape_fmt(FILE *f, const char *fmt, va_list ap)
 
 void ml__svg_begin(FILE *f, double w, double h, const char *title)
 {
+	pic_w = w;
 	fputs("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n"
 	      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" "
 	      "width=\"",
@@ -248,9 +252,59 @@ void ml__svg_circle(FILE *f, double cx, double cy, double r, const char *fill,
 	fputs("/>", f);
 }
 
+size_t ml__svg_chars(const char *s, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return k;
+}
+
+double ml__svg_width(size_t chars, double size, bool bold)
+{
+	return (double)chars * size * (bold ? ML__SVG_EM_BOLD : ML__SVG_EM);
+}
+
+size_t ml__svg_fit(const char *s, size_t n, double w, double size, bool bold,
+                   bool *cut)
+{
+	size_t chars = ml__svg_chars(s, n);
+	*cut = false;
+	if (ml__svg_width(chars, size, bold) <= w)
+		return n;
+	*cut = true;
+	/* Room for the "..." that says so. */
+	double room = w - ml__svg_width(3, size, bold);
+	size_t keep =
+	    room > 0 ? (size_t)(room / ml__svg_width(1, size, bold)) : 0;
+	size_t i = 0, k = 0;
+	for (; i < n; i++) {
+		if (((unsigned char)s[i] & 0xc0) == 0x80)
+			continue;
+		if (k++ == keep)
+			break;
+	}
+	return i;
+}
+
 void ml__svg_text(FILE *f, double x, double y, const char *anchor, double size,
                   const char *fill, const char *weight, const char *fmt, ...)
 {
+	char *s = NULL;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		ml__tool_usage_error(NULL, "out of memory");
+	/* What lies beyond the picture's sides is cut, with "...": a name
+	 * from outside (a program's, a file's) may be of any length. */
+	double room = !strcmp(anchor, "start") ? pic_w - x
+	              : !strcmp(anchor, "end") ? x
+	                                       : 2 * fmin(x, pic_w - x);
+	bool cut;
+	size_t keep =
+	    ml__svg_fit(s, (size_t)n, room - 2, size, weight != NULL, &cut);
 	fputs("<text x=\"", f);
 	num(f, x);
 	fputs("\" y=\"", f);
@@ -265,11 +319,11 @@ void ml__svg_text(FILE *f, double x, double y, const char *anchor, double size,
 	if (weight)
 		fprintf(f, " font-weight=\"%s\"", weight);
 	fputs(">", f);
-	va_list ap;
-	va_start(ap, fmt);
-	escape_fmt(f, fmt, ap);
-	va_end(ap);
+	ml__svg_escape(f, s, keep);
+	if (cut)
+		fputs("...", f);
 	fputs("</text>", f);
+	free(s);
 }
 
 void ml__svg_bytes(char *buf, size_t cap, double v)
@@ -433,12 +487,13 @@ void ml__svg_close_out(const char *cmd, FILE *f, const char *out)
 
 const char *ml__svg_args(const char *cmd, const char *what, int argc,
                          char **argv, void (*help)(void), const char **out,
-                         const char **title)
+                         const char **title, bool *held)
 {
 	static const struct option longopts[] = {
 	    {"output", required_argument, NULL, 'o'},
 	    {"title", required_argument, NULL, 'T'},
 	    {"help", no_argument, NULL, 'h'},
+	    {"held", no_argument, NULL, 'H'},
 	    {NULL, 0, NULL, 0},
 	};
 	opterr = 0;
@@ -458,6 +513,13 @@ const char *ml__svg_args(const char *cmd, const char *what, int argc,
 		case 'h':
 			help();
 			return NULL;
+		case 'H':
+			if (held) {
+				*held = true;
+				break;
+			}
+			/* Not this command's. */
+			ml__tool_option_error(cmd, '?', argc, argv, prev);
 		default:
 			ml__tool_option_error(cmd, c, argc, argv, prev);
 		}

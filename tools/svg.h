@@ -10,6 +10,7 @@
 #ifndef ML_TOOLS_SVG_H
 #define ML_TOOLS_SVG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,10 +44,27 @@ void ml__svg_circle(FILE *f, double cx, double cy, double r, const char *fill,
                     const char *stroke);
 
 /* Text at (x, y), the baseline: anchor "start", "middle" or "end"; size
- * in pixels; weight "bold" or NULL.  The text is a printf format. */
+ * in pixels; weight "bold" or NULL.  The text is a printf format; what
+ * would reach beyond the picture's sides (at ML__SVG_EM a character) is
+ * cut and ends with "...". */
 void ml__svg_text(FILE *f, double x, double y, const char *anchor, double size,
                   const char *fill, const char *weight, const char *fmt, ...)
     __attribute__((format(printf, 8, 9)));
+
+/* Text is measured, where it must fit, at a mean advance of this much of
+ * its size a character (DejaVu Sans, the first family asked for, has
+ * 0.55 for lowercase letters, 0.64 for digits); tests/cli/svg-check.py
+ * checks with the same figures that every text lies inside the picture. */
+#define ML__SVG_EM 0.6
+#define ML__SVG_EM_BOLD 0.66
+/* Characters (not bytes) of UTF-8 s[0, n). */
+size_t ml__svg_chars(const char *s, size_t n);
+/* The width of `chars` characters of `size` pixels. */
+double ml__svg_width(size_t chars, double size, bool bold);
+/* The bytes of s[0, n) that fit w pixels: n, else fewer, with room left
+ * for "..." (*cut set). */
+size_t ml__svg_fit(const char *s, size_t n, double w, double size, bool bold,
+                   bool *cut);
 
 /* ---- Shared by the pictures ---- */
 
@@ -73,13 +91,14 @@ FILE *ml__svg_open_in(const char *cmd, const char *path);
  * and status 2, as soon as it is seen. */
 ssize_t ml__svg_read_line(const char *cmd, const char *file, FILE *f,
                           char **buf, size_t *cap, uint64_t *line);
-/* The two picture commands' arguments: [-o OUT] [--title T] INPUT (what
- * names the input in messages: "PROFILE", "TIMELINE").  Returns INPUT, or
+/* The two picture commands' arguments: [-o OUT] [--title T] [--held]
+ * INPUT (what names the input in messages: "PROFILE", "TIMELINE";
+ * --held only where held is not NULL).  Returns INPUT, or
  * NULL when --help was asked (help() has printed it); bad usage is one
  * line on stderr and status 2. */
 const char *ml__svg_args(const char *cmd, const char *what, int argc,
                          char **argv, void (*help)(void), const char **out,
-                         const char **title);
+                         const char **title, bool *held);
 /* The output's name: out, else IN.svg ("-", stdout, for an input "-"). */
 const char *ml__svg_out_name(const char *in, const char *out);
 /* The stream to draw into ("-": stdout), or one line and status 2.  It

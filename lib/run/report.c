@@ -2,7 +2,9 @@
  * (call stacks weighted by sampled bytes), the memory held by call stack
  * (at the trip and at exit), the stack that tripped a limit, and at exit
  * (or at the trip, in abort mode) a report and a collapsed-stack profile
- * (memlimits(1), "REPORT"); ml_write_held_profile for programs.
+ * (memlimits(1), "REPORT"); with the profile, what was held at the peak
+ * of the held estimate (FILE.peak) and at the trip (FILE.stop);
+ * ml_write_held_profile for programs.
  *
  * The sample hook runs inside malloc: the slow path has interned the
  * sample's stack already (core/stacks.c, t->stack), and its bytes add up
@@ -14,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -31,9 +34,35 @@ static struct {
 	uint32_t depth;
 	uintptr_t ip[ML__STACK_DEPTH];
 	uint64_t *held; /* by stack id, NULL: not taken */
-	uint64_t held_total;
+	uint64_t held_total, heap;
 } trip;
 static _Atomic int written;
+
+/* What was held, by stack id, at the last snapshot of the peak (with a
+ * profile).  A snapshot is taken at a sample where the process's held
+ * estimate has passed the last snapshot's by PEAK_SHIFT (1/32) of it, and
+ * by PEAK_FLOOR at least: the last one taken is within that margin (plus
+ * the one allocation being sampled, not held yet when the hook runs) of
+ * the highest held estimate seen at a sample, and the snapshots number
+ * at most log(peak / PEAK_FLOOR) / log(33/32) + 1: 345 for a 10 GiB peak.
+ * Each walks the table of held blocks once; between them a sample costs
+ * one load and one comparison. */
+#define PEAK_SHIFT 5
+#define PEAK_FLOOR (256u << 10)
+static struct {
+	_Atomic uint64_t next; /* the held estimate that takes the next */
+	_Atomic bool busy;     /* a thread is taking or reading it */
+	uint64_t *held;        /* by stack id, NULL: none taken */
+	uint64_t total, heap;  /* its sum, the heap then */
+} peak;
+
+/* The heap where the meter runs (a heap limit, a timeline), else
+ * ML_NO_LIMIT: asking the allocator (mallinfo2) takes its arenas' locks,
+ * not a thing to do inside malloc. */
+static uint64_t heap_now(void)
+{
+	return ML__METER_ON ? ml__meter_usage() : ML_NO_LIMIT;
+}
 
 void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total)
 {
@@ -54,8 +83,30 @@ void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total)
 	uint64_t *held = ml__raw_alloc(ML__NIDS * sizeof *held);
 	if (held) {
 		trip.held_total = ml__held_by_stack(NULL, held);
+		trip.heap = heap_now();
 		trip.held = held;
 	}
+}
+
+void ml__profile_peak(uint64_t held)
+{
+	if (held < atomic_load_explicit(&peak.next, memory_order_relaxed) ||
+	    atomic_exchange(&peak.busy, true))
+		return;
+	if (!peak.held)
+		peak.held = ml__raw_alloc(ML__NIDS * sizeof *peak.held);
+	if (peak.held) {
+		memset(peak.held, 0, ML__NIDS * sizeof *peak.held);
+		peak.total = ml__held_by_stack(NULL, peak.held);
+		peak.heap = heap_now();
+	}
+	uint64_t m = peak.total >> PEAK_SHIFT;
+	/* No memory: no more tries. */
+	atomic_store(&peak.next,
+	             !peak.held
+	                 ? UINT64_MAX
+	                 : peak.total + (m > PEAK_FLOOR ? m : PEAK_FLOOR));
+	atomic_store(&peak.busy, false);
 }
 
 /* A forked child starts with no trip of its own (its profile is reset
@@ -67,6 +118,13 @@ void ml__profile_trip_refused(void)
 
 static void atfork_child(void)
 {
+	/* The parent's snapshot is of the parent's heap: the child's own
+	 * peak starts from nothing (its buffer, our memory, is reused). */
+	atomic_store(&peak.next, 0);
+	atomic_store(&peak.busy, false);
+	peak.total = 0;
+	if (peak.held)
+		memset(peak.held, 0, ML__NIDS * sizeof *peak.held);
 	trip.why = ML_OK;
 	atomic_store(&trip.refused, false);
 	trip.depth = 0;
@@ -477,24 +535,71 @@ static void put_held(struct ml__out *o, struct ml__symbols *sy,
 	put_sites(o, sy, held, NULL, total, "held bytes");
 }
 
-/* Where the pictures can be made from: the profile and timeline files. */
+/* The profile's name with suffix (".peak", ".stop") in buf[cap]. */
+static bool held_path(const char *suffix, char *buf, size_t cap)
+{
+	size_t n = strlen(suffix);
+	if (!ml__run_expand(ml__run.profile_path, buf, cap - n, "profile"))
+		return false;
+	memcpy(buf + strlen(buf), suffix, n + 1);
+	return true;
+}
+
+/* "  memlimits flamegraph PATH   what it draws" */
+static void put_picture(struct ml__out *o, const char *cmd, const char *path,
+                        const char *what)
+{
+	ml__out_puts(o, "  memlimits ");
+	ml__out_puts(o, cmd);
+	ml__out_puts(o, " ");
+	ml__out_puts(o, path);
+	ml__out_puts(o, "\n      ");
+	ml__out_puts(o, what);
+	ml__out_puts(o, "\n");
+}
+
+/* The commands that draw the pictures of the files this process writes:
+ * in the report, and alone on stderr when no report is written (the
+ * program's own process, no limit reached), so that a user who asked for
+ * a timeline or a profile learns what to do with it. */
 static void put_pictures(struct ml__out *o)
 {
 	char path[ML__PATH_MAX];
 	const char *p = ml__run.profile_path, *t = ml__run.timeline_path;
 	if (!p && !t)
 		return;
-	ml__out_puts(o, "pictures:");
-	if (p && ml__run_expand(p, path, sizeof path, "profile")) {
-		ml__out_puts(o, " memlimits flamegraph ");
-		ml__out_puts(o, path);
-	}
-	if (t && ml__run_expand(t, path, sizeof path, "timeline")) {
-		ml__out_puts(o, p ? ";" : "");
-		ml__out_puts(o, " memlimits plot ");
-		ml__out_puts(o, path);
-	}
-	ml__out_puts(o, "\n");
+	ml__out_puts(o, "pictures (SVG; -o OUT.svg, else FILE.svg):\n");
+	if (t && ml__run_expand(t, path, sizeof path, "timeline"))
+		put_picture(o, "plot", path,
+		            "the heap of each process over time, the limits");
+	if (p && trip.held && held_path(".stop", path, sizeof path))
+		put_picture(o, "flamegraph", path,
+		            "what was held when the limit stopped the program, "
+		            "by call stack");
+	if (p && peak.held && held_path(".peak", path, sizeof path))
+		put_picture(o, "flamegraph", path,
+		            "what was held at the peak, by call stack");
+	if (p && ml__run_expand(p, path, sizeof path, "profile"))
+		put_picture(o, "flamegraph", path,
+		            "the bytes allocated over the whole run, by call "
+		            "stack");
+}
+
+/* No report written (no limit reached, no report file): the pictures'
+ * commands alone on stderr, by the program's own process only (a build's
+ * hundreds of processes would each say it). */
+static void note_pictures(char *buf)
+{
+	int fd;
+	if (!ml__run.profile_path && !ml__run.timeline_path)
+		return;
+	if (ml__run.report_pid != (uint64_t)getpid() ||
+	    (fd = ml__diag_fd()) < 0)
+		return;
+	struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
+	ml__out_puts(&o, "memlimits: no limit reached; ");
+	put_pictures(&o);
+	finish(&o, "report", "stderr", false);
 }
 
 static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
@@ -564,8 +669,10 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		                 "--report FILE or --profile FILE)\n");
 	}
 	if (!ML__HELD_ON)
-		ml__out_puts(&o, "memory held: not tracked (run mode tracks it "
-		                 "with --held-limit or --report FILE)\n");
+		ml__out_puts(
+		    &o,
+		    "memory held: not tracked (run mode tracks it "
+		    "with --held-limit, --report FILE or --profile FILE)\n");
 	if (trip.held)
 		put_held(&o, sy, "at the trip", trip.held, trip.held_total);
 	/* Written at the trip (abort mode): the trip's figure is the one. */
@@ -626,28 +733,97 @@ static void write_profile(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 	finish(&o, "profile", path, true);
 }
 
+/* FILE.peak or FILE.stop: a few comment lines saying what the stacks are
+ * (memlimits(1), "PROFILE"; `memlimits flamegraph` titles the picture
+ * from them), then the collapsed stacks of what was held, under the
+ * program's name.  Appended: each process of the run adds its block. */
+static void write_held(struct ml__symbols *sy, char *buf, const char *suffix,
+                       const uint64_t *held, uint64_t total, uint64_t heap)
+{
+	char path[ML__PATH_MAX];
+	if (!held_path(suffix, path, sizeof path))
+		return;
+	int fd = ml__out_open("profile", path, O_CREAT | O_APPEND);
+	if (fd < 0)
+		return;
+	struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
+	bool stop = suffix[1] == 's';
+	ml__out_puts(&o, stop ? "# memlimits held at the stop\n"
+	                      : "# memlimits held at the peak\n");
+	ml__out_puts(&o, "# pid ");
+	ml__out_u(&o, (uint64_t)getpid(), 10);
+	ml__out_puts(&o, "\n# program ");
+	/* One line whatever the name holds. */
+	for (const char *c = ml__symbols_exe(sy); *c; c++)
+		ml__out_put(&o, *c == '\n' || *c == '\r' ? "?" : c, 1);
+	ml__out_puts(&o, "\n# held_bytes ");
+	ml__out_u(&o, total, 10);
+	ml__out_puts(&o, "\n");
+	if (heap != ML_NO_LIMIT) {
+		ml__out_puts(&o, "# heap_bytes ");
+		ml__out_u(&o, heap, 10);
+		ml__out_puts(&o, "\n");
+	}
+	if (stop) {
+		/* The limit that stopped it, and its value. */
+		ml_status why = trip.why;
+		bool tree = atomic_load(&ml__run.tree_fired);
+		uint64_t v = why == ML_ALLOC_LIMIT  ? ml__run.alloc_limit
+		             : why == ML_HELD_LIMIT ? ml__run.held_limit
+		             : tree                 ? ml__shared_limit()
+		                                    : ml__run.heap_limit;
+		ml__out_puts(&o, why == ML_ALLOC_LIMIT  ? "# alloc_limit "
+		                 : why == ML_HELD_LIMIT ? "# held_limit "
+		                 : tree                 ? "# tree_heap_limit "
+		                                        : "# heap_limit ");
+		ml__out_u(&o, v, 10);
+		ml__out_puts(&o, "\n");
+	}
+	put_collapsed(&o, sy, ml__symbols_exe(sy), held);
+	finish(&o, "profile", path, true);
+}
+
 void ml__report_write(void)
 {
 	/* Once: at the trip in abort mode, else at exit.  Nothing to write
 	 * (no file named, no limit reached): no symbols to load either. */
-	if (atomic_exchange(&written, 1) ||
-	    (!ml__run.report_path && !ml__run.profile_path &&
-	     atomic_load(&ml__run.fired) == ML_OK))
+	if (atomic_exchange(&written, 1))
 		return;
+	bool fired = atomic_load(&ml__run.fired) != ML_OK;
+	if (!ml__run.report_path && !fired) {
+		char *b = ml__raw_alloc(OUT_BYTES);
+		if (b) {
+			note_pictures(b);
+			ml__raw_free(b, OUT_BYTES);
+		}
+		if (!ml__run.profile_path)
+			return;
+	}
 	/* A report written at the trip (abort mode) is written inside an
 	 * allocation: no demangler, which allocates. */
-	bool inside = ml__run.on_limit == ML__ON_LIMIT_ABORT &&
-	              atomic_load(&ml__run.fired) != ML_OK;
+	bool inside = ml__run.on_limit == ML__ON_LIMIT_ABORT && fired;
 	struct ml__symbols *sy = ml__symbols_open(!inside);
 	char *buf = ml__raw_alloc(OUT_BYTES);
 	uint64_t *tmp = ml__raw_alloc(2 * ML__NIDS * sizeof *tmp);
+	/* The peak's snapshot is ours until the end (another thread may be
+	 * taking one). */
+	while (atomic_exchange(&peak.busy, true))
+		sched_yield();
+	atomic_store(&peak.next, UINT64_MAX);
 	if (sy && buf && tmp) {
 		write_report(sy, buf, tmp);
 		if (ml__run.profile_path)
 			write_profile(sy, buf, tmp);
+		if (ml__run.profile_path && peak.held && peak.total)
+			write_held(sy, buf, ".peak", peak.held, peak.total,
+			           peak.heap);
+		if (ml__run.profile_path && trip.held)
+			write_held(sy, buf, ".stop", trip.held, trip.held_total,
+			           trip.heap);
 	} else {
 		ml__diag("no memory for the report");
 	}
+	atomic_store(&peak.busy, false);
 	ml__symbols_close(sy);
 	ml__raw_free(buf, OUT_BYTES);
 	ml__raw_free(tmp, 2 * ML__NIDS * sizeof *tmp);

@@ -112,6 +112,9 @@ void ml__profile_trip(ml_status why, uint64_t n, uint64_t s, uint64_t total);
 /* The allocation that tripped was refused (or failed): its samples left
  * the count. */
 void ml__profile_trip_refused(void);
+/* At a sample, with a profile: the process's held estimate now; what is
+ * held is taken by stack when it passes the last peak taken by 1/32. */
+void ml__profile_peak(uint64_t held);
 void ml__report_write(void); /* report and profile */
 
 /* path with %p made this process's id, in buf[cap]; false (said, naming

@@ -131,6 +131,9 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	 * report's totals agree. */
 	uint64_t total = ml__counts_sample(
 	    &root->counts, t->stack, s * (uint64_t)t->sampler.interval, s);
+	/* With a profile: what is held at the peak (report.c's rule). */
+	if (held_tracked && ml__run.profile_path)
+		ml__profile_peak(ml__held_bytes(&process));
 	if (atomic_load(&root->task.status) != ML_OK)
 		return 0;
 	if (ml__run.alloc_limit != ML_NO_LIMIT && total >= ml__run.k) {
@@ -234,10 +237,13 @@ __attribute__((constructor(110))) static void run_start(void)
 		if (ml__run.report_path || ml__run.profile_path)
 			atomic_fetch_or(&ml__stacks_wanted, ML__STACKS_RUN);
 	}
-	/* Held memory only where it is used: the held limit, and the held
-	 * sections of a report file.  A record at every sample and a
-	 * lookup at its free are a third of a sample's cost (issue 17). */
-	if (ml__run.held_limit != ML_NO_LIMIT || ml__run.report_path) {
+	/* Held memory only where it is used: the held limit, the held
+	 * sections of a report file, and a profile's held pictures
+	 * (FILE.peak, FILE.stop).  A record at every sample and a lookup at
+	 * its free are a third of a sample's cost (issue 17); a profile
+	 * pays a stack walk at every sample already. */
+	if (ml__run.held_limit != ML_NO_LIMIT || ml__run.report_path ||
+	    ml__run.profile_path) {
 		process.magic = ML__TASK_FRAME;
 		process.internal = true;
 		ml__held_need(); /* for the process's life */

@@ -10,10 +10,16 @@
  *   4242 0.013    1052672              0        (held empty: not tracked)
  *   4242 1.204    209584128  ...  ...  heap_limit       (a limit reached)
  *   4242 1.310    1052672    ...  ...  exit
+ *   # process 4243 /usr/lib/gcc/x86_64-linux-gnu/12/cc1
  *
  * heap_bytes is the whole heap, blocks and mappings; mapped_bytes its part
  * that the program mapped itself (issue 34; 0 with --no-mapped).  Files
  * of 0.3 have no mapped_bytes column: readers tell by the header.
+ *
+ * Each process image (the program, each exec, each forked child) appends
+ * a "# process PID PROGRAM" line when it starts, among the rows: plot
+ * labels each line with its program; readers that do not know the key
+ * skip it, as they skip any comment.
  *
  * Written from the slow path, with no thread of its own: a row at a
  * sample when the process's heap has moved by 1/256 of the last row's
@@ -279,6 +285,25 @@ static void header(int fd)
 		ml__out_write(fd, buf, o.len);
 }
 
+/* "# process PID PROGRAM": which program this pid runs from now on. */
+static void process_line(void)
+{
+	char buf[ML__PATH_MAX + 64], exe[ML__PATH_MAX];
+	struct ml__out o = {.buf = buf, .cap = sizeof buf, .fd = -1};
+	ml__self_exe(exe, sizeof exe);
+	for (char *c = exe; *c; c++)
+		if (*c == '\n' || *c == '\r')
+			*c = '?';
+	ml__out_puts(&o, "# process ");
+	ml__out_u(&o, pid, 10);
+	ml__out_puts(&o, " ");
+	ml__out_puts(&o, exe);
+	ml__out_puts(&o, "\n");
+	int fd = get_fd();
+	if (fd >= 0 && !o.cut)
+		ml__out_write(fd, buf, o.len);
+}
+
 void ml__timeline_start(uint64_t (*held)(void))
 {
 	held_now = held;
@@ -307,6 +332,7 @@ void ml__timeline_start(uint64_t (*held)(void))
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
 		header(fd);
 	flock(fd, LOCK_UN);
+	process_line();
 	atomic_store(&last_ns, mono0);
 	atomic_store(&last_heap, ml__meter_usage());
 	row(mono0, atomic_load(&last_heap), NULL);
@@ -381,6 +407,7 @@ void ml__timeline_fork_child(void)
 	atomic_store(&exit_written, false);
 	for (int i = 0; i < 3; i++)
 		atomic_store(&event_ns[i], 0);
+	process_line();
 	int64_t now = clock_ns(CLOCK_MONOTONIC);
 	atomic_store(&last_ns, now);
 	atomic_store(&last_heap, ml__meter_usage());

@@ -768,7 +768,10 @@ static bool bus_installed;
 
 static void bus_handler(int sig, siginfo_t *si, void *uc)
 {
-	char *a = si ? (char *)si->si_addr : NULL;
+	/* si_addr means something only for a fault (si_code > 0); a
+	 * SIGBUS sent with kill or sigqueue carries the sender there. */
+	bool fault = si && si->si_code > 0;
+	char *a = fault ? (char *)si->si_addr : NULL;
 	char *m = atomic_load(&map_base);
 	size_t len = atomic_load(&map_len);
 	if (m && a >= m && a < m + len) {
@@ -786,10 +789,16 @@ static void bus_handler(int sig, siginfo_t *si, void *uc)
 	} else if (bus_old.sa_handler != SIG_DFL &&
 	           bus_old.sa_handler != SIG_IGN) {
 		bus_old.sa_handler(sig);
-	} else {
+	} else if (fault) {
 		/* As without us: the fault comes back and kills. */
 		signal(SIGBUS, SIG_DFL);
-	}
+	} else if (bus_old.sa_handler == SIG_DFL) {
+		/* Sent, not a fault: nothing comes back, so send it again
+		 * to the default action (blocked in here: delivered as the
+		 * handler returns). */
+		signal(SIGBUS, SIG_DFL);
+		raise(SIGBUS);
+	} /* sent and ignored before us: ignored */
 }
 
 static void bus_install(void)

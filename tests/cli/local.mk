@@ -124,7 +124,7 @@ CLEANFILES += cpython-suite.log
 # flamegraph give valid, small SVG showing the limits, the trips and the
 # frames; bad input is one line and status 2.
 TESTS += tests/cli/test-pictures.sh
-EXTRA_DIST += tests/cli/test-pictures.sh
+EXTRA_DIST += tests/cli/test-pictures.sh tests/cli/svg-check.py
 
 # The pictures on hostile input (issue 33): numbers that overran the plot's
 # subtitle or made its axis infinite, endless lines, a stack of 50 000

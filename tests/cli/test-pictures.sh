@@ -92,11 +92,55 @@ if tap_case python; then
 			notok "--timeline rows: $(cat "$tmp/awk.out")"
 			diag "$tmp/T"
 		fi
-		if grep -q "^pictures: memlimits flamegraph $tmp/P; memlimits plot $tmp/T\$" "$tmp/R"; then
-			ok "--report names the commands that draw the pictures"
+		if grep -q "^  memlimits plot $tmp/T\$" "$tmp/R" &&
+			grep -q "^  memlimits flamegraph $tmp/P.stop\$" "$tmp/R" &&
+			grep -q "^  memlimits flamegraph $tmp/P.peak\$" "$tmp/R" &&
+			grep -q "^  memlimits flamegraph $tmp/P\$" "$tmp/R"; then
+			ok "--report names the commands that draw each picture (timeline, held at the stop and at the peak, allocated)"
 		else
-			notok "--report: no pictures line"
+			notok "--report: the pictures' commands are not all named"
 			grep -v '^    ' "$tmp/R" | diag
+		fi
+		# Held at the stop (issue 36): within 10 % of the 200 MiB
+		# limit, most of it under PyByteArray_Resize, titled with the
+		# program and what it is.
+		if awk '
+			/^# memlimits held at the stop$/ { head++ }
+			/^# heap_limit 209715200$/ { lim++ }
+			/^#/ { next }
+			{ n = $NF + 0; t += n; if ($0 ~ /;PyByteArray_Resize;/) b += n; if (n > big) { big = n; bigline = $0 } }
+			END { if (head != 1 || lim != 1 || t < 0.9 * 209715200 || t > 1.1 * 209715200 ||
+			          b < 0.9 * t || bigline !~ /;PyByteArray_Resize;/) { print head, lim, t, b; exit 1 }
+			      print t }' "$tmp/P.stop" >"$tmp/stop.out"; then
+			ok "--profile: P.stop holds $(cat "$tmp/stop.out") bytes (200 MiB +- 10 %), its widest stack through PyByteArray_Resize"
+		else
+			notok "--profile: P.stop: $(cat "$tmp/stop.out" 2>/dev/null)"
+			head -n 8 "$tmp/P.stop" 2>&1 | diag
+		fi
+		"$M" flamegraph --held "$tmp/P" 2>"$tmp/held.err"
+		st=$?
+		if test "$st" = 0 && valid_svg "$tmp/P.stop.svg" &&
+			grep -q '<title>python3[.0-9]* (pid [0-9]*): held at the stop, [0-9.]* MiB of the 200 MiB heap limit</title>' "$tmp/P.stop.svg"; then
+			ok "flamegraph --held: P.stop drawn, titled with the program and 'held at the stop, ... of the 200 MiB heap limit'"
+		else
+			notok "flamegraph --held: status $st"
+			grep -o '<title>[^<]*</title>' "$tmp/P.stop.svg" 2>&1 | head -n 1 | diag
+			diag "$tmp/held.err"
+		fi
+		# At the peak: within 1/32 (the snapshots' margin) and a
+		# megabyte (the allocation being sampled) of the timeline's
+		# largest heap, which includes the allocator's own overhead.
+		peak=$(awk -F'\t' '!/^#/ && !/^pid/ && $3 > m { m = $3 } END { print m + 0 }' "$tmp/T")
+		if awk -v peak="$peak" '
+			/^# memlimits held at the peak$/ { head++ }
+			/^#/ { next }
+			{ t += $NF }
+			END { if (head != 1 || t < peak * 0.85 || t > peak * 1.15) { print head, t; exit 1 } print t }' \
+			"$tmp/P.peak" >"$tmp/peak.out"; then
+			ok "--profile: P.peak holds $(cat "$tmp/peak.out") bytes, within 15 % of the timeline's peak $peak"
+		else
+			notok "--profile: P.peak: $(cat "$tmp/peak.out" 2>/dev/null), timeline peak $peak"
+			head -n 6 "$tmp/P.peak" 2>&1 | diag
 		fi
 		"$M" plot "$tmp/T" 2>"$tmp/plot.err"
 		st=$?
@@ -143,7 +187,7 @@ if tap_case python; then
 			skip "rsvg-convert not found (package librsvg2-bin)"
 		fi
 	else
-		for i in 1 2 3 4 5 6 7 8; do
+		for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
 			skip "python3 not found"
 		done
 	fi
@@ -164,6 +208,37 @@ if tap_case timeline-alone; then
 			diag "$tmp/A" "$tmp/a.err"
 		fi
 	else
+		skip "python3 not found"
+	fi
+fi
+
+# ---- No limit reached: the pictures' commands on stderr all the same ----
+if tap_case no-limit-note; then
+	if test -n "$py" && test -x "$py"; then
+		# 100 MiB held, freed, then 1.25 MiB: the peak's picture is
+		# of the 100 MiB (within its 1/32 margin and a megabyte).
+		$T "$M" run --timeline "$tmp/N" --profile "$tmp/NP" -- "$py" -c \
+			'x=[bytearray(1<<20) for _ in range(100)]
+del x
+y=[bytearray(1<<16) for _ in range(20)]' 2>"$tmp/n.err"
+		if grep -q '^memlimits: no limit reached; pictures' "$tmp/n.err" &&
+			grep -q "^  memlimits plot $tmp/N\$" "$tmp/n.err" &&
+			grep -q "^  memlimits flamegraph $tmp/NP.peak\$" "$tmp/n.err" &&
+			grep -q "^  memlimits flamegraph $tmp/NP\$" "$tmp/n.err" &&
+			! grep -q 'NP.stop' "$tmp/n.err" && ! test -e "$tmp/NP.stop"; then
+			ok "no limit reached: the commands of the three pictures on stderr, no .stop"
+		else
+			notok "no limit reached: no note of the pictures"
+			diag "$tmp/n.err"
+		fi
+		if awk '/^#/ { next } { t += $NF } END { print t; if (t < 0.9 * 104857600 || t > 1.1 * 104857600) exit 1 }' \
+			"$tmp/NP.peak" >"$tmp/np.out" 2>&1; then
+			ok "P.peak: $(cat "$tmp/np.out") bytes, the 100 MiB the program held before it freed them"
+		else
+			notok "P.peak: $(cat "$tmp/np.out"), not the 100 MiB peak"
+		fi
+	else
+		skip "python3 not found"
 		skip "python3 not found"
 	fi
 fi
@@ -217,6 +292,101 @@ if tap_case two-processes; then
 	else
 		skip "python3 not found"
 	fi
+fi
+
+# ---- Steps, not diagonals ------------------------------------------------
+if tap_case steps; then
+	# 0 B at 0 s, 10 MiB at 1 s: the line goes across at 0 B to 1 s, then
+	# up (a diagonal said the heap grew all along).
+	printf 'pid\tseconds\theap_bytes\theld_bytes\tevent\n7\t0.000\t0\t\t\n7\t1.000\t10485760\t\t\n' >"$tmp/steps"
+	"$M" plot "$tmp/steps" 2>"$tmp/steps.err"
+	pts=$(grep -o '<polyline points="[^"]*"' "$tmp/steps.svg" 2>/dev/null | head -n 1 | sed 's/.*points="//; s/"$//')
+	if echo "$pts" | awk '{ if (NF != 3) exit 1; split($1, a, ","); split($2, b, ","); split($3, c, ",")
+			if (b[1] != c[1] || b[2] != a[2] || c[2] == b[2]) exit 1 }'; then
+		ok "plot: from one row to the next, across then up ($pts)"
+	else
+		notok "plot: not a step: points '$pts'"
+		diag "$tmp/steps.err"
+	fi
+fi
+
+# ---- 40 processes, named: a legend inside the picture --------------------
+if tap_case forty-processes; then
+	# A build's processes: make, then gcc, cc1 and as by turns, cc1
+	# the largest; make's pid first, the program it ran last named.
+	awk 'BEGIN {
+		print "# memlimits timeline"; print "# program /usr/bin/make"
+		print "# start 1732531200.000000000"
+		print "pid\tseconds\theap_bytes\theld_bytes\tevent"
+		print "# process 1000 /usr/bin/make"
+		printf "1000\t0.000\t100000\t\t\n"
+		for (i = 1; i < 40; i++) {
+			p = 1000 + i; t = i * 0.1
+			name = i % 3 == 1 ? "/usr/bin/gcc" : i % 3 == 2 ? "/usr/lib/gcc/x86_64-linux-gnu/12/cc1" : "/usr/bin/as"
+			heap = i % 3 == 2 ? 20000000 + i * 1000000 : 200000 + i * 1000
+			print "# process " p " " name
+			printf "%d\t%.3f\t%d\t\t\n%d\t%.3f\t%d\t\t\n%d\t%.3f\t%d\t\texit\n", p, t, 1000, p, t + 0.05, heap, p, t + 0.09, heap
+		}
+		printf "1000\t4.100\t100000\t\texit\n"
+	}' >"$tmp/forty"
+	"$M" plot "$tmp/forty" -o "$tmp/forty.svg" 2>"$tmp/forty.err"
+	st=$?
+	if test "$st" = 0 && valid_svg "$tmp/forty.svg" &&
+		grep -q '<title>Heap over time: make</title>' "$tmp/forty.svg" &&
+		grep -q '>cc1 1038</text>' "$tmp/forty.svg" &&
+		grep -q '<g><title>as 1003</title>' "$tmp/forty.svg" &&
+		grep -q '>32 more processes (grey), peaks up to [0-9.]* MiB</text>' "$tmp/forty.svg" &&
+		test "$(grep -c '<polyline ' "$tmp/forty.svg")" = 40; then
+		ok "plot of 40 processes: 40 lines, named 'cc1 1038', the 8 largest in the legend and 32 summed up, titled by make"
+	else
+		notok "plot of 40 processes: status $st"
+		diag "$tmp/forty.err"
+		grep -o '<text[^>]*>[^<]*</text>' "$tmp/forty.svg" | tail -n 12 | diag
+	fi
+	# The title: what the first pid ran last (a pyenv shim is bash, and
+	# execs python3.11 in its pid) ...
+	printf '# program /usr/bin/bash
+pid	seconds	heap_bytes	held_bytes	event
+# process 5 /usr/bin/bash
+5	0.000	100		
+# process 6 /usr/bin/bash
+6	0.010	100		
+# process 5 /opt/py/bin/python3.11
+5	0.500	9000000		
+' >"$tmp/shim"
+	# ... and a shell that forks its program: the largest peak's.
+	printf '# program /usr/bin/dash
+pid	seconds	heap_bytes	held_bytes	event
+# process 5 /usr/bin/dash
+5	0.000	100		
+# process 6 /usr/bin/ruby
+6	0.010	9000000		
+# process 7 /usr/bin/ls
+7	0.010	9000		
+' >"$tmp/fork"
+	# An old timeline (no process lines): "pid N", the program line.
+	printf '# program /usr/bin/old
+pid	seconds	heap_bytes	held_bytes	event
+5	0.000	100		
+5	0.500	9000000		
+' >"$tmp/old"
+	"$M" plot "$tmp/shim" 2>"$tmp/t.err" && "$M" plot "$tmp/fork" 2>>"$tmp/t.err" &&
+		"$M" plot "$tmp/old" 2>>"$tmp/t.err"
+	st=$?
+	if test "$st" = 0 && grep -q '<title>Heap over time: python3.11</title>' "$tmp/shim.svg" &&
+		grep -q '>python3.11 5</text>' "$tmp/shim.svg" &&
+		grep -q '<title>Heap over time: ruby</title>' "$tmp/fork.svg" &&
+		grep -q '<title>Heap over time: old</title>' "$tmp/old.svg" &&
+		grep -q '>pid 5</text>' "$tmp/old.svg"; then
+		ok "plot's title: the program a shim execs, the largest peak behind a shell; old timelines drawn with pid labels"
+	else
+		notok "plot's titles: status $st"
+		diag "$tmp/t.err"
+		grep -h -o '<title>Heap[^<]*</title>' "$tmp/shim.svg" "$tmp/fork.svg" "$tmp/old.svg" | diag
+	fi
+	printf '# process x /usr/bin/a
+' >"$tmp/badproc"
+	one_line_2 "plot: a process line without a pid" "$M" plot "$tmp/badproc" -o "$tmp/e.svg"
 fi
 
 # ---- A collapsed file written by hand: names that need escaping ----------
@@ -328,5 +498,29 @@ if tap_case bad-input; then
 	one_line_2 "flamegraph: a directory" "$M" flamegraph "$tmp"
 	one_line_2 "plot: no TIMELINE" "$M" plot
 	one_line_2 "flamegraph: an unknown option" "$M" flamegraph --zoom "$tmp/hand"
+fi
+# ---- Every picture made above: well-formed, every text inside -----------
+if tap_case all-inside; then
+	ls "$tmp"/*.svg >"$tmp/svgs" 2>/dev/null
+	nsvg=$(wc -l <"$tmp/svgs")
+	bad=
+	while read -r f; do
+		valid_svg "$f" || { bad="$bad $f"; cat "$tmp/xl.out"; }
+	done <"$tmp/svgs" >"$tmp/xl.all"
+	if test "$nsvg" -gt 0 && test -z "$bad"; then
+		ok "xmllint: no message on any of the $nsvg pictures"
+	else
+		notok "xmllint: $nsvg pictures, messages on:$bad"
+		diag "$tmp/xl.all"
+	fi
+	if test -z "${PYTHON3:-}" || ! test -x "$PYTHON3"; then
+		skip "python3 not found: no check of the texts' places"
+	elif test "$nsvg" -gt 0 &&
+		xargs "$PYTHON3" "$top_srcdir/tests/cli/svg-check.py" <"$tmp/svgs" >"$tmp/inside.out" 2>&1; then
+		ok "every text of the $nsvg pictures lies inside its viewBox"
+	else
+		notok "texts outside the picture ($nsvg pictures)"
+		diag "$tmp/inside.out"
+	fi
 fi
 tap_done

@@ -114,8 +114,8 @@ static int child(void)
 	return 0;
 }
 
-/* Every line a comment, the header or a row of five tab-separated fields
- * (pid, seconds, heap; held empty; event empty or a word).  Adds to
+/* Every line a comment, the header or a row of six tab-separated fields
+ * (pid, seconds, heap; held empty; mapped; event empty or a word).  Adds to
  * rows, bad and exits. */
 static void check_file(const char *file, unsigned *rows, unsigned *bad,
                        unsigned *exits)
@@ -134,7 +134,7 @@ static void check_file(const char *file, unsigned *rows, unsigned *bad,
 		for (char *p = line; *p; p++)
 			tabs += *p == '\t';
 		char *nl = strchr(line, '\n');
-		if (tabs != 4 || !nl || line[0] < '1' || line[0] > '9') {
+		if (tabs != 5 || !nl || line[0] < '1' || line[0] > '9') {
 			if ((*bad)++ < 5)
 				tap_diag("bad row: %s", line);
 			continue;
