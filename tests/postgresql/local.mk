@@ -7,3 +7,19 @@
 TESTS += tests/postgresql/test-postgresql.sh
 EXTRA_DIST += tests/postgresql/test-postgresql.sh tests/postgresql/pg-cluster.sh
 AM_TESTS_ENVIRONMENT += PG_BINDIR='$(PG_BINDIR)'; export PG_BINDIR;
+
+# make check-pg-regress (issue 35, docs/postgresql.md): PostgreSQL's own
+# regression suite against a plain server and against one with the
+# extension and its limits; the same result.  Not in make check (minutes:
+# two runs of the suite, and the first time Debian's source fetched and
+# src/test/regress built, cached in pg-regress/ of the build directory).
+EXTRA_DIST += tests/postgresql/pg-regress.sh
+check-pg-regress: lib/libmemlimits.la contrib/postgresql/build/memlimits.so
+	top_builddir='$(abs_top_builddir)' top_srcdir='$(abs_top_srcdir)' \
+		PG_BINDIR='$(PG_BINDIR)' \
+		$(SHELL) $(top_srcdir)/tests/postgresql/pg-regress.sh
+.PHONY: check-pg-regress
+mostlyclean-local: mostlyclean-pg-regress
+mostlyclean-pg-regress:
+	rm -rf pg-regress
+.PHONY: mostlyclean-pg-regress
