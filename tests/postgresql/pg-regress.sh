@@ -30,6 +30,8 @@ EXT=$top_builddir/contrib/postgresql/build/memlimits.so
 LIB=${MEMLIMITS_LIB:-$top_builddir/lib/.libs/libmemlimits.so}
 bindir=${PG_BINDIR:-}
 cache=${PG_REGRESS_CACHE:-$top_builddir/pg-regress}
+# PG_REGRESS_STATEMENT_LIMIT='2MB' shows that a difference is caught.
+slimit=${PG_REGRESS_STATEMENT_LIMIT:-1GB}
 t0=$(date +%s)
 skip_all() {
 	echo "1..0 # SKIP $*"
@@ -75,10 +77,13 @@ fetch_source() {
 	versions=$(apt-cache $A showsrc "$pkg" 2>/dev/null | sed -n 's/^Version: //p' | sort -V -r)
 	[ -n "$versions" ] || { why="apt knows no source package $pkg (deb-src entries: $apt/parts)"; return 1; }
 	# The installed version first, then the others, newest first.
-	for v in $installed $versions; do
+	rm -f "$cache/apt-source.first"
+	for v in $installed $(echo "$versions" | grep -vxF "${installed:-none}"); do
 		rm -f "$cache/dl/"*
 		if (cd "$cache/dl" && apt-get $A -q source --download-only "$pkg=$v") \
 			>"$cache/apt-source.out" 2>&1; then
+			[ "$v" = "$installed" ] ||
+				echo "# the installed ${installed:-version} could not be fetched ($(grep -m1 -oE "[0-9]{3} +[A-Za-z]+( [A-Za-z]+)*" "$cache/apt-source.first" 2>/dev/null)): $v instead"
 			rm -rf "$cache/src.new"
 			(cd "$cache/dl" && dpkg-source -q -x ./*.dsc "$cache/src.new") \
 				>"$cache/dpkg-source.out" 2>&1 &&
@@ -87,6 +92,7 @@ fetch_source() {
 			why="dpkg-source -x of $pkg $v failed: $(tail -n 1 "$cache/dpkg-source.out")"
 			return 1
 		fi
+		[ -f "$cache/apt-source.first" ] || cp "$cache/apt-source.out" "$cache/apt-source.first"
 	done
 	why="apt-get source $pkg failed for $(echo $installed $versions | tr ' ' ','): $(grep -m1 -E '^E:' "$cache/apt-source.out")"
 	return 1
@@ -157,7 +163,7 @@ done
 as cp -a "$data" "$tmp/data-memlimits"
 as sh -c "cat >>'$tmp/data-memlimits/postgresql.conf'" <<CONF
 shared_preload_libraries = '$tmp/lib/memlimits.so'
-memlimits.statement_limit = '1GB'
+memlimits.statement_limit = '$slimit'
 memlimits.cluster_limit = '4GB'
 CONF
 
@@ -201,8 +207,13 @@ summary() { # summary MODE: "N tests, N ok, N failed (N ignored), N s"
 		"$tmp/$1/tests"
 }
 echo "# source: Debian postgresql-$major $srcver ($src); server: $server ($bindir)"
+case $srcver in
+"$server" | "$server"-*) ;;
+*) echo "# not the server's version: the suite's files and the client (psql) differ in" \
+	"minor version; tests may fail, the same in both runs" ;;
+esac
 echo "# plain:     $(summary plain)"
-echo "# memlimits: $(summary memlimits) (statement_limit 1GB, cluster_limit 4GB)"
+echo "# memlimits: $(summary memlimits) (statement_limit $slimit, cluster_limit 4GB)"
 ntests=$(wc -l <"$tmp/plain/tests")
 if [ "$ntests" -gt 100 ]; then
 	ok "the suite ran: $ntests tests against the plain server"
