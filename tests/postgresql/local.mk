@@ -19,7 +19,8 @@ check-pg-regress: lib/libmemlimits.la contrib/postgresql/build/memlimits.so
 		PG_BINDIR='$(PG_BINDIR)' \
 		$(SHELL) $(top_srcdir)/tests/postgresql/pg-regress.sh
 .PHONY: check-pg-regress
-mostlyclean-local: mostlyclean-pg-regress
-mostlyclean-pg-regress:
+# The fetched source and its build (about 210 MB) go with make clean.
+clean-local: clean-pg-regress
+clean-pg-regress:
 	rm -rf pg-regress
-.PHONY: mostlyclean-pg-regress
+.PHONY: clean-pg-regress
