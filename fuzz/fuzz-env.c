@@ -45,6 +45,10 @@ bool ml__shared_member(void)
 {
 	return false; /* the settings alone: no tree budget joined */
 }
+uint64_t ml__shared_limit(void)
+{
+	return 0; /* never called: not a member */
+}
 static bool mapped_off;
 void ml__mapped_disable(void)
 {

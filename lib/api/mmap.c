@@ -145,7 +145,10 @@ static inline bool decide(uint64_t n, struct decision *d)
 	d->n = n;
 	if (!n || idle(t) || !ml__countdown_take(n))
 		return true;
-	if (ml__alloc_begin(n) != 0)
+	t->mapping = 1;
+	int v = ml__alloc_begin(n);
+	t->mapping = 0;
+	if (v != 0)
 		return false;
 	d->begun = true;
 	d->s = t->charged ? t->charged_samples : 0;

@@ -30,6 +30,9 @@ struct ml__run {
 	uint64_t held_limit;    /* ML_NO_LIMIT = none: all threads' held */
 	const char *heap_from;  /* "80% of physical memory", or NULL   */
 	const char *heap_blind; /* the heap limit is off: this allocator */
+	/* Mappings are refused this much before the heap limit, blocks at
+	 * it (runmode.c's on_sample); tree_room: the same for the tree's. */
+	uint64_t heap_room, tree_room;
 	/* --tree-heap-limit: this process is a member of run's tree budget
 	 * (MEMLIMITS_SHARED_TREE set and the join done): an allocation that
 	 * would take the members' total over its limit is refused. */

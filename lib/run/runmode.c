@@ -142,15 +142,22 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 		atomic_store(&root->task.status, ML_ALLOC_LIMIT);
 		return ML__HOOK_TRIPPED;
 	}
+	/* A mapping is refused a headroom before the limit, a block at it:
+	 * the runtimes that map their heaps (V8, the JVM, CPython, cc1,
+	 * Ruby) see their mapping fail first and end their own way, with
+	 * room left for the mallocs of their bookkeeping, which some never
+	 * check (V8's collector: a segfault).  docs/mapped.md. */
+	bool map = t->mapping;
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
-	    ml__over_global(n)) {
+	    ml__over_global(n + (map ? ml__run.heap_room : 0))) {
 		fire(ML_GLOBAL_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE; /* this allocation only */
 	}
 	/* --tree-heap-limit: the one shared budget that refuses (its
 	 * processes have no tasks to stop): the allocation that would take
 	 * the members' total over.  Atomics only (shared/shared.c). */
-	if (ml__run.tree && ml__shared_overshoot(n)) {
+	if (ml__run.tree &&
+	    ml__shared_overshoot(n + (map ? ml__run.tree_room : 0))) {
 		fire(ML__TREE_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE; /* this allocation only */
 	}

@@ -85,6 +85,18 @@ static const char *read_path(const char *name, char *buf)
 	return buf;
 }
 
+/* How far before a heap limit L mappings are refused (runmode.c): L/32,
+ * at most 64 MiB.  Enough for hundreds of sampling intervals (the
+ * mapping refused is the first sampled past L - room: 80 KB late on
+ * average at the default interval) and for the mallocs a runtime makes
+ * on its way out; small next to L, so that a program whose heap is
+ * mapped stops within about 3 % below the limit. */
+static uint64_t map_room(uint64_t limit)
+{
+	uint64_t r = limit / 32, cap = (uint64_t)64 << 20;
+	return r < cap ? r : cap;
+}
+
 void ml__run_configure(void)
 {
 	struct ml__run *r = &ml__run;
@@ -131,6 +143,9 @@ void ml__run_configure(void)
 	if (ml__getenv("MEMLIMITS_SHARED_TREE") && !r->tree)
 		ml__diag("not a member of the run's tree budget: this process "
 		         "runs without the tree heap limit");
+	r->heap_room = map_room(r->heap_limit);
+	if (r->tree)
+		r->tree_room = map_room(ml__shared_limit());
 	r->active = r->tree || r->alloc_limit != ML_NO_LIMIT ||
 	            r->heap_limit != ML_NO_LIMIT ||
 	            r->held_limit != ML_NO_LIMIT;

@@ -160,6 +160,9 @@ struct ml__thread {
 	/* The last slow path let its allocation through and charged it
 	 * (charged_samples samples): taken back if the allocator fails it. */
 	uint8_t charged;
+	/* The allocation being decided is a mapping (api/mmap.c): run
+	 * mode's heap limits refuse mappings before blocks (runmode.c). */
+	uint8_t mapping;
 	uint64_t charged_samples;
 	/* The interned call stack of the last sample (core/stacks.c), when
 	 * stacks are wanted; else 0. */

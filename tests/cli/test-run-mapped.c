@@ -1,7 +1,10 @@
 /* A program for tests/cli/test-run-mapped.sh: "map N" maps N mappings of
  * 1 MiB (private, anonymous, writable), writing each, until one fails;
  * "malloc N" allocates N blocks of 1 MiB the same way.  Prints what it
- * got and the errno of the failure, and keeps everything until exit. */
+ * got and the errno of the failure, and keeps everything until exit.
+ * "mapmalloc N" maps N MiB in mappings of 64 KiB until one fails, then
+ * mallocs 2 MiB in blocks of 4 KiB, as a runtime's bookkeeping does on
+ * its way out: prints the MiB mapped, the errno and the blocks got. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,27 @@ int main(int argc, char **argv)
 	if (argc != 3)
 		return 2;
 	int n = atoi(argv[2]), got = 0, err = 0;
+	if (!strcmp(argv[1], "mapmalloc")) {
+		size_t k = 0;
+		for (; k < (size_t)n * 16; k++) {
+			void *p = mmap(NULL, 64 << 10, PROT_READ | PROT_WRITE,
+			               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED) {
+				err = errno;
+				break;
+			}
+			memset(p, 1, 64 << 10);
+		}
+		for (; got < 512; got++) {
+			char *volatile p = malloc(4096);
+			if (!p)
+				break;
+			memset(p, 1, 4096);
+		}
+		printf("mapmalloc %zu errno %s mallocs %d\n", k / 16,
+		       err ? strerror(err) : "0", got);
+		return 0;
+	}
 	for (; got < n; got++) {
 		void *p;
 		if (!strcmp(argv[1], "map")) {
