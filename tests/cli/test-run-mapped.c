@@ -4,16 +4,20 @@
  * got and the errno of the failure, and keeps everything until exit.
  * "mapmalloc N" maps N MiB in mappings of 64 KiB until one fails, then
  * mallocs 2 MiB in blocks of 4 KiB, as a runtime's bookkeeping does on
- * its way out: prints the MiB mapped, the errno and the blocks got. */
+ * its way out: prints the MiB mapped, the errno and the blocks got.
+ * "map N hold": then writes a byte to descriptor 3 and keeps what it
+ * mapped until standard input ends (the tree case: both processes hold
+ * until both are done). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
-	if (argc != 3)
+	if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "hold")))
 		return 2;
 	int n = atoi(argv[2]), got = 0, err = 0;
 	if (!strcmp(argv[1], "mapmalloc")) {
@@ -54,5 +58,13 @@ int main(int argc, char **argv)
 		memset(p, 1, 1 << 20);
 	}
 	printf("%s %d errno %s\n", argv[1], got, err ? strerror(err) : "0");
+	if (argc == 4) {
+		fflush(stdout);
+		char c = 'r';
+		if (write(3, &c, 1) != 1)
+			return 3;
+		while (read(0, &c, 1) > 0)
+			;
+	}
 	return 0;
 }

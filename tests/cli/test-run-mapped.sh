@@ -98,9 +98,17 @@ if tap_case no-mapped; then
 fi
 
 if tap_case tree; then
-	"$M" run --tree-heap-limit 64MiB -- sh -c \
-		'"$1" map 40 >"$2/a" & "$1" map 40 >"$2/b"; wait' sh "$P" "$tmp" \
-		>/dev/null 2>"$tmp/err"
+	# Both hold what they mapped until both are done (a byte each on
+	# "ready", then "go" closed): one that exited first would give its
+	# memory back, and the other would never be refused.
+	mkfifo "$tmp/go" "$tmp/ready"
+	"$M" run --tree-heap-limit 64MiB -- sh -c '
+		"$1" map 40 hold <"$2/go" 3>"$2/ready" >"$2/a" &
+		"$1" map 40 hold <"$2/go" 3>"$2/ready" >"$2/b" &
+		exec 4>"$2/go"
+		head -c 2 <"$2/ready" >/dev/null
+		exec 4>&-
+		wait' sh "$P" "$tmp" >/dev/null 2>"$tmp/err"
 	st=$?
 	read -r _ a _ ea <"$tmp/a"
 	read -r _ b _ eb <"$tmp/b"
