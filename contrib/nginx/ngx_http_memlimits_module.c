@@ -14,11 +14,13 @@
  * header filter.
  *
  * memlimits_shared_limit puts all the workers of one nginx under one
- * budget shared by processes (ml_shared_join(3)): the master joins it when
- * it reads the configuration, before it forks the workers, which inherit
- * the mapping (they never reopen the object: they run as another user by
- * then); requests are global tasks then, and the one holding the most in
- * any worker is stopped.  The master removes the object at its exit.
+ * budget shared by processes (ml_shared_create(3)): the master makes it,
+ * with no name, when it reads the configuration, before it forks the
+ * workers, which inherit the mapping; requests are global tasks then, and
+ * the one holding the most in any worker is stopped.  The library wakes
+ * the chosen worker (its SIGCONT handler calls the module's callback,
+ * which writes to the worker's eventfd): the event loop then ends the
+ * stopped request at once, even while it waits for its client.
  *
  * memlimits_metrics answers the Prometheus text format for the whole
  * nginx: the request counters and each worker's heap live in a shared
@@ -32,6 +34,8 @@
 #include <ngx_config.h>
 #include <ngx_core.h>
 #include <ngx_http.h>
+
+#include <sys/eventfd.h>
 
 #include <memlimits.h>
 
@@ -58,9 +62,12 @@
 #pragma weak ml_is_interrupted
 int ml_task_describe(const ml_task *t, char *buf, size_t len)
     __attribute__((weak));
-/* Shared budgets: libmemlimits 0.3 and later, needed only with
+/* Shared budgets: libmemlimits 0.4 and later (ml_shared_create, a budget
+ * with no name, and its wake callback), needed only with
  * memlimits_shared_limit. */
-int ml_shared_join(const char *name, uint64_t limit) __attribute__((weak));
+int ml_shared_create(uint64_t limit, uint32_t slots) __attribute__((weak));
+int ml_shared_set_wake(int signo, ml_wake_fn fn, void *arg)
+    __attribute__((weak));
 int ml_shared_leave(void) __attribute__((weak));
 uint64_t ml_shared_limit(void) __attribute__((weak));
 uint64_t ml_shared_usage(void) __attribute__((weak));
@@ -116,7 +123,7 @@ static ngx_int_t ngx_http_memlimits_add_variables(ngx_conf_t *cf);
 static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf);
 static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_memlimits_init_module(ngx_cycle_t *cycle);
-static void ngx_http_memlimits_exit_master(ngx_cycle_t *cycle);
+static void ngx_http_memlimits_exit_process(ngx_cycle_t *cycle);
 static void *ngx_http_memlimits_create_main_conf(ngx_conf_t *cf);
 static void *ngx_http_memlimits_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_memlimits_merge_loc_conf(ngx_conf_t *cf, void *parent,
@@ -183,8 +190,8 @@ ngx_module_t ngx_http_memlimits_module = {
     ngx_http_memlimits_init_process, /* init process */
     NULL,                            /* init thread */
     NULL,                            /* exit thread */
-    NULL,                            /* exit process */
-    ngx_http_memlimits_exit_master,  /* exit master */
+    ngx_http_memlimits_exit_process, /* exit process */
+    NULL,                            /* exit master */
     NGX_MODULE_V1_PADDING};
 
 static ngx_http_output_header_filter_pt ngx_http_next_header_filter;
@@ -548,16 +555,10 @@ static void ml_upstream_handler_wrap(ngx_event_t *ev)
 	ml_event(ev, ml_upstream_handler);
 }
 
-/* Requests stopped by the global limit between callbacks are ended here,
- * not at their next event, which may never come. */
-static void ml_sweep(ngx_event_t *ev)
+/* Ends the requests stopped by the global limit between callbacks, not at
+ * their next event, which may never come (a client that stalls). */
+static void ml_end_stopped(void)
 {
-	(void)ev;
-	/* A safe point outside any slice (returns false there): a worker
-	 * asked through the shared budget to stop one of its tasks does it
-	 * here when no event of the request comes. */
-	if (ml_is_interrupted)
-		(void)ml_is_interrupted();
 again:
 	for (ngx_queue_t *q = ngx_queue_head(&ml_live);
 	     q != ngx_queue_sentinel(&ml_live); q = ngx_queue_next(q)) {
@@ -569,8 +570,90 @@ again:
 		ml_end(ctx); /* may free ctx: start over */
 		goto again;
 	}
+}
+
+static void ml_sweep(ngx_event_t *ev)
+{
+	(void)ev;
+	/* A safe point outside any slice (returns false there): a stop
+	 * request of the shared budget that no wake signal brought (a
+	 * library without one, a lost signal) is taken here. */
+	if (ml_is_interrupted)
+		(void)ml_is_interrupted();
+	ml_end_stopped();
 	if (!ngx_exiting)
 		ngx_add_timer(&ml_sweep_ev, ML_SWEEP_MS);
+}
+
+/* ---- The wake of the shared budget ----------------------------------------
+ *
+ * The library's wake handler has already interrupted the chosen task
+ * (ML_GLOBAL_LIMIT) when it calls ml_wake, in a signal handler: ml_wake
+ * only writes to the worker's eventfd, which the event loop watches; its
+ * read handler ends the stopped requests.  Set in the master, which has
+ * no eventfd (-1: nothing to wake), inherited by the workers, each of
+ * which makes its own at its start. */
+static int ml_wake_fd = -1;
+static ngx_connection_t ml_wake_conn;
+static ngx_event_t ml_wake_rev, ml_wake_wev;
+
+static void ml_wake(void *arg)
+{
+	uint64_t one = 1;
+	int saved = errno, fd = ml_wake_fd;
+	(void)arg;
+	if (fd >= 0 && write(fd, &one, sizeof one) < 0) {
+		/* full (2^64 - 2 wakes unread) or closed: the sweep takes it */
+	}
+	errno = saved;
+}
+
+static void ml_woken(ngx_event_t *ev)
+{
+	uint64_t n;
+	(void)ev;
+	while (read(ml_wake_fd, &n, sizeof n) > 0) {
+	}
+	ml_end_stopped();
+}
+
+static void ml_wake_start(ngx_cycle_t *cycle)
+{
+	int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (fd < 0) {
+		ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_errno,
+		              "memlimits: eventfd() failed: a request stopped "
+		              "by the shared budget ends within %d ms instead",
+		              ML_SWEEP_MS);
+		return;
+	}
+	/* Not one of the cycle's connections: nginx neither counts nor
+	 * closes it (as its own notify channel). */
+	ml_wake_conn.fd = fd;
+	ml_wake_conn.read = &ml_wake_rev;
+	ml_wake_conn.write = &ml_wake_wev;
+	ml_wake_conn.log = cycle->log;
+	ml_wake_rev.data = &ml_wake_conn;
+	ml_wake_rev.log = cycle->log;
+	ml_wake_rev.handler = ml_woken;
+	ml_wake_wev.data = &ml_wake_conn;
+	ml_wake_wev.log = cycle->log;
+	ml_wake_wev.write = 1;
+	if (ngx_add_event(&ml_wake_rev, NGX_READ_EVENT, 0) != NGX_OK) {
+		close(fd);
+		ml_wake_conn.fd = -1;
+		return;
+	}
+	ml_wake_fd = fd;
+}
+
+static void ngx_http_memlimits_exit_process(ngx_cycle_t *cycle)
+{
+	(void)cycle;
+	if (ml_wake_fd >= 0) {
+		ml_wake_fd = -1; /* before the close: the handler may run */
+		close(ml_wake_conn.fd);
+	}
 }
 
 /* ---- The request's start: PREACCESS -------------------------------------- */
@@ -911,12 +994,13 @@ static ngx_int_t ngx_http_memlimits_init(ngx_conf_t *cf)
 		mcf->shared = 0;
 	/* Not loaded at all (nginx -s, -t): no library to judge. */
 	if (mcf->shared && ml_capabilities &&
-	    (!ml_shared_join || !ml_shared_limit)) {
+	    (!ml_shared_create || !ml_shared_set_wake || !ml_shared_limit)) {
 		ngx_log_error(
 		    NGX_LOG_EMERG, cf->log, 0,
 		    "memlimits_shared_limit: the libmemlimits loaded "
-		    "has no shared budgets (ml_shared_join): it needs "
-		    "libmemlimits 0.3 or later");
+		    "has no shared budgets with no name "
+		    "(ml_shared_create): it needs libmemlimits 0.4 or "
+		    "later");
 		return NGX_ERROR;
 	}
 	if (ml_metrics_zone(cf, mcf) != NGX_OK)
@@ -961,111 +1045,76 @@ static ngx_int_t ngx_http_memlimits_init_process(ngx_cycle_t *cycle)
 	ml_sweep_ev.log = cycle->log;
 	ml_sweep_ev.cancelable = 1;
 	ngx_add_timer(&ml_sweep_ev, ML_SWEEP_MS);
+	if (mcf->shared)
+		ml_wake_start(cycle);
 	return NGX_OK;
 }
 
 /* ---- The shared budget (memlimits_shared_limit) ---------------------------
  *
- * Joined by the master in init_module, which runs when the configuration
+ * Made by the master in init_module, which runs when the configuration
  * is read, before the workers are forked: at the start and at every
- * reload (SIGHUP), never in the workers.  The budget's name depends only
- * on nginx's prefix and configuration file (-p, -c), which a reload keeps:
- * a reload joins the same budget again, which the library takes as a
- * change of its limit, and the workers it forks are members from their
- * birth.  (Not the master's pid: nginx forks to daemonize after reading
- * the configuration, so the pid at the first reading is not the master's
- * for good.)  An nginx started anew with the same prefix and file, or
- * the new binary of an upgrade (USR2), joins the same budget: a dead
- * member's slot is swept by the library. */
+ * reload (SIGHUP), never in the workers.  ml_shared_create gives a budget
+ * with no name (an anonymous shared mapping): nothing in /dev/shm that
+ * another user could take first or truncate, nothing to remove when
+ * nginx stops or a reload drops the directive.  The workers forked from
+ * then on are its members; the wake callback set here is inherited by
+ * them.  A reload that keeps the limit keeps the budget (old and new
+ * workers count together); one that changes or drops it leaves it (the
+ * old workers keep it until they exit) and makes a new one, or none.
+ * (nginx forks to daemonize after reading the configuration at the start:
+ * that child, the master for good, is a member as its parent was.) */
 
-static char ml_shared_name[65]; /* joined by this master; "" if none */
-
-static void ml_shared_name_for(ngx_cycle_t *cycle, char *buf, size_t len)
-{
-	uint64_t h = 14695981039346656037ULL; /* FNV-1a, 64 bits */
-	ngx_str_t *parts[2] = {&cycle->prefix, &cycle->conf_file};
-	for (int i = 0; i < 2; i++) {
-		for (size_t k = 0; k < parts[i]->len; k++) {
-			h ^= parts[i]->data[k];
-			h *= 1099511628211ULL;
-		}
-		h ^= 0xff; /* a separator no path byte is alone */
-		h *= 1099511628211ULL;
-	}
-	ngx_snprintf((u_char *)buf, len - 1, "nginx-%016xL%Z", h);
-}
-
-static const char *ml_shared_error(int rc)
-{
-	return rc == ML_ENOMEM ? "no memory, or the budget has no free slot"
-	                       : "this process is a member of another "
-	                         "budget (MEMLIMITS_SHARED?), or the "
-	                         "object is not this user's";
-}
+static size_t ml_shared_made; /* the limit of this master's budget; 0: none */
 
 static ngx_int_t ngx_http_memlimits_init_module(ngx_cycle_t *cycle)
 {
 	ngx_http_memlimits_main_conf_t *mcf;
-	char name[65];
 	int rc;
 	/* At the start, a failure stops nginx; at a reload (the master
 	 * runs), it must not: nginx exits when init_module fails. */
 	ngx_uint_t reload = ngx_process == NGX_PROCESS_MASTER;
 
 	if (ngx_test_config)
-		return NGX_OK; /* nginx -t joins nothing */
+		return NGX_OK; /* nginx -t makes nothing */
 	mcf = ngx_http_cycle_get_module_main_conf(cycle,
 	                                          ngx_http_memlimits_module);
-	if (mcf == NULL || !mcf->shared) {
-		/* Taken out of the configuration: the workers forked from now
-		 * on are not members (those of before stay until they exit). */
-		if (ml_shared_name[0] && ml_shared_leave) {
-			ml_shared_leave();
-			ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
-			              "memlimits: left the shared budget %s",
-			              ml_shared_name);
-			ml_shared_name[0] = 0;
-		}
+	size_t want = mcf ? mcf->shared : 0;
+	if (want == ml_shared_made)
 		return NGX_OK;
+	if (ml_shared_made && ml_shared_leave) {
+		/* The workers forked from now on are not members of it
+		 * (those of before stay until they exit). */
+		ml_shared_leave();
+		ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
+		              "memlimits: left the shared budget of %uz bytes",
+		              ml_shared_made);
+		ml_shared_made = 0;
 	}
-	ml_shared_name_for(cycle, name, sizeof name);
-	if (ml_shared_name[0] && ngx_strcmp(name, ml_shared_name) != 0)
-		ngx_memcpy(name, ml_shared_name, sizeof name); /* keep it */
-	rc = ml_shared_join(name, mcf->shared);
+	if (!want)
+		return NGX_OK;
+	rc = ml_shared_create(want, 0);
+	if (rc == ML_OK)
+		rc = ml_shared_set_wake(ML_WAKE_KEEP, ml_wake, NULL);
 	if (rc != ML_OK) {
 		ngx_uint_t level = reload ? NGX_LOG_ALERT : NGX_LOG_EMERG;
 		ngx_log_error(level, cycle->log, 0,
-		              "memlimits_shared_limit: cannot join the shared "
-		              "budget %s: %s%s",
-		              name, ml_shared_error(rc),
-		              reload ? "; the workers keep the budget they had"
-		                     : "");
+		              "memlimits_shared_limit: cannot make the shared "
+		              "budget: %s%s",
+		              rc == ML_ENOMEM ? "no memory for its table"
+		                              : "this process is a member of "
+		                                "another budget "
+		                                "(MEMLIMITS_SHARED?)",
+		              reload ? "; the new workers have none" : "");
+		if (ml_shared_leave)
+			ml_shared_leave();
 		return reload ? NGX_OK : NGX_ERROR;
 	}
-	ngx_memcpy(ml_shared_name, name, sizeof name);
+	ml_shared_made = want;
 	ngx_log_error(NGX_LOG_NOTICE, cycle->log, 0,
-	              "memlimits: the workers share the budget %s of %uz bytes "
-	              "(/dev/shm/memlimits.%d.%s)",
-	              name, mcf->shared, (int)geteuid(), name);
+	              "memlimits: the workers share a budget of %uz bytes",
+	              want);
 	return NGX_OK;
-}
-
-/* The master's exit (nginx stops; not at a reload): the object is
- * removed, as the library leaves it in /dev/shm after the last member. A
- * master killed with SIGKILL leaves it; the next start with the same
- * prefix and configuration file reuses it. */
-static void ngx_http_memlimits_exit_master(ngx_cycle_t *cycle)
-{
-	char obj[128];
-	(void)cycle;
-	if (!ml_shared_name[0])
-		return;
-	ngx_snprintf((u_char *)obj, sizeof obj - 1, "/memlimits.%d.%s%Z",
-	             (int)geteuid(), ml_shared_name);
-	if (ml_shared_leave)
-		ml_shared_leave();
-	(void)shm_unlink(obj); /* gone already: an upgrade's other master */
-	ml_shared_name[0] = 0;
 }
 
 /* ---- memlimits_metrics: the Prometheus text format 0.0.4 ------------------
