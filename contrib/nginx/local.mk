@@ -16,16 +16,19 @@ CLEANFILES += contrib/nginx/ngx_http_memlimits_module.so
 contrib/nginx/ngx_http_memlimits_module.so: \
 		$(top_srcdir)/contrib/nginx/ngx_http_memlimits_module.c \
 		$(top_srcdir)/contrib/nginx/config \
-		$(top_srcdir)/include/memlimits.h lib/libmemlimits.la
+		$(top_srcdir)/include/memlimits.h $(top_srcdir)/lib/util/prom.c \
+		$(top_srcdir)/lib/util/prom.h $(top_srcdir)/lib/util/parse.c \
+		$(top_srcdir)/lib/util/parse.h lib/libmemlimits.la
 	$(AM_V_GEN)rm -rf contrib/nginx/build && $(MKDIR_P) contrib/nginx/build && \
 	cp -R '$(NGINX_SRC)/.' contrib/nginx/build/src && \
 	chmod -R u+w contrib/nginx/build/src && \
 	cd contrib/nginx/build/src && \
-	ML_NGX_INCS='$(abs_top_srcdir)/include' \
-	ML_NGX_LIBS= \
+	ML_NGX_INCS='$(abs_top_srcdir)/include $(abs_top_srcdir)/lib' \
+	ML_NGX_LIBS=-lm \
+	ML_NGX_SRCS='$(abs_top_srcdir)/lib/util/prom.c $(abs_top_srcdir)/lib/util/parse.c' \
 	bash -c 'flags=(--with-compat); \
 		if [ -f conf_flags ]; then . ./conf_flags; flags=("$${NGX_CONF_FLAGS[@]}"); fi; \
-		export ML_NGX_INCS ML_NGX_LIBS; \
+		export ML_NGX_INCS ML_NGX_LIBS ML_NGX_SRCS; \
 		./configure "$${flags[@]}" --with-cc-opt="-fPIC $(NGINX_CFLAGS)" \
 			--with-ld-opt=-fPIC \
 			--add-dynamic-module="$(abs_top_srcdir)/contrib/nginx" \

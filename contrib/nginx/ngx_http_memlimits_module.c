@@ -39,6 +39,9 @@
 
 #include <memlimits.h>
 
+/* The library's Prometheus writer, compiled into the module. */
+#include "util/prom.h"
+
 /* The module does not link with libmemlimits: it uses the one loaded
  * into the process (LD_PRELOAD, memlimits run), through weak references,
  * so that nginx without it fails at start-up with one clear line
@@ -1158,63 +1161,24 @@ static ngx_int_t ml_metrics_zone(ngx_conf_t *cf,
 	return NGX_OK;
 }
 
-/* The text is made twice: measured, then written into a buffer of that
- * size, as stub_status sizes its own: each piece adds the most it can
- * take, a number at most NGX_INT64_LEN characters (every value is a
- * uint64_t or an ngx_atomic_uint_t), so that any number of series fit
- * and ngx_slprintf never cuts the text short. */
+/* The text is written by the library's one Prometheus writer
+ * (lib/util/prom.c, compiled into the module) into a sink that copies
+ * what fits and counts what it was given: made once to measure it, then
+ * into a buffer of that size, again into a bigger one in the rare case
+ * that it grew in between (a counter gained a digit, a worker started). */
 typedef struct {
-	u_char *p, *last; /* p NULL: measuring */
-	size_t size;      /* measured: the most the text takes */
+	u_char *p, *end; /* p NULL: measuring */
+	size_t size;     /* the whole text's, fitting or not */
 } ml_text_t;
 
-static void ml_put(ml_text_t *t, size_t most, const char *fmt, ...)
+static void ml_text_put(void *sink, const char *s, size_t n)
 {
-	va_list args;
-	if (t->p == NULL) {
-		t->size += most;
-		return;
-	}
-	va_start(args, fmt);
-	t->p = ngx_vslprintf(t->p, t->last, fmt, args);
-	va_end(args);
-}
-
-static void ml_family(ml_text_t *t, const char *name, const char *type,
-                      const char *help)
-{
-	ml_put(t,
-	       sizeof("# HELP  \n# TYPE  \n") - 1 + 2 * ngx_strlen(name) +
-	           ngx_strlen(type) + ngx_strlen(help),
-	       "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* NAME VALUE, or NAME{LABEL="TEXT"} VALUE when label is given. */
-static void ml_series(ml_text_t *t, const char *name, const char *label,
-                      const char *text, uint64_t v)
-{
-	if (label == NULL)
-		ml_put(t, ngx_strlen(name) + sizeof(" \n") - 1 + NGX_INT64_LEN,
-		       "%s %uL\n", name, v);
+	ml_text_t *t = sink;
+	t->size += n;
+	if (t->p != NULL && n <= (size_t)(t->end - t->p))
+		t->p = ngx_cpymem(t->p, s, n);
 	else
-		ml_put(t,
-		       ngx_strlen(name) + ngx_strlen(label) + ngx_strlen(text) +
-		           sizeof("{=\"\"} \n") - 1 + NGX_INT64_LEN,
-		       "%s{%s=\"%s\"} %uL\n", name, label, text, v);
-}
-
-static void ml_counter(ml_text_t *t, const char *name, const char *help,
-                       ngx_atomic_uint_t v)
-{
-	ml_family(t, name, "counter", help);
-	ml_series(t, name, NULL, NULL, (uint64_t)v);
-}
-
-static void ml_gauge(ml_text_t *t, const char *name, const char *help,
-                     uint64_t v)
-{
-	ml_family(t, name, "gauge", help);
-	ml_series(t, name, NULL, NULL, v);
+		t->end = t->p; /* nothing more once a piece did not fit */
 }
 
 /* The workers of this configuration (single process: this one). */
@@ -1228,10 +1192,10 @@ static ngx_uint_t ml_metrics_workers(void)
 	return ngx_min((ngx_uint_t)ccf->worker_processes, NGX_MAX_PROCESSES);
 }
 
-static void ml_metrics_text(ml_text_t *t, ngx_http_memlimits_main_conf_t *mcf)
+static void ml_metrics_text(const struct ml__prom *t,
+                            ngx_http_memlimits_main_conf_t *mcf)
 {
-	/* In the order of the label values the docs give; the index is
-	 * ml_status - 1. */
+	/* In the order of the label values the docs give. */
 	static const struct {
 		const char *reason;
 		int st;
@@ -1239,58 +1203,61 @@ static void ml_metrics_text(ml_text_t *t, ngx_http_memlimits_main_conf_t *mcf)
 	                {"held_limit", ML_HELD_LIMIT},
 	                {"global_limit", ML_GLOBAL_LIMIT},
 	                {"cancelled", ML_CANCELLED}};
+	static const char *const stopped = "memlimits_tasks_interrupted_total";
 	static const char *const heap = "memlimits_heap_bytes";
 	static const char *const glimit = "memlimits_global_limit_bytes";
 	ngx_uint_t n = ml_metrics_workers();
 	u_char pid[NGX_INT64_LEN + 1];
+	struct ml__prom_label l[2] = {{NULL, NULL}, {NULL, NULL}};
 	uint64_t limit;
 
-	ml_counter(t, "memlimits_tasks_started_total",
-	           "Requests run as memlimits tasks, by all the workers.",
-	           ml_counts->started);
-	ml_family(t, "memlimits_tasks_interrupted_total", "counter",
-	          "Requests stopped by their limits or a global or shared "
-	          "limit, by the reason, by all the workers.");
-	for (int i = 0; i < 4; i++)
-		ml_series(t, "memlimits_tasks_interrupted_total", "reason",
-		          reasons[i].reason,
-		          ml_counts->interrupted[reasons[i].st - 1]);
-	ml_counter(t, "memlimits_requests_refused_total",
-	           "Requests refused at memlimits_pressure, before they ran, "
-	           "by all the workers.",
-	           ml_counts->refused);
-	ml_family(t, heap, "gauge",
-	          "Heap in use by each worker (its pid), as libmemlimits "
-	          "measures it: the answering worker's now, the others' as "
-	          "they last published it.");
+	ml__prom_one(t, "memlimits_tasks_started_total", "counter",
+	             "Requests run as memlimits tasks, by all the workers.",
+	             ml_counts->started);
+	ml__prom_family(t, stopped, "counter",
+	                "Requests stopped by their limits or a global or "
+	                "shared limit, by the reason, by all the workers.");
+	l[0].name = "reason";
+	for (int i = 0; i < 4; i++) {
+		l[0].value = reasons[i].reason;
+		ml__prom_sample(t, stopped, l,
+		                ml_counts->interrupted[reasons[i].st - 1]);
+	}
+	ml__prom_one(t, "memlimits_requests_refused_total", "counter",
+	             "Requests refused at memlimits_pressure, before they "
+	             "ran, by all the workers.",
+	             ml_counts->refused);
+	ml__prom_family(t, heap, "gauge",
+	                "Heap in use by each worker (its pid), as libmemlimits "
+	                "measures it: the answering worker's now, the others' "
+	                "as they last published it.");
+	l[0].name = "pid";
+	l[0].value = (const char *)pid;
 	for (ngx_uint_t i = 0; i < n; i++) {
 		ngx_atomic_uint_t w = ml_counts->workers[i].pid;
-		/* Measured: every worker's slot, whatever it holds now. */
-		if (t->p != NULL && w == 0)
+		if (w == 0)
 			continue;
 		ngx_sprintf(pid, "%uA%Z", w);
-		ml_series(t, heap, "worker",
-		          t->p == NULL ? "18446744073709551615" : (char *)pid,
-		          ml_counts->workers[i].heap);
+		ml__prom_sample(t, heap, l, ml_counts->workers[i].heap);
 	}
 	/* ml_write_metrics' convention: +Inf when there is no limit. */
 	limit = ml_global_memory_limit ? ml_global_memory_limit() : ML_NO_LIMIT;
-	ml_family(t, glimit, "gauge",
-	          "memlimits_global, each worker's limit on its heap; +Inf "
-	          "when none is set.");
+	ml__prom_family(t, glimit, "gauge",
+	                "memlimits_global, each worker's limit on its heap; "
+	                "+Inf when none is set.");
 	if (limit == ML_NO_LIMIT)
-		ml_put(t, ngx_strlen(glimit) + sizeof(" +Inf\n") - 1,
-		       "%s +Inf\n", glimit);
+		ml__prom_sample_text(t, glimit, NULL, "+Inf");
 	else
-		ml_series(t, glimit, NULL, NULL, limit);
+		ml__prom_sample(t, glimit, NULL, limit);
 	if (mcf->shared && ml_shared_usage && ml_shared_limit) {
-		ml_gauge(t, "memlimits_shared_usage_bytes",
-		         "The heap of all the processes of this nginx's shared "
-		         "budget (memlimits_shared_limit).",
-		         ml_shared_usage());
-		ml_gauge(t, "memlimits_shared_limit_bytes",
-		         "memlimits_shared_limit, the shared budget's limit.",
-		         ml_shared_limit());
+		ml__prom_one(t, "memlimits_shared_usage_bytes", "gauge",
+		             "The heap of all the processes of this nginx's "
+		             "shared budget (memlimits_shared_limit).",
+		             ml_shared_usage());
+		ml__prom_one(
+		    t, "memlimits_shared_limit_bytes", "gauge",
+		    "memlimits_shared_limit, the shared budget's limit.",
+		    ml_shared_limit());
 	}
 }
 
@@ -1300,8 +1267,9 @@ static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
 	                                 "charset=utf-8";
 	ngx_http_memlimits_main_conf_t *mcf;
 	ml_text_t t = {NULL, NULL, 0};
+	struct ml__prom prom = {ml_text_put, &t};
 	ngx_chain_t out;
-	ngx_buf_t *b;
+	ngx_buf_t *b = NULL;
 	ngx_int_t rc;
 
 	if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD)))
@@ -1313,13 +1281,19 @@ static ngx_int_t ngx_http_memlimits_metrics_handler(ngx_http_request_t *r)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
 	mcf = ngx_http_get_module_main_conf(r, ngx_http_memlimits_module);
 	ml_publish_heap(1); /* this worker's heap: now */
-	ml_metrics_text(&t, mcf);
-	b = ngx_create_temp_buf(r->pool, t.size);
+	ml_metrics_text(&prom, mcf);
+	for (int tries = 0; tries < 4 && b == NULL; tries++) {
+		size_t want = t.size + 256; /* room for a few more digits */
+		b = ngx_create_temp_buf(r->pool, want);
+		if (b == NULL)
+			return NGX_HTTP_INTERNAL_SERVER_ERROR;
+		t = (ml_text_t){b->pos, b->end, 0};
+		ml_metrics_text(&prom, mcf);
+		if (t.size > want)
+			b = NULL; /* it grew past that: again, at its size */
+	}
 	if (b == NULL)
 		return NGX_HTTP_INTERNAL_SERVER_ERROR;
-	t.p = b->pos;
-	t.last = b->end;
-	ml_metrics_text(&t, mcf);
 	b->last = t.p;
 	b->last_buf = (r == r->main) ? 1 : 0;
 	b->last_in_chain = 1;

@@ -165,10 +165,10 @@ start_nginx() {
 	worker=$(pgrep -P "$master" | head -1)
 }
 rss_kb() { sed -n "s/^$1:[[:space:]]*\([0-9]*\) kB/\1/p" "/proc/$2/status"; }
-# labels FILE: the worker labels of memlimits_metrics' heap series with a
-# heap above 0, sorted, on one line.
+# labels FILE: the pid labels of memlimits_metrics' heap series with a
+# heap above 0, sorted, on one line (0.3's label was worker: issue 35).
 labels() {
-	sed -n 's/^memlimits_heap_bytes{worker="\([0-9]*\)"} [1-9][0-9]*$/\1/p' "$1" |
+	sed -n 's/^memlimits_heap_bytes{pid="\([0-9]*\)"} [1-9][0-9]*$/\1/p' "$1" |
 		sort -n | paste -sd' ' -
 }
 
