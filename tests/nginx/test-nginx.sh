@@ -35,8 +35,8 @@
 #    the limit's margin L/8, so that the second is not stopped too), which then succeeds,
 #    while small requests carry on;
 #  - memlimits_shared_limit 300m over 4 workers (listen ... reuseport;
-#    as root, workers as nobody, which cannot reopen the master's shared
-#    object: they use the mapping they were forked with): a PUT of 250 MiB
+#    as root, workers as nobody: they use the mapping they were forked
+#    with): a PUT of 250 MiB
 #    (its body buffer is allocated when its body starts) waits, then three
 #    of 60 MiB come at once: the total goes over 300 MiB, the 250 MiB one,
 #    the largest holder in any worker, is stopped (503, or closed while
@@ -47,7 +47,8 @@
 #    issue 35's case (three 60 MiB PUTs at 20 MB/s, then one of 250 MiB
 #    that crosses: the crosser is stopped, never a 60 MiB one),
 #    ML_NGINX_RUNS times; a reload that drops the directive leaves the
-#    budget; the budget has no name: nothing is made in /dev/shm;
+#    budget; the budget has no name: no process of the nginx maps an
+#    object of /dev/shm;
 #  - memlimits_metrics over 2 workers (listen ... reuseport): after 4 PNG
 #    bombs stopped by their held limit, 20 fetches of /memlimits-metrics,
 #    each on its own connection (either worker may answer), all read
