@@ -3,7 +3,13 @@
 # nginx's ./configure writes into the tree it runs in, so the tree is
 # copied into the build directory first: nothing is written into the
 # source directory or /usr (make distcheck's read-only source included).
-EXTRA_DIST += contrib/nginx/config contrib/nginx/ngx_http_memlimits_module.c \
+ML_NGX_FILES = contrib/nginx/ngx_http_memlimits.h \
+	contrib/nginx/ngx_http_memlimits_module.c \
+	contrib/nginx/ngx_http_memlimits_request.c \
+	contrib/nginx/ngx_http_memlimits_stop.c \
+	contrib/nginx/ngx_http_memlimits_shared.c \
+	contrib/nginx/ngx_http_memlimits_metrics.c
+EXTRA_DIST += contrib/nginx/config $(ML_NGX_FILES) \
 	contrib/nginx/nginx.conf contrib/nginx/memlimits.conf \
 	contrib/nginx/README.md
 if BUILD_NGINX_MODULE
@@ -14,18 +20,21 @@ CLEANFILES += contrib/nginx/ngx_http_memlimits_module.so
 # Debian's conf_flags (a bash array) gives the flags its nginx was built
 # with, so that the module's signature matches; elsewhere --with-compat.
 contrib/nginx/ngx_http_memlimits_module.so: \
-		$(top_srcdir)/contrib/nginx/ngx_http_memlimits_module.c \
+		$(ML_NGX_FILES:%=$(top_srcdir)/%) \
 		$(top_srcdir)/contrib/nginx/config \
-		$(top_srcdir)/include/memlimits.h lib/libmemlimits.la
+		$(top_srcdir)/include/memlimits.h $(top_srcdir)/lib/util/prom.c \
+		$(top_srcdir)/lib/util/prom.h $(top_srcdir)/lib/util/parse.c \
+		$(top_srcdir)/lib/util/parse.h lib/libmemlimits.la
 	$(AM_V_GEN)rm -rf contrib/nginx/build && $(MKDIR_P) contrib/nginx/build && \
 	cp -R '$(NGINX_SRC)/.' contrib/nginx/build/src && \
 	chmod -R u+w contrib/nginx/build/src && \
 	cd contrib/nginx/build/src && \
-	ML_NGX_INCS='$(abs_top_srcdir)/include' \
-	ML_NGX_LIBS= \
+	ML_NGX_INCS='$(abs_top_srcdir)/include $(abs_top_srcdir)/lib' \
+	ML_NGX_LIBS=-lm \
+	ML_NGX_SRCS='$(abs_top_srcdir)/lib/util/prom.c $(abs_top_srcdir)/lib/util/parse.c' \
 	bash -c 'flags=(--with-compat); \
 		if [ -f conf_flags ]; then . ./conf_flags; flags=("$${NGX_CONF_FLAGS[@]}"); fi; \
-		export ML_NGX_INCS ML_NGX_LIBS; \
+		export ML_NGX_INCS ML_NGX_LIBS ML_NGX_SRCS; \
 		./configure "$${flags[@]}" --with-cc-opt="-fPIC $(NGINX_CFLAGS)" \
 			--with-ld-opt=-fPIC \
 			--add-dynamic-module="$(abs_top_srcdir)/contrib/nginx" \

@@ -260,21 +260,81 @@ def glob_puts(port, big, second, small):
 def shared(port, big, small, n):
     s = put_start(port, '/big', big << 20)  # nginx allocates its buffer
     put_send(s, 4 << 20)
-    # The big one's buffer exists first: the budget's total holds it.
+    # The big one's buffer exists first: the budget's total holds it.  Its
+    # client sends nothing more: it stalls until it is answered.
     metric_at_least(port, 'memlimits_shared_usage_bytes', big << 20)
     sts = [None] * n
 
     def one(i):
         sts[i] = put_full(port, '/big', small)
+    # The crossing comes after t0: the big one's answer at t0 + dt says it
+    # was stopped within dt of the crossing (an upper bound).
+    t0 = time.monotonic()
     ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in ts:
         t.start()
     # The big one's answer: it is never sent the rest of its body.
     st = put_status(s, 20)
+    dt = time.monotonic() - t0
     for t in ts:
         t.join()
     print('big_status', st)
+    print('big_stopped_s %.3f' % dt)
     print('small_status', ' '.join(str(x) for x in sts))
+
+
+def put_paced(port, path, mib, rate):
+    """A PUT of MIB MiB whose body is sent at RATE bytes a second, in
+    64 KiB steps; its status (0: closed, -1: no answer)."""
+    s = put_start(port, path, mib << 20)
+    step = 1 << 16
+    chunk = b'x' * step
+    t0 = time.monotonic()
+    sent = 0
+    try:
+        while sent < mib << 20:
+            s.sendall(chunk)
+            sent += step
+            ahead = sent / rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)  # not ordering: the pace of the upload
+    except OSError:
+        return put_status(s, 10)
+    return put_status(s, 30)
+
+
+def bystanders(port, path, small, n, big, rate, runs):
+    """RUNS times: N PUTs of SMALL MiB sent at RATE bytes a second; once
+    the budget holds their buffers, one PUT of BIG MiB sent at once.
+    Prints each run's statuses, and the count of small PUTs not 200."""
+    stopped = 0
+    for run in range(runs):
+        sts = [None] * n
+
+        def one(i):
+            sts[i] = put_paced(port, path, small, rate)
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in ts:
+            t.start()
+        metric_at_least(port, 'memlimits_shared_usage_bytes',
+                        (n * small) << 20)
+        st = put_full(port, path, big)
+        for t in ts:
+            t.join()
+        stopped += sum(1 for x in sts if x != 200)
+        print('run %d big %d small %s' % (run, st, ' '.join(
+            str(x) for x in sts)))
+
+        # The next run starts once the budget's total is back down.
+        def low():
+            sb = get(port, '/memlimits-metrics')[1].decode(errors='replace')
+            for line in sb.splitlines():
+                f = line.split()
+                if f[:1] == ['memlimits_shared_usage_bytes']:
+                    return float(f[1]) < (small << 20)
+            return False
+        wait_for(low)
+    print('bystanders_stopped', stopped)
 
 
 def pressure(port, big, reqs):
@@ -408,6 +468,9 @@ def main(a):
         glob(int(a[1]), int(a[2]), int(a[3]))
     elif a[0] == 'shared':
         shared(int(a[1]), int(a[2]), int(a[3]), int(a[4]))
+    elif a[0] == 'bystanders':
+        bystanders(int(a[1]), a[2], int(a[3]), int(a[4]), int(a[5]),
+                   float(a[6]), int(a[7]))
     elif a[0] == 'metrics':
         metrics(int(a[1]), a[2], int(a[3]), a[4])
     elif a[0] == 'promquery':
