@@ -14,25 +14,24 @@ static __thread bool choice_due __attribute__((tls_model("initial-exec")));
 
 /* Our slot, claimed if need be (a fork child); a failed claim (a full
  * table) is said once and never retried. */
-static bool have_slot(struct ml__shared_table *t)
+static bool ensure_slot(struct ml__shared_table *t)
 {
 	if (ml__shared_my_lineage == ml__lineage && ml__shared_slot_ours(t))
 		return true;
 	if (ml__shared_my_lineage != ml__lineage || ml__shared_claim_failed)
 		return false; /* a fork child before its handler ran */
-	if (ml__shared_claim(t, ml__shared_wake_now()) != ML_OK) {
+	if (ml__shared_claim(t, ml__shared_wake_signal()) != ML_OK) {
 		ml__shared_claim_failed = true;
 		ml__diag("shared budget %s: no free slot of %u: this process "
 		         "is not counted",
-		         ml__shared_my_name[0] ? ml__shared_my_name
-		                               : "(unnamed)",
+		         ml__shared_name[0] ? ml__shared_name : "(unnamed)",
 		         (unsigned)ml__shared_nslots);
 		return false;
 	}
 	return true;
 }
 
-static uint64_t batch_of(struct ml__shared_table *t)
+static uint64_t publish_batch(struct ml__shared_table *t)
 {
 	uint64_t b =
 	    atomic_load_explicit(&t->head.limit, memory_order_relaxed) / 8192;
@@ -43,37 +42,39 @@ static uint64_t batch_of(struct ml__shared_table *t)
  * lock waited on. */
 static void on_fold(void)
 {
-	if (!atomic_load_explicit(&ml__shared_tab, memory_order_relaxed) ||
-	    !ml__spin_trylock(&ml__shared_pub))
+	if (!atomic_load_explicit(&ml__shared_joined, memory_order_relaxed) ||
+	    !ml__spin_trylock(&ml__shared_slot_lock))
 		return;
-	struct ml__shared_table *t = ml__shared_table_ok();
-	if (t && ml__shared_my_lineage == ml__lineage && have_slot(t)) {
+	struct ml__shared_table *t = ml__shared_table_in_use();
+	if (t && ml__shared_my_lineage == ml__lineage && ensure_slot(t)) {
 		uint64_t heap = ml__shared_heap_now();
-		uint64_t moved = heap > ml__shared_summed
-		                     ? heap - ml__shared_summed
-		                     : ml__shared_summed - heap;
+		uint64_t moved = heap > ml__shared_summed_heap
+		                     ? heap - ml__shared_summed_heap
+		                     : ml__shared_summed_heap - heap;
 		if (atomic_load_explicit(&ml__shared_wake_deferred,
 		                         memory_order_relaxed))
-			ml__shared_deferred();
+			ml__shared_trip_deferred();
 		if (atomic_load_explicit(&t->slot[ml__shared_my_slot].request,
 		                         memory_order_relaxed)) {
-			ml__shared_obey(t);
+			ml__shared_obey_request(t);
 		} else if (choice_due) {
 			/* No held hook since the fold that found us over
 			 * (an allocation not sampled): choose now. */
 			choice_due = false;
 			ml__shared_publish(t);
-			ml__shared_check(t, false);
-		} else if (moved >= batch_of(t) || ml__shared_last_stopping) {
-			struct ml__shared_view v;
+			ml__shared_choose(t, false);
+		} else if (moved >= publish_batch(t) ||
+		           ml__shared_last_stopping) {
+			struct ml__shared_totals v;
 			ml__shared_publish(t);
-			ml__shared_sum(
-			    t, ml__shared_sums % ML__SHARED_FULL_EVERY == 0, -1,
-			    false, &v);
+			ml__shared_sum_table(
+			    t,
+			    ml__shared_sums_done % ML__SHARED_FULL_EVERY == 0,
+			    -1, false, &v);
 			/* Over: this fold runs inside an allocation whose
 			 * block is not yet its task's; the choice waits
 			 * for the held hook that records it. */
-			if (ml__shared_over(&v)) {
+			if (ml__shared_over_limit(&v)) {
 				choice_due = true;
 			} else {
 				ml__shared_pressure_note(&v);
@@ -81,7 +82,7 @@ static void on_fold(void)
 			}
 		}
 	}
-	ml__spin_unlock(&ml__shared_pub);
+	ml__spin_unlock(&ml__shared_slot_lock);
 }
 
 /* The held hook: a sampled block recorded or freed.  A fold runs inside
@@ -95,32 +96,32 @@ static void on_fold(void)
  * of its transactions per second). */
 static void on_held_moved(int64_t d)
 {
-	if (!atomic_load_explicit(&ml__shared_tab, memory_order_relaxed))
+	if (!atomic_load_explicit(&ml__shared_joined, memory_order_relaxed))
 		return;
 	int64_t m = atomic_fetch_add_explicit(&ml__shared_held_moved, d,
 	                                      memory_order_relaxed) +
 	            d;
 	if ((!choice_due &&
 	     (m < 0 ? -(uint64_t)m : (uint64_t)m) < ML__SHARED_MIN_BATCH) ||
-	    !ml__spin_trylock(&ml__shared_pub))
+	    !ml__spin_trylock(&ml__shared_slot_lock))
 		return;
-	struct ml__shared_table *t = ml__shared_table_ok();
+	struct ml__shared_table *t = ml__shared_table_in_use();
 	m = atomic_load_explicit(&ml__shared_held_moved, memory_order_relaxed);
 	if (t && ml__shared_my_lineage == ml__lineage &&
 	    ml__shared_slot_ours(t)) {
 		if (atomic_load_explicit(&t->slot[ml__shared_my_slot].request,
 		                         memory_order_relaxed)) {
-			ml__shared_obey(t);
+			ml__shared_obey_request(t);
 		} else if (choice_due) {
 			choice_due = false;
 			ml__shared_publish(t);
-			ml__shared_check(t, false);
+			ml__shared_choose(t, false);
 		} else if ((m < 0 ? -(uint64_t)m : (uint64_t)m) >=
-		           batch_of(t)) {
+		           publish_batch(t)) {
 			ml__shared_publish(t);
 		}
 	}
-	ml__spin_unlock(&ml__shared_pub);
+	ml__spin_unlock(&ml__shared_slot_lock);
 }
 
 /* At every safe point (ml_check, ml_is_interrupted, the end of ml_run
@@ -129,28 +130,28 @@ static void on_held_moved(int64_t d)
  * with the shared limit. */
 static void on_safe_point(void)
 {
-	if (!atomic_load_explicit(&ml__shared_tab, memory_order_relaxed))
+	if (!atomic_load_explicit(&ml__shared_joined, memory_order_relaxed))
 		return;
-	/* The table is read only under `pub`: a leave unmaps it. */
-	if (ml__spin_trylock(&ml__shared_pub)) {
-		struct ml__shared_table *t = ml__shared_table_ok();
+	/* The table is read only under the slot lock: a leave unmaps it. */
+	if (ml__spin_trylock(&ml__shared_slot_lock)) {
+		struct ml__shared_table *t = ml__shared_table_in_use();
 		if (atomic_load_explicit(&ml__shared_wake_deferred,
 		                         memory_order_relaxed))
-			ml__shared_deferred();
-		if (t && have_slot(t)) {
+			ml__shared_trip_deferred();
+		if (t && ensure_slot(t)) {
 			if (atomic_load(&t->slot[ml__shared_my_slot].request))
-				ml__shared_obey(t);
+				ml__shared_obey_request(t);
 			else if (ml__shared_last_stopping || choice_due) {
 				choice_due = false;
 				ml__shared_publish(t);
-				ml__shared_check(t, false);
+				ml__shared_choose(t, false);
 			}
 		}
-		ml__spin_unlock(&ml__shared_pub);
+		ml__spin_unlock(&ml__shared_slot_lock);
 	}
-	if (atomic_load_explicit(&ml__shared_shared_pressure,
+	if (atomic_load_explicit(&ml__shared_pressure_due,
 	                         memory_order_relaxed) &&
-	    atomic_exchange(&ml__shared_shared_pressure, false)) {
+	    atomic_exchange(&ml__shared_pressure_due, false)) {
 		uint64_t ppm;
 		void *arg;
 		ml_pressure_fn fn = ml__pressure_get(&ppm, &arg);
@@ -164,20 +165,20 @@ static void on_safe_point(void)
  * fold or safe point); the heap it inherited is its parent's. */
 static void atfork_child(void)
 {
-	if (!atomic_load(&ml__shared_tab))
+	if (!atomic_load(&ml__shared_joined))
 		return;
 	ml__shared_my_slot = -1;
 	ml__shared_my_pid = 0;
 	ml__shared_know_self();
-	ml__shared_base = ml__meter_usage();
-	ml__shared_summed = 0;
+	ml__shared_inherited = ml__meter_usage();
+	ml__shared_summed_heap = 0;
 	ml__shared_claim_failed = false;
 	atomic_store(&ml__shared_held_moved, 0);
 	atomic_store(&ml__shared_wake_deferred, 0);
-	ml__shared_last_stopping = ml__shared_last_since = 0;
+	ml__shared_last_stopping = ml__shared_stopping_since = 0;
 	choice_due = false;
-	atomic_store(&ml__shared_shared_above, false);
-	atomic_store(&ml__shared_shared_pressure, false);
+	atomic_store(&ml__shared_pressure_above, false);
+	atomic_store(&ml__shared_pressure_due, false);
 }
 
 __attribute__((constructor(103))) static void shared_init(void)
@@ -187,7 +188,7 @@ __attribute__((constructor(103))) static void shared_init(void)
 	           "budget");
 }
 
-/* Join the table t of n slots (join_lock held): ML_OK, or ML_ENOMEM (no
+/* Join the table t of n slots (the join lock held): ML_OK, or ML_ENOMEM (no
  * free slot) with t unmapped. */
 int ml__shared_join_table(struct ml__shared_table *t, uint32_t n,
                           const char *name, bool by_name)
@@ -200,33 +201,33 @@ int ml__shared_join_table(struct ml__shared_table *t, uint32_t n,
 	}
 	ml__shared_my_pid = 0;
 	ml__shared_know_self();
-	ml__shared_base = 0;
+	ml__shared_inherited = 0;
 	ml__shared_nslots = n;
 	ml__shared_claim_failed = false;
 	choice_due = false;
 	atomic_store(&ml__shared_wake_deferred, 0);
 	atomic_store(&ml__shared_map_lost, false);
 	if (by_name)
-		ml__shared_bus_install();
+		ml__shared_sigbus_guard();
 	ml__shared_wake_install(ml__shared_wake_asked);
 	/* The meter runs from now on, limit or not.  The choice reads the
 	 * held estimates of global tasks, which need held tracking from
 	 * their registration on (tasks/held.c). */
 	ml__meter_keep(true);
-	ml__shared_pub_lock();
-	int rc = ml__shared_claim(t, ml__shared_wake_now());
+	ml__spin_lock(&ml__shared_slot_lock);
+	int rc = ml__shared_claim(t, ml__shared_wake_signal());
 	if (rc == ML_OK) {
-		strcpy(ml__shared_my_name, name);
+		strcpy(ml__shared_name, name);
 		ml__shared_publish(t);
 		atomic_store(&ml__shared_map_len, ml__shared_table_bytes(n));
 		atomic_store(&ml__shared_map_base, (void *)t);
-		atomic_store(&ml__shared_tab, t);
+		atomic_store(&ml__shared_joined, t);
 		atomic_store(&ml__meter_fold_hook, on_fold);
 		atomic_store(&ml__held_moved_hook, on_held_moved);
 		atomic_store(&ml__safe_point_hook, on_safe_point);
-		ml__shared_check(t, true);
+		ml__shared_choose(t, true);
 	}
-	ml__shared_pub_unlock();
+	ml__spin_unlock(&ml__shared_slot_lock);
 	if (rc != ML_OK) {
 		ml__meter_keep(false);
 		munmap(t, ml__shared_table_bytes(n));

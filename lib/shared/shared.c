@@ -1,63 +1,8 @@
-/* Budgets shared by the processes of a server (issues 27 and 35;
- * docs/shared.md; ml_shared_join(3), ml_shared_create(3)).
- *
- * A budget is a table in shared memory: either a POSIX shared-memory
- * object, "/memlimits.UID.NAME" (/dev/shm), mode 0600, opened with
- * O_NOFOLLOW and refused unless this user owns it (root included) and its
- * head says layout 2 with a size that matches the file (ml_shared_join),
- * or an anonymous shared mapping with no name at all, inherited by the
- * children a server forks (ml_shared_create): nothing another user can
- * squat, nothing anyone can truncate, nothing left behind.  A by-name
- * table is mapped at the join and the descriptor closed at once; a
- * truncated object would raise SIGBUS at the next access, so a member of
- * a by-name budget keeps a SIGBUS handler that, for a fault inside the
- * table only, maps anonymous memory over it and marks the budget lost:
- * the next hook leaves it with one line on stderr and the member carries
- * on with its own limits (any other SIGBUS goes to the handler before
- * ours, or kills as it would have).
- *
- * The table: a 64-byte head (magic, layout, slot count, limit, high-water
- * mark) and N slots of 192 bytes (N chosen at creation).  A slot's `tag`
- * packs pid << 32 | generation << 2 | state; it is claimed and freed by
- * CAS only (FREE -> CLAIMING -> LIVE -> FREE), so that a member killed at
- * any instruction leaves no lock held.  What a member publishes (heap,
- * its largest eligible global task's held estimate and identity, what its
- * stopped tasks hold and since when) is written into one of two copies,
- * the one `seq` does not name, and then `seq` moves to it: a reader takes
- * the copy `seq` names and keeps it only if `seq` has not moved meanwhile,
- * so no pair is read torn, and a writer killed half-way leaves the copy in
- * force intact.
- *
- * Publication, from the meter's fold hook (every 32 KiB a thread
- * allocates or frees), atomics and a few system calls: when the heap has
- * moved by the batch since the last sum read it, the member publishes
- * and sums the table, sweeping the dead (kill(pid, 0) == ESRCH; every
- * 16th sum, and always before a choice, also /proc/PID/stat: a zombie, a
- * start time that differs (the pid was reused), or an exec token that
- * differs (the pid exec'd another image: its layout fields in stat,
- * randomised at every exec)).  When a fold's sum is over, the choice
- * waits for the held hook of the same thread (the allocation's sampled
- * block recorded as its task's): the crosser counts its own block.
- *
- * The choice: when the total exceeds the limit plus what stopped tasks
- * still hold plus what the tasks already asked to stop hold (each for
- * ML_SHARED_DEADLINE_MS at most: after that a request or a stopped task
- * that has not given its memory back is memory like any other), the
- * member that saw it posts a stop request (CAS 0 -> the task's identity)
- * in the slot whose largest task holds the most among slots with no
- * request pending, and wakes that process: the signal its slot
- * advertises, sent through a pidfd once its start time and exec token
- * are checked, with the identity as sigqueue's value.  The wake handler
- * interrupts the named task at once (no lock waited on: a try of the
- * global list's lock, else at the next safe point) and calls the
- * program's callback; the target publishes and clears the request at its
- * next fold or safe point.  A request is dropped when its task has ended
- * (the target clears it) or when a sum finds the total back under the
- * limit.  Nothing read from the table is trusted: indices bounded, no
- * pointer followed, values clamped, sums saturate; garbage can make a
- * member count wrong, never crash it or refuse an allocation, except
- * under run mode's --tree-heap-limit, whose refusals read the published
- * total: garbage there can refuse. */
+/* Shared budgets' entry points (issues 27 and 35; docs/shared.md for
+ * users, docs/internals.md, "Shared budgets", for the table, the choice
+ * and the wake): joining by name, making an unnamed table, leaving, the
+ * readers, joining at start from MEMLIMITS_SHARED, and the exported
+ * ml_shared_* functions.  Nothing read from a table is trusted. */
 #define _GNU_SOURCE
 #include "shared/shared.h"
 
@@ -73,9 +18,9 @@ int ml__shared_join(const char *name, uint64_t limit)
 		return ML_EINVAL;
 	int rc;
 	ml__spin_lock(&ml__shared_join_lock);
-	struct ml__shared_table *t = atomic_load(&ml__shared_tab);
+	struct ml__shared_table *t = atomic_load(&ml__shared_joined);
 	if (t) {
-		if (strcmp(name, ml__shared_my_name))
+		if (strcmp(name, ml__shared_name))
 			rc = ML_EINVAL;
 		else {
 			if (limit)
@@ -95,11 +40,11 @@ int ml__shared_join(const char *name, uint64_t limit)
 
 int ml__shared_create(uint64_t limit, uint32_t slots)
 {
-	if (!limit || (slots && !ml__shared_slots_ok(slots)))
+	if (!limit || (slots && !ml__shared_slot_count_ok(slots)))
 		return ML_EINVAL;
 	uint32_t n = slots ? slots : ML__SHARED_SLOTS;
 	ml__spin_lock(&ml__shared_join_lock);
-	if (atomic_load(&ml__shared_tab)) {
+	if (atomic_load(&ml__shared_joined)) {
 		ml__spin_unlock(&ml__shared_join_lock);
 		return ML_EINVAL;
 	}
@@ -119,14 +64,15 @@ int ml__shared_create(uint64_t limit, uint32_t slots)
 int ml__shared_leave(void)
 {
 	ml__spin_lock(&ml__shared_join_lock);
-	struct ml__shared_table *t = atomic_exchange(&ml__shared_tab, NULL);
+	struct ml__shared_table *t = atomic_exchange(&ml__shared_joined, NULL);
 	if (!t) {
 		ml__spin_unlock(&ml__shared_join_lock);
 		return ML_EINVAL;
 	}
-	ml__shared_pub_lock(); /* nobody is in a hook with the table now */
+	ml__spin_lock(
+	    &ml__shared_slot_lock); /* nobody is in a hook with the table now */
 	ml__shared_leave_table(t);
-	ml__shared_pub_unlock();
+	ml__spin_unlock(&ml__shared_slot_lock);
 	ml__meter_keep(false);
 	ml__spin_unlock(&ml__shared_join_lock);
 	return ML_OK;
@@ -135,40 +81,40 @@ int ml__shared_leave(void)
 uint64_t ml__shared_usage(void)
 {
 	uint64_t total = 0;
-	ml__shared_pub_lock();
-	struct ml__shared_table *t = ml__shared_table_ok();
+	ml__spin_lock(&ml__shared_slot_lock);
+	struct ml__shared_table *t = ml__shared_table_in_use();
 	if (t) {
-		struct ml__shared_view v;
-		ml__shared_sum(t, true, -1, true, &v);
+		struct ml__shared_totals v;
+		ml__shared_sum_table(t, true, -1, true, &v);
 		total = v.total;
 		/* Our own heap as of now (a read, not a publication). */
 		if (ml__shared_slot_ours(t) &&
 		    ml__shared_my_lineage == ml__lineage) {
-			struct ml__shared_pubv p;
-			if (ml__shared_pub_read(&t->slot[ml__shared_my_slot],
-			                        &p) &&
+			struct ml__shared_figures p;
+			if (ml__shared_copy_read(&t->slot[ml__shared_my_slot],
+			                         &p) &&
 			    total >= ml__shared_clamp(p.heap))
 				total = ml__shared_add_sat(
 				    total - ml__shared_clamp(p.heap),
 				    ml__shared_heap_now());
 		}
 	}
-	ml__shared_pub_unlock();
+	ml__spin_unlock(&ml__shared_slot_lock);
 	return total;
 }
 
 size_t ml__shared_members(ml_shared_member *out, size_t n)
 {
 	size_t k = 0;
-	ml__shared_pub_lock();
-	struct ml__shared_table *t = ml__shared_table_ok();
+	ml__spin_lock(&ml__shared_slot_lock);
+	struct ml__shared_table *t = ml__shared_table_in_use();
 	uint32_t used = t ? ml__shared_slots_used(t) : 0;
 	for (uint32_t i = 0; i < used; i++) {
 		struct ml__shared_slot *s = &t->slot[i];
 		uint64_t tag = atomic_load(&s->tag);
-		struct ml__shared_pubv p;
+		struct ml__shared_figures p;
 		if (ml__shared_tag_state(tag) != ML__SHARED_LIVE ||
-		    !ml__shared_pub_read(s, &p))
+		    !ml__shared_copy_read(s, &p))
 			continue;
 		bool self = (int)i == ml__shared_my_slot &&
 		            ml__shared_slot_ours(t) &&
@@ -191,18 +137,18 @@ size_t ml__shared_members(ml_shared_member *out, size_t n)
 		}
 		k++;
 	}
-	ml__shared_pub_unlock();
+	ml__spin_unlock(&ml__shared_slot_lock);
 	return k;
 }
 
 uint64_t ml__shared_overshoot(uint64_t n)
 {
-	if (!atomic_load_explicit(&ml__shared_tab, memory_order_relaxed) ||
-	    !ml__spin_trylock(&ml__shared_pub))
+	if (!atomic_load_explicit(&ml__shared_joined, memory_order_relaxed) ||
+	    !ml__spin_trylock(&ml__shared_slot_lock))
 		return 0; /* busy: another thread is publishing */
-	struct ml__shared_table *t = ml__shared_table_ok();
+	struct ml__shared_table *t = ml__shared_table_in_use();
 	if (!t) {
-		ml__spin_unlock(&ml__shared_pub);
+		ml__spin_unlock(&ml__shared_slot_lock);
 		return 0;
 	}
 	/* Not counted (a fork child that found no free slot): what it
@@ -210,21 +156,21 @@ uint64_t ml__shared_overshoot(uint64_t n)
 	 * (--tree-heap-limit fails closed). */
 	if (ml__shared_my_lineage == ml__lineage && !ml__shared_slot_ours(t) &&
 	    ml__shared_claim_failed) {
-		ml__spin_unlock(&ml__shared_pub);
+		ml__spin_unlock(&ml__shared_slot_lock);
 		return n ? n : 1;
 	}
 	uint64_t total = 0, limit = atomic_load(&t->head.limit);
 	uint32_t k = ml__shared_slots_used(t);
 	for (uint32_t i = 0; i < k; i++) {
 		uint64_t tag = atomic_load(&t->slot[i].tag);
-		struct ml__shared_pubv p;
+		struct ml__shared_figures p;
 		if (ml__shared_tag_state(tag) == ML__SHARED_LIVE &&
 		    (int)i != ml__shared_my_slot &&
-		    ml__shared_pub_read(&t->slot[i], &p))
+		    ml__shared_copy_read(&t->slot[i], &p))
 			total =
 			    ml__shared_add_sat(total, ml__shared_clamp(p.heap));
 	}
-	ml__spin_unlock(&ml__shared_pub);
+	ml__spin_unlock(&ml__shared_slot_lock);
 	total = ml__shared_add_sat(
 	    ml__shared_add_sat(total, ml__shared_heap_now()), n);
 	return total > limit ? total - limit : 0;
@@ -236,7 +182,7 @@ void ml__shared_from_env(void)
 	const char *sl = ml__getenv("MEMLIMITS_SHARED_SLOTS");
 	if (sl && *sl) {
 		if (ml__parse_u64(sl, &slots) == 0 &&
-		    ml__shared_slots_ok(slots))
+		    ml__shared_slot_count_ok(slots))
 			ml__shared_env_slots = (uint32_t)slots;
 		else
 			ml__diag("ignoring MEMLIMITS_SHARED_SLOTS: 1 to %u "

@@ -50,21 +50,26 @@ void ml__shared_from_env(void);
 uint64_t ml__shared_overshoot(uint64_t n);
 
 /* ---- Between the layer's files ------------------------------------------ */
+/* The table's layout (docs/internals.md, "Shared budgets") and what the
+ * files of lib/shared/ share: each name below says which file has it. */
 
 #define ML__SHARED_MAGIC 0x6d6c736861726502ull /* "mlshare", layout 2 */
 #define ML__SHARED_LAYOUT 2u
 #define ML__SHARED_PID_LIMIT 4194304 /* PID_MAX_LIMIT on 64-bit Linux */
+/* A slot's figures are clamped to this: garbage cannot overflow a sum. */
 #define ML__SHARED_HEAP_CLAMP ((uint64_t)1 << 50)
+/* Every 16th sum also checks each member in /proc (a full sweep). */
 #define ML__SHARED_FULL_EVERY 16
 
+/* A slot's state, in its tag (changed by CAS only). */
 enum { ML__SHARED_FREE = 0, ML__SHARED_CLAIMING = 1, ML__SHARED_LIVE = 2 };
 
 struct ml__shared_head {
-	_Atomic uint64_t magic;  /* MAGIC, stored last by the maker */
-	_Atomic uint32_t layout; /* LAYOUT */
+	_Atomic uint64_t magic; /* stored last by the maker */
+	_Atomic uint32_t layout;
 	_Atomic uint32_t nslots; /* slots, as the file's size says too */
 	_Atomic uint64_t limit;
-	_Atomic uint32_t hw; /* slots [0, hw) may be in use */
+	_Atomic uint32_t high_water; /* slots [0, high_water) may be used */
 	uint32_t pad0;
 	char pad[32];
 };
@@ -129,95 +134,104 @@ static inline uint64_t ml__shared_clamp(uint64_t v)
 	return v < ML__SHARED_HEAP_CLAMP ? v : ML__SHARED_HEAP_CLAMP;
 }
 
-struct ml__shared_pubv {
+/* What a member publishes: one copy of a slot, as read or to write. */
+struct ml__shared_figures {
 	uint64_t heap, top_held, top_id, stopping, stop_since;
 };
 
-/* The members' totals, the dead swept; `skip`: a slot whose pending
- * request is not counted as stopping (the target's own view). */
-struct ml__shared_view {
+/* A sum of the table (ml__shared_sum_table): the members' total, what is
+ * on its way back, and the largest holder with no request pending. */
+struct ml__shared_totals {
 	uint64_t total, stopping, limit;
 	int best; /* slot to ask, -1: none */
 	uint64_t best_held, best_id;
 	bool requests; /* some request pending */
 };
 
-/* Interrupt the live global task whose identity is `id`, if it runs. */
+/* ml__shared_trip_named's argument: the identity a request names. */
 struct ml__shared_trip_arg {
 	uint64_t id;
 	bool found, tripped;
 };
 
-/* slots.c */
-uint64_t ml__shared_now_ns(void);
+/* slots.c: this process as a member (its slot, -1 none; its pid, start
+ * time and exec token for ml__lineage; the heap inherited at a fork; what
+ * its last sum and publication saw), the slots, the two copies. */
+uint64_t ml__shared_now_ns(void); /* CLOCK_MONOTONIC, ns */
 extern uint32_t ml__shared_nslots;
 extern int ml__shared_my_slot;
 extern uint64_t ml__shared_my_tag, ml__shared_my_start, ml__shared_my_token;
 extern pid_t ml__shared_my_pid;
 extern uint32_t ml__shared_my_lineage;
-extern uint64_t ml__shared_base, ml__shared_summed;
-extern uint64_t ml__shared_last_stopping, ml__shared_last_since;
+extern uint64_t ml__shared_inherited, ml__shared_summed_heap;
+extern uint64_t ml__shared_last_stopping, ml__shared_stopping_since;
 extern bool ml__shared_claim_failed;
 bool ml__shared_same_process(struct ml__shared_slot *s, pid_t pid, bool *known);
 bool ml__shared_member_alive(struct ml__shared_table *t, int i, uint64_t tag,
                              bool full);
 void ml__shared_slot_free(struct ml__shared_table *t, int i, uint64_t tag);
 uint32_t ml__shared_slots_used(struct ml__shared_table *t);
-void ml__shared_raise_hw(struct ml__shared_table *t, uint32_t n);
+void ml__shared_raise_high_water(struct ml__shared_table *t, uint32_t n);
 bool ml__shared_know_self(void);
 int ml__shared_claim(struct ml__shared_table *t, int signo);
 bool ml__shared_slot_ours(struct ml__shared_table *t);
-void ml__shared_pub_write(struct ml__shared_slot *s,
-                          const struct ml__shared_pubv *v);
-bool ml__shared_pub_read(struct ml__shared_slot *s, struct ml__shared_pubv *v);
+void ml__shared_copy_write(struct ml__shared_slot *s,
+                           const struct ml__shared_figures *v);
+bool ml__shared_copy_read(struct ml__shared_slot *s,
+                          struct ml__shared_figures *v);
 
-/* table.c */
-extern struct ml__shared_table *_Atomic ml__shared_tab;
+/* table.c: the mapping (NULL: not a member), the locks, opening and
+ * filling a table in, the SIGBUS guard, leaving. */
+extern struct ml__shared_table *_Atomic ml__shared_joined;
 extern void *_Atomic ml__shared_map_base;
 extern _Atomic size_t ml__shared_map_len;
 extern _Atomic bool ml__shared_map_lost;
-extern char ml__shared_my_name[ML__SHARED_NAME_MAX + 1];
+extern char ml__shared_name[ML__SHARED_NAME_MAX + 1];
 extern uint32_t ml__shared_env_slots;
-extern struct ml__lock ml__shared_join_lock, ml__shared_pub;
-void ml__shared_pub_lock(void);
-void ml__shared_pub_unlock(void);
-bool ml__shared_slots_ok(uint64_t n);
+extern struct ml__lock ml__shared_join_lock, ml__shared_slot_lock;
+bool ml__shared_slot_count_ok(uint64_t n);
 void ml__shared_table_init(struct ml__shared_table *t, uint32_t n,
                            uint64_t limit);
 int ml__shared_open_table(const char *name, uint64_t limit,
                           struct ml__shared_table **out, uint32_t *out_n);
-void ml__shared_bus_install(void);
+void ml__shared_sigbus_guard(void);
 void ml__shared_leave_table(struct ml__shared_table *t);
-struct ml__shared_table *ml__shared_table_ok(void);
+/* The table, or NULL (none, or lost: then left).  The slot lock held. */
+struct ml__shared_table *ml__shared_table_in_use(void);
 
-/* wake.c */
+/* wake.c: task identities (pointer ^ key), tripping the task a request
+ * names (from a visit of the global tasks; a request the handler could not
+ * carry out waits in ml__shared_wake_deferred), signalling the target. */
 extern uint64_t ml__shared_id_key;
 extern bool ml__shared_wake_asked;
 extern _Atomic uint64_t ml__shared_wake_deferred;
-int ml__shared_wake_now(void);
+int ml__shared_wake_signal(void); /* what our slot advertises, 0: none */
 uint64_t ml__shared_task_id(const struct ml_task *task);
-void ml__shared_trip_if(struct ml_task *task, void *arg);
-void ml__shared_deferred(void);
-void ml__shared_wake(struct ml__shared_table *t, int i, uint64_t id);
+void ml__shared_trip_named(struct ml_task *task, void *arg);
+void ml__shared_trip_deferred(void);
+void ml__shared_wake_target(struct ml__shared_table *t, int i, uint64_t id);
 void ml__shared_wake_install(bool asked);
 
-/* choice.c */
+/* choice.c: publication, sums, the choice and its requests. */
 extern _Atomic int64_t ml__shared_held_moved;
-extern uint32_t ml__shared_sums;
-extern _Atomic bool ml__shared_shared_above, ml__shared_shared_pressure;
+extern uint32_t ml__shared_sums_done;
+extern _Atomic bool ml__shared_pressure_above, ml__shared_pressure_due;
 extern _Atomic uint64_t ml__shared_pressure_total;
 uint64_t ml__shared_heap_now(void);
 void ml__shared_publish(struct ml__shared_table *t);
-void ml__shared_sum(struct ml__shared_table *t, bool full, int skip,
-                    bool readonly, struct ml__shared_view *v);
-bool ml__shared_over(const struct ml__shared_view *v);
-void ml__shared_pressure_note(const struct ml__shared_view *v);
-void ml__shared_obey(struct ml__shared_table *t);
+void ml__shared_sum_table(struct ml__shared_table *t, bool full, int skip,
+                          bool readonly, struct ml__shared_totals *v);
+bool ml__shared_over_limit(const struct ml__shared_totals *v);
+void ml__shared_pressure_note(const struct ml__shared_totals *v);
+void ml__shared_obey_request(struct ml__shared_table *t);
 void ml__shared_drop_requests(struct ml__shared_table *t,
-                              const struct ml__shared_view *v);
-void ml__shared_check(struct ml__shared_table *t, bool full);
+                              const struct ml__shared_totals *v);
+/* Sum; over the limit, post a stop request to the largest holder and wake
+ * it; back under, drop the requests pending. */
+void ml__shared_choose(struct ml__shared_table *t, bool full);
 
-/* hooks.c */
+/* hooks.c: join the mapped table t of n slots (the join lock held),
+ * installing the hooks: ML_OK, or ML_ENOMEM (no free slot), t unmapped. */
 int ml__shared_join_table(struct ml__shared_table *t, uint32_t n,
                           const char *name, bool by_name);
 

@@ -13,15 +13,15 @@
 #include <unistd.h>
 
 uint32_t ml__shared_nslots;
-int ml__shared_my_slot = -1;    /* -1: none yet (a fork child claims lazily) */
-uint64_t ml__shared_my_tag;     /* the tag our slot has while it is ours */
-uint64_t ml__shared_my_start;   /* our start time */
-uint64_t ml__shared_my_token;   /* our image's exec token */
-pid_t ml__shared_my_pid;        /* getpid() of this lineage */
-uint32_t ml__shared_my_lineage; /* ml__lineage when the above were set */
-uint64_t ml__shared_base;       /* heap inherited at a fork: not ours */
-uint64_t ml__shared_summed;     /* our heap as the last sum read it */
-uint64_t ml__shared_last_stopping, ml__shared_last_since;
+int ml__shared_my_slot = -1;     /* -1: none yet (a fork child claims lazily) */
+uint64_t ml__shared_my_tag;      /* the tag our slot has while it is ours */
+uint64_t ml__shared_my_start;    /* our start time */
+uint64_t ml__shared_my_token;    /* our image's exec token */
+pid_t ml__shared_my_pid;         /* getpid() of this lineage */
+uint32_t ml__shared_my_lineage;  /* ml__lineage when the above were set */
+uint64_t ml__shared_inherited;   /* heap inherited at a fork: not ours */
+uint64_t ml__shared_summed_heap; /* our heap as the last sum read it */
+uint64_t ml__shared_last_stopping, ml__shared_stopping_since;
 /* A claim failed (a full table): never retried, said once. */
 bool ml__shared_claim_failed;
 
@@ -140,15 +140,16 @@ void ml__shared_slot_free(struct ml__shared_table *t, int i, uint64_t tag)
 
 uint32_t ml__shared_slots_used(struct ml__shared_table *t)
 {
-	uint32_t hw = atomic_load_explicit(&t->head.hw, memory_order_relaxed);
-	return hw < ml__shared_nslots ? hw : ml__shared_nslots;
+	uint32_t high =
+	    atomic_load_explicit(&t->head.high_water, memory_order_relaxed);
+	return high < ml__shared_nslots ? high : ml__shared_nslots;
 }
 
-void ml__shared_raise_hw(struct ml__shared_table *t, uint32_t n)
+void ml__shared_raise_high_water(struct ml__shared_table *t, uint32_t n)
 {
-	uint32_t hw = atomic_load(&t->head.hw);
-	while ((hw < n || hw > ml__shared_nslots) &&
-	       !atomic_compare_exchange_weak(&t->head.hw, &hw, n))
+	uint32_t high = atomic_load(&t->head.high_water);
+	while ((high < n || high > ml__shared_nslots) &&
+	       !atomic_compare_exchange_weak(&t->head.high_water, &high, n))
 		;
 }
 
@@ -200,9 +201,10 @@ int ml__shared_claim(struct ml__shared_table *t, int signo)
 			    (mine & ~(uint64_t)3) | ML__SHARED_LIVE;
 			atomic_store(&s->tag, ml__shared_my_tag);
 			ml__shared_my_slot = (int)i;
-			ml__shared_summed = 0;
-			ml__shared_last_stopping = ml__shared_last_since = 0;
-			ml__shared_raise_hw(t, i + 1);
+			ml__shared_summed_heap = 0;
+			ml__shared_last_stopping = ml__shared_stopping_since =
+			    0;
+			ml__shared_raise_high_water(t, i + 1);
 			return ML_OK;
 		}
 	}
@@ -221,10 +223,10 @@ bool ml__shared_slot_ours(struct ml__shared_table *t)
 /* ---- The two copies ---------------------------------------------------- */
 
 /* Write the copy seq does not name, then name it (one writer per slot:
- * its member, under `pub`).  The fence keeps this round's stores after
+ * its member, under the slot lock).  The fence keeps this round's stores after
  * the last round's seq, which readers check. */
-void ml__shared_pub_write(struct ml__shared_slot *s,
-                          const struct ml__shared_pubv *v)
+void ml__shared_copy_write(struct ml__shared_slot *s,
+                           const struct ml__shared_figures *v)
 {
 	uint64_t q = atomic_load_explicit(&s->seq, memory_order_relaxed);
 	struct ml__shared_copy *c = &s->copy[(q + 1) & 1];
@@ -240,7 +242,8 @@ void ml__shared_pub_write(struct ml__shared_slot *s,
 
 /* The copy in force, untorn: false if the writer kept moving (16 rounds
  * during one read: only a table written by something else). */
-bool ml__shared_pub_read(struct ml__shared_slot *s, struct ml__shared_pubv *v)
+bool ml__shared_copy_read(struct ml__shared_slot *s,
+                          struct ml__shared_figures *v)
 {
 	for (int tries = 0; tries < 16; tries++) {
 		uint64_t q =

@@ -13,36 +13,29 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Process-local state.  tab is set last at a join and cleared first at a
- * leave; the hooks use it only while holding `pub` (a try-lock: a thread
- * that finds it taken skips, nobody waits on the allocation path).
- * nslots and the mapping's extent are ours, never read back from the
- * table. */
-struct ml__shared_table *_Atomic ml__shared_tab;
+/* The table this process is a member of: set last at a join and cleared
+ * first at a leave; the hooks use it only while holding the slot lock (a
+ * try-lock: a thread that finds it taken skips, nobody waits on the
+ * allocation path).  ml__shared_nslots and the mapping's extent are ours,
+ * never read back from the table. */
+struct ml__shared_table *_Atomic ml__shared_joined;
 void *_Atomic ml__shared_map_base; /* for the SIGBUS handler */
 _Atomic size_t ml__shared_map_len;
 _Atomic bool ml__shared_map_lost; /* the object shrank under us */
-char ml__shared_my_name[ML__SHARED_NAME_MAX + 1];
+char ml__shared_name[ML__SHARED_NAME_MAX + 1];
 
-/* join_lock first, then pub (both before the global list's lock). */
+/* The join lock first, then the slot lock (both before the global list's
+ * lock).  The slot lock guards this process's slot and the mapping's use:
+ * the hooks only try it; a reader that waits on it waits for one
+ * publication at most (it never blocks). */
 ML__LOCK(, ml__shared_join_lock, ML__RANK_UNWIND)
-ML__LOCK(, ml__shared_pub, ML__RANK_UNWIND)
-
-/* Wait for the publisher of the moment (short: it never blocks). */
-void ml__shared_pub_lock(void)
-{
-	ml__spin_lock(&ml__shared_pub);
-}
-void ml__shared_pub_unlock(void)
-{
-	ml__spin_unlock(&ml__shared_pub);
-}
+ML__LOCK(, ml__shared_slot_lock, ML__RANK_UNWIND)
 
 /* Slots for a table made now: MEMLIMITS_SHARED_SLOTS, read once at start
  * (ml__shared_from_env), else the default. */
 uint32_t ml__shared_env_slots;
 
-bool ml__shared_slots_ok(uint64_t n)
+bool ml__shared_slot_count_ok(uint64_t n)
 {
 	return n >= 1 && n <= ML__SHARED_SLOTS_MAX;
 }
@@ -55,7 +48,7 @@ void ml__shared_table_init(struct ml__shared_table *t, uint32_t n,
 	atomic_store(&t->head.layout, ML__SHARED_LAYOUT);
 	atomic_store(&t->head.nslots, n);
 	atomic_store(&t->head.limit, limit);
-	atomic_store(&t->head.hw, 0);
+	atomic_store(&t->head.high_water, 0);
 	atomic_store_explicit(&t->head.magic, ML__SHARED_MAGIC,
 	                      memory_order_release);
 }
@@ -98,7 +91,7 @@ int ml__shared_open_table(const char *name, uint64_t limit,
 		uint64_t k = (uint64_t)(st.st_size -
 		                        (off_t)sizeof(struct ml__shared_head)) /
 		             sizeof(struct ml__shared_slot);
-		if (!ml__shared_slots_ok(k))
+		if (!ml__shared_slot_count_ok(k))
 			goto out;
 		n = (uint32_t)k;
 	}
@@ -135,10 +128,10 @@ out:
 
 /* ---- A table that shrank under us (by-name budgets) ---------------------- */
 
-static struct sigaction bus_old;
-static bool bus_installed;
+static struct sigaction sigbus_old;
+static bool sigbus_installed;
 
-static void bus_handler(int sig, siginfo_t *si, void *uc)
+static void sigbus_handler(int sig, siginfo_t *si, void *uc)
 {
 	char *a = si ? (char *)si->si_addr : NULL;
 	char *m = atomic_load(&ml__shared_map_base);
@@ -153,30 +146,31 @@ static void bus_handler(int sig, siginfo_t *si, void *uc)
 			return;
 		}
 	}
-	if (bus_old.sa_flags & SA_SIGINFO) {
-		bus_old.sa_sigaction(sig, si, uc);
-	} else if (bus_old.sa_handler != SIG_DFL &&
-	           bus_old.sa_handler != SIG_IGN) {
-		bus_old.sa_handler(sig);
+	if (sigbus_old.sa_flags & SA_SIGINFO) {
+		sigbus_old.sa_sigaction(sig, si, uc);
+	} else if (sigbus_old.sa_handler != SIG_DFL &&
+	           sigbus_old.sa_handler != SIG_IGN) {
+		sigbus_old.sa_handler(sig);
 	} else {
 		/* As without us: the fault comes back and kills. */
 		signal(SIGBUS, SIG_DFL);
 	}
 }
 
-void ml__shared_bus_install(void)
+void ml__shared_sigbus_guard(void)
 {
-	if (bus_installed)
+	if (sigbus_installed)
 		return;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
-	sa.sa_sigaction = bus_handler;
+	sa.sa_sigaction = sigbus_handler;
 	sa.sa_flags = SA_SIGINFO;
 	sigemptyset(&sa.sa_mask);
-	bus_installed = sigaction(SIGBUS, &sa, &bus_old) == 0;
+	sigbus_installed = sigaction(SIGBUS, &sa, &sigbus_old) == 0;
 }
 
-/* Leave (pub held, t taken out of `tab` by the caller). */
+/* Leave t (the slot lock held; the caller took t out of
+ * ml__shared_joined). */
 void ml__shared_leave_table(struct ml__shared_table *t)
 {
 	atomic_store(&ml__meter_fold_hook, NULL);
@@ -184,58 +178,55 @@ void ml__shared_leave_table(struct ml__shared_table *t)
 	atomic_store(&ml__safe_point_hook, NULL);
 	if (!atomic_load(&ml__shared_map_lost) &&
 	    ml__shared_my_lineage == ml__lineage && ml__shared_slot_ours(t)) {
-		struct ml__shared_pubv v = {0};
-		ml__shared_pub_write(&t->slot[ml__shared_my_slot], &v);
+		struct ml__shared_figures v = {0};
+		ml__shared_copy_write(&t->slot[ml__shared_my_slot], &v);
 		ml__shared_slot_free(t, ml__shared_my_slot, ml__shared_my_tag);
 	}
 	ml__shared_my_slot = -1;
-	ml__shared_my_name[0] = 0;
+	ml__shared_name[0] = 0;
 	atomic_store(&ml__shared_map_base, NULL);
 	munmap(t, ml__shared_table_bytes(ml__shared_nslots));
 }
 
-/* The table shrank or was replaced under us (pub held): leave it, say so
- * once, carry on with our own limits. */
-static struct ml__shared_table *drop_lost(void)
+/* The table shrank or was replaced under us (the slot lock held): leave it, say
+ * so once, carry on with our own limits. */
+static struct ml__shared_table *leave_lost(void)
 {
-	struct ml__shared_table *t = atomic_exchange(&ml__shared_tab, NULL);
+	struct ml__shared_table *t = atomic_exchange(&ml__shared_joined, NULL);
 	if (t) {
 		ml__diag("shared budget %s: its table was truncated or "
 		         "overwritten; this process leaves it and keeps its "
 		         "own limits",
-		         ml__shared_my_name[0] ? ml__shared_my_name
-		                               : "(unnamed)");
+		         ml__shared_name[0] ? ml__shared_name : "(unnamed)");
 		ml__shared_leave_table(t);
 	}
 	return NULL;
 }
 
-static struct ml__shared_table *drop_lost(void);
-
-/* The table as the hooks see it (pub held): NULL when none, or when it
- * was lost (shrunk, replaced: its magic gone), which leaves it. */
-struct ml__shared_table *ml__shared_table_ok(void)
+/* The table as the hooks see it (the slot lock held): NULL when none, or when
+ * it was lost (shrunk, replaced: its magic gone), which leaves it. */
+struct ml__shared_table *ml__shared_table_in_use(void)
 {
-	struct ml__shared_table *t = atomic_load(&ml__shared_tab);
+	struct ml__shared_table *t = atomic_load(&ml__shared_joined);
 	if (!t)
 		return NULL;
 	if (atomic_load_explicit(&ml__shared_map_lost, memory_order_relaxed) ||
 	    atomic_load_explicit(&t->head.magic, memory_order_relaxed) !=
 	        ML__SHARED_MAGIC)
-		return drop_lost();
+		return leave_lost();
 	return t;
 }
 
 uint64_t ml__shared_limit(void)
 {
-	ml__shared_pub_lock();
-	struct ml__shared_table *t = ml__shared_table_ok();
+	ml__spin_lock(&ml__shared_slot_lock);
+	struct ml__shared_table *t = ml__shared_table_in_use();
 	uint64_t limit = t ? atomic_load(&t->head.limit) : 0;
-	ml__shared_pub_unlock();
+	ml__spin_unlock(&ml__shared_slot_lock);
 	return limit;
 }
 
 bool ml__shared_member(void)
 {
-	return atomic_load(&ml__shared_tab) != NULL;
+	return atomic_load(&ml__shared_joined) != NULL;
 }

@@ -24,7 +24,7 @@ static struct sigaction wake_old;
  * taken): done at the next fold or safe point. */
 _Atomic uint64_t ml__shared_wake_deferred;
 
-int ml__shared_wake_now(void)
+int ml__shared_wake_signal(void)
 {
 	int s = atomic_load(&wake_sig);
 	return s > 0 && s == wake_installed ? s : 0;
@@ -36,7 +36,7 @@ uint64_t ml__shared_task_id(const struct ml_task *task)
 }
 
 /* Interrupt the live global task whose identity is `id`, if it runs. */
-void ml__shared_trip_if(struct ml_task *task, void *arg)
+void ml__shared_trip_named(struct ml_task *task, void *arg)
 {
 	struct ml__shared_trip_arg *a = arg;
 	if (a->found || ml__shared_task_id(task) != a->id)
@@ -52,12 +52,12 @@ void ml__shared_trip_if(struct ml_task *task, void *arg)
 }
 
 /* The handler could not take the global list: trip now. */
-void ml__shared_deferred(void)
+void ml__shared_trip_deferred(void)
 {
 	uint64_t id = atomic_exchange(&ml__shared_wake_deferred, 0);
 	if (id) {
 		struct ml__shared_trip_arg a = {id, false, false};
-		ml__global_visit(ml__shared_trip_if, &a);
+		ml__global_visit(ml__shared_trip_named, &a);
 	}
 }
 
@@ -68,7 +68,7 @@ void ml__shared_deferred(void)
  * that installed the handler: through a pidfd (opened first, so that the
  * checks and the signal reach the same process), or, on kernels before
  * 5.3, sigqueue after the same checks. */
-void ml__shared_wake(struct ml__shared_table *t, int i, uint64_t id)
+void ml__shared_wake_target(struct ml__shared_table *t, int i, uint64_t id)
 {
 	struct ml__shared_slot *s = &t->slot[i];
 	uint64_t tag = atomic_load(&s->tag);
@@ -111,20 +111,20 @@ void ml__shared_wake(struct ml__shared_table *t, int i, uint64_t id)
 	close(fd);
 }
 
-/* The wake signal's handler: a request sent by wake() (SI_QUEUE, the
- * identity of one of our live tasks) interrupts that task and calls the
- * program's callback.  Async-signal-safe: atomics, a try-lock, no table
- * access (a leave may be unmapping it). */
+/* The wake signal's handler: a request sent by ml__shared_wake_target
+ * (SI_QUEUE, the identity of one of our live tasks) interrupts that task and
+ * calls the program's callback.  Async-signal-safe: atomics, a try-lock, no
+ * table access (a leave may be unmapping it). */
 static void wake_handler(int sig, siginfo_t *si, void *uc)
 {
 	(void)sig;
 	(void)uc;
-	if (!si || si->si_code != SI_QUEUE || !atomic_load(&ml__shared_tab))
+	if (!si || si->si_code != SI_QUEUE || !atomic_load(&ml__shared_joined))
 		return; /* not ours: a SIGCONT from a shell, kill(1) */
 	int saved = errno;
 	uint64_t id = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
 	struct ml__shared_trip_arg a = {id, false, false};
-	if (!ml__global_try_visit(ml__shared_trip_if, &a))
+	if (!ml__global_try_visit(ml__shared_trip_named, &a))
 		atomic_store(&ml__shared_wake_deferred,
 		             id); /* the next safe point */
 	else if (!a.found) {
@@ -137,7 +137,7 @@ static void wake_handler(int sig, siginfo_t *si, void *uc)
 	errno = saved;
 }
 
-/* Install or remove our handler so that it is on wake_sig (join_lock
+/* Install or remove our handler so that it is on wake_sig (the join lock
  * held).  At a join with the default signal, a program's own handler on
  * it is left alone (the member is then not woken, and says so); a signal
  * named by ml_shared_set_wake is taken. */
@@ -195,16 +195,16 @@ int ml__shared_set_wake(int signo, ml_wake_fn fn, void *arg)
 	if (signo >= 0) {
 		ml__shared_wake_asked = true;
 		atomic_store(&wake_sig, signo);
-		if (atomic_load(&ml__shared_tab))
+		if (atomic_load(&ml__shared_joined))
 			ml__shared_wake_install(true);
 	}
 	/* Our slot says whether we can be woken, and by what. */
-	ml__shared_pub_lock();
-	struct ml__shared_table *t = atomic_load(&ml__shared_tab);
+	ml__spin_lock(&ml__shared_slot_lock);
+	struct ml__shared_table *t = atomic_load(&ml__shared_joined);
 	if (t && ml__shared_slot_ours(t))
 		atomic_store(&t->slot[ml__shared_my_slot].wake,
-		             (uint64_t)ml__shared_wake_now());
-	ml__shared_pub_unlock();
+		             (uint64_t)ml__shared_wake_signal());
+	ml__spin_unlock(&ml__shared_slot_lock);
 	ml__spin_unlock(&ml__shared_join_lock);
 	return ML_OK;
 }
