@@ -26,7 +26,9 @@ lib_libmlcore_la_SOURCES = \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/global.c \
 	lib/tasks/task.c lib/tasks/exact.c lib/tasks/guard.c lib/tasks/metrics.c \
 	lib/tasks/slow.c \
-	lib/shared/shared.h lib/shared/shared.c \
+	lib/shared/shared.h lib/shared/slots.c lib/shared/table.c \
+	lib/shared/wake.c lib/shared/choice.c lib/shared/hooks.c \
+	lib/shared/shared.c \
 	lib/api/api.h \
 	lib/api/interpose.c lib/api/mmap.c lib/api/note.c lib/api/init.c \
 	lib/api/version.c lib/api/compat.c lib/api/metrics.c

@@ -27,7 +27,7 @@
 
 #define MiB ((uint64_t)1 << 20)
 #define LIMIT (64 * MiB)
-/* The table (lib/shared/shared.c, layout 2): a 64-byte head, slots of
+/* The table (lib/shared/shared.h, layout 2): a 64-byte head, slots of
  * 192 bytes: tag, start, exec token, seq, request, request time, wake,
  * then two copies of (heap, held, identity, stopping, since). */
 #define HEAD 64

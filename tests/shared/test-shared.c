@@ -26,7 +26,7 @@
 
 #define MiB ((uint64_t)1 << 20)
 #define LIMIT (64 * MiB)
-/* The table's layout (lib/shared/shared.c, layout 2): a 64-byte head and
+/* The table's layout (lib/shared/shared.h, layout 2): a 64-byte head and
  * 4096 slots (the default) of 192 bytes, a slot's tag first. */
 #define SLOTS 4096
 #define SLOT_BYTES 192

@@ -1,0 +1,210 @@
+/* The wake of a shared budget (docs/internals.md, "Shared budgets"):
+ * signalling the member a stop request names, its signal handler, which
+ * trips the named task, and ml_shared_set_wake. */
+#define _GNU_SOURCE
+#include "shared/shared.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+uint64_t ml__shared_id_key; /* task identities: pointer ^ key */
+
+/* The wake (ml_shared_set_wake): the signal, 0 none, -1 not set yet (the
+ * default, SIGCONT, at the first join); the program's callback. */
+static _Atomic int wake_sig = -1;
+static _Atomic ml_wake_fn wake_fn;
+static void *_Atomic wake_arg;
+static int wake_installed;  /* the signal our handler is on, 0: none */
+bool ml__shared_wake_asked; /* the program named the signal */
+static struct sigaction wake_old;
+/* A request the handler could not carry out (the global list's lock was
+ * taken): done at the next fold or safe point. */
+_Atomic uint64_t ml__shared_wake_deferred;
+
+int ml__shared_wake_signal(void)
+{
+	int s = atomic_load(&wake_sig);
+	return s > 0 && s == wake_installed ? s : 0;
+}
+
+uint64_t ml__shared_task_id(const struct ml_task *task)
+{
+	return task ? ((uint64_t)(uintptr_t)task ^ ml__shared_id_key) | 1 : 0;
+}
+
+/* Interrupt the live global task whose identity is `id`, if it runs. */
+void ml__shared_trip_named(struct ml_task *task, void *arg)
+{
+	struct ml__shared_trip_arg *a = arg;
+	if (a->found || ml__shared_task_id(task) != a->id)
+		return;
+	a->found = true;
+	if (atomic_load_explicit(&task->status, memory_order_relaxed) != ML_OK)
+		return;
+	task->shared_trip = true;
+	if (ml__task_trip(task, ML_GLOBAL_LIMIT) != ML_GLOBAL_LIMIT)
+		task->shared_trip = false; /* stopped for something else */
+	else
+		a->tripped = true;
+}
+
+/* The handler could not take the global list: trip now. */
+void ml__shared_trip_deferred(void)
+{
+	uint64_t id = atomic_exchange(&ml__shared_wake_deferred, 0);
+	if (id) {
+		struct ml__shared_trip_arg a = {id, false, false};
+		ml__global_visit(ml__shared_trip_named, &a);
+	}
+}
+
+/* ---- Waking the target -------------------------------------------------- */
+
+/* Send the slot's process its wake signal with the request's identity,
+ * once we know it is the process that claimed the slot, in the image
+ * that installed the handler: through a pidfd (opened first, so that the
+ * checks and the signal reach the same process), or, on kernels before
+ * 5.3, sigqueue after the same checks. */
+void ml__shared_wake_target(struct ml__shared_table *t, int i, uint64_t id)
+{
+	struct ml__shared_slot *s = &t->slot[i];
+	uint64_t tag = atomic_load(&s->tag);
+	uint64_t sig = atomic_load(&s->wake);
+	pid_t pid = ml__shared_tag_pid(tag);
+	if (ml__shared_tag_state(tag) != ML__SHARED_LIVE || pid <= 0 ||
+	    pid > ML__SHARED_PID_LIMIT || pid == ml__shared_my_pid ||
+	    sig == 0 || sig > (uint64_t)SIGRTMAX || sig == SIGKILL ||
+	    sig == SIGSTOP)
+		return;
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+	int fd = -1;
+	errno = ENOSYS;
+#endif
+	if (fd < 0 && errno != ENOSYS)
+		return;
+	bool known;
+	if (!ml__shared_same_process(s, pid, &known) || !known) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	union sigval val = {.sival_ptr = (void *)(uintptr_t)id};
+	if (fd < 0) {
+		sigqueue(pid, (int)sig, val);
+		return;
+	}
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	si.si_signo = (int)sig;
+	si.si_code = SI_QUEUE;
+	si.si_pid = ml__shared_my_pid;
+	si.si_uid = getuid();
+	si.si_value = val;
+	syscall(SYS_pidfd_send_signal, fd, (int)sig, &si, 0);
+#endif
+	close(fd);
+}
+
+/* The wake signal's handler: a request sent by ml__shared_wake_target
+ * (SI_QUEUE, the identity of one of our live tasks) interrupts that task and
+ * calls the program's callback.  Async-signal-safe: atomics, a try-lock, no
+ * table access (a leave may be unmapping it). */
+static void wake_handler(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	if (!si || si->si_code != SI_QUEUE || !atomic_load(&ml__shared_joined))
+		return; /* not ours: a SIGCONT from a shell, kill(1) */
+	int saved = errno;
+	uint64_t id = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
+	struct ml__shared_trip_arg a = {id, false, false};
+	if (!ml__global_try_visit(ml__shared_trip_named, &a))
+		atomic_store(&ml__shared_wake_deferred,
+		             id); /* the next safe point */
+	else if (!a.found) {
+		errno = saved;
+		return; /* not a task of ours (any more) */
+	}
+	ml_wake_fn fn = atomic_load(&wake_fn);
+	if (fn)
+		fn(atomic_load(&wake_arg));
+	errno = saved;
+}
+
+/* Install or remove our handler so that it is on wake_sig (the join lock
+ * held).  At a join with the default signal, a program's own handler on
+ * it is left alone (the member is then not woken, and says so); a signal
+ * named by ml_shared_set_wake is taken. */
+void ml__shared_wake_install(bool asked)
+{
+	int want = atomic_load(&wake_sig);
+	if (want < 0)
+		want = SIGCONT, atomic_store(&wake_sig, SIGCONT);
+	if (want == wake_installed)
+		return;
+	if (wake_installed) {
+		sigaction(wake_installed, &wake_old, NULL);
+		wake_installed = 0;
+	}
+	if (!want)
+		return;
+	struct sigaction sa, old;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = wake_handler;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigfillset(&sa.sa_mask);
+	if (sigaction(want, NULL, &old) != 0)
+		return;
+	bool ours =
+	    (old.sa_flags & SA_SIGINFO) && old.sa_sigaction == wake_handler;
+	bool theirs =
+	    !ours && ((old.sa_flags & SA_SIGINFO) ||
+	              (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN));
+	if (!asked && theirs) {
+		ml__diag("shared budget: signal %d has a handler of the "
+		         "program's: this member is not woken when asked to "
+		         "stop (ml_shared_set_wake(3))",
+		         want);
+		return;
+	}
+	if (ours) {
+		memset(&wake_old, 0, sizeof wake_old);
+		wake_old.sa_handler = SIG_DFL;
+		wake_installed = want;
+	} else if (sigaction(want, &sa, &wake_old) == 0) {
+		wake_installed = want;
+	}
+}
+
+int ml__shared_set_wake(int signo, ml_wake_fn fn, void *arg)
+{
+	if (signo < -1 || signo > SIGRTMAX || signo == SIGKILL ||
+	    signo == SIGSTOP || signo == SIGSEGV || signo == SIGBUS ||
+	    signo == SIGILL || signo == SIGFPE || signo == SIGABRT ||
+	    signo == SIGTRAP || signo == SIGSYS)
+		return ML_EINVAL;
+	ml__spin_lock(&ml__shared_join_lock);
+	atomic_store(&wake_arg, arg);
+	atomic_store(&wake_fn, fn);
+	if (signo >= 0) {
+		ml__shared_wake_asked = true;
+		atomic_store(&wake_sig, signo);
+		if (atomic_load(&ml__shared_joined))
+			ml__shared_wake_install(true);
+	}
+	/* Our slot says whether we can be woken, and by what. */
+	ml__spin_lock(&ml__shared_slot_lock);
+	struct ml__shared_table *t = atomic_load(&ml__shared_joined);
+	if (t && ml__shared_slot_ours(t))
+		atomic_store(&t->slot[ml__shared_my_slot].wake,
+		             (uint64_t)ml__shared_wake_signal());
+	ml__spin_unlock(&ml__shared_slot_lock);
+	ml__spin_unlock(&ml__shared_join_lock);
+	return ML_OK;
+}
