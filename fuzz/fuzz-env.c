@@ -1,6 +1,6 @@
 /* libFuzzer target: the environment the library reads at start
  * (lib/core/settings.c: MEMLIMITS_SAMPLE_INTERVAL, _SEED, _FAULT,
- * _DELIVERY; lib/run/settings.c: MEMLIMITS_ALLOC_LIMIT, _HEAP_LIMIT,
+ * _DELIVERY, _MAPPED; lib/run/settings.c: MEMLIMITS_ALLOC_LIMIT, _HEAP_LIMIT,
  * _ON_LIMIT, _REPORT, _PROFILE, _STATS_DIR; a percentage heap limit reads
  * lib/util/memtotal.c's files) and the diagnostics it prints
  * about bad values (lib/util/diag.c).  The input is up to ten lines, one
@@ -45,6 +45,11 @@ bool ml__shared_member(void)
 {
 	return false; /* the settings alone: no tree budget joined */
 }
+static bool mapped_off;
+void ml__mapped_disable(void)
+{
+	mapped_off = true;
+}
 
 /* As the library's constructor does first (lib/api/init.c). */
 __attribute__((constructor)) static void start(void)
@@ -60,7 +65,7 @@ static const char *const vars[] = {
     "MEMLIMITS_ALLOC_LIMIT",     "MEMLIMITS_HEAP_LIMIT",
     "MEMLIMITS_ON_LIMIT",        "MEMLIMITS_REPORT",
     "MEMLIMITS_PROFILE",         "MEMLIMITS_STATS_DIR",
-    "MEMLIMITS_HELD_LIMIT",
+    "MEMLIMITS_HELD_LIMIT",      "MEMLIMITS_MAPPED",
 };
 #define NVARS (sizeof vars / sizeof vars[0])
 
@@ -89,6 +94,7 @@ static void reset(void)
 	ml__fault_pool = false;
 	fault_every = 0;
 	global_limit = ML_NO_LIMIT;
+	mapped_off = false;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

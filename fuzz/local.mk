@@ -11,14 +11,14 @@ FUZZ_SANITIZE = -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 FUZZ_CFLAGS = -g -O1 -std=gnu11 -Wall -Werror $(FUZZ_SANITIZE) \
 	-I$(top_srcdir)/include -I$(top_builddir) -I$(top_srcdir)/lib
 FUZZ_TARGETS = fuzz/fuzz-parse fuzz/fuzz-env fuzz/fuzz-cli fuzz/fuzz-stats \
-	fuzz/fuzz-elf fuzz/fuzz-plot fuzz/fuzz-flamegraph
+	fuzz/fuzz-elf fuzz/fuzz-plot fuzz/fuzz-flamegraph fuzz/fuzz-ranges
 FUZZ_DEPS = $(top_srcdir)/fuzz/local.mk config.h
 CLEANFILES += $(FUZZ_TARGETS)
 
 EXTRA_DIST += fuzz/fuzz-parse.c fuzz/fuzz-env.c fuzz/fuzz-cli.c \
 	fuzz/fuzz-cli.h fuzz/cli-run.c fuzz/cli-bounds.c fuzz/fuzz-stats.c \
-	fuzz/fuzz-elf.c fuzz/fuzz-plot.c fuzz/fuzz-flamegraph.c fuzz/replay.c \
-	fuzz/corpus
+	fuzz/fuzz-elf.c fuzz/fuzz-plot.c fuzz/fuzz-flamegraph.c \
+	fuzz/fuzz-ranges.c fuzz/replay.c fuzz/corpus
 
 fuzz/fuzz-parse: $(top_srcdir)/fuzz/fuzz-parse.c $(top_srcdir)/lib/util/parse.c \
 		$(top_srcdir)/lib/util/parse.h $(FUZZ_DEPS)
@@ -78,6 +78,11 @@ fuzz/fuzz-flamegraph: $(top_srcdir)/fuzz/fuzz-flamegraph.c \
 	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -I$(top_srcdir)/tools -o $@ \
 		$(top_srcdir)/fuzz/fuzz-flamegraph.c $(top_srcdir)/tools/svg.c -lm
 
+FUZZ_RANGES_SRC = $(top_srcdir)/fuzz/fuzz-ranges.c $(top_srcdir)/lib/alloc/ranges.c
+fuzz/fuzz-ranges: $(FUZZ_RANGES_SRC) $(top_srcdir)/lib/alloc/alloc.h $(FUZZ_DEPS)
+	@$(MKDIR_P) fuzz
+	$(AM_V_CC)$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(FUZZ_RANGES_SRC)
+
 fuzz-build: $(FUZZ_TARGETS)
 
 # -close_fd_mask=3: the targets' own stdout/stderr (usage errors, --help)
@@ -120,7 +125,7 @@ FUZZ_REPLAY_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib \
 	-DML_BINDIR='"$(bindir)"'
 check_PROGRAMS += fuzz/replay-parse fuzz/replay-env fuzz/replay-cli \
 	fuzz/replay-stats fuzz/replay-elf fuzz/replay-plot \
-	fuzz/replay-flamegraph
+	fuzz/replay-flamegraph fuzz/replay-ranges
 TESTS += tests/unit/test-fuzz-replay.sh
 EXTRA_DIST += tests/unit/test-fuzz-replay.sh
 fuzz_replay_parse_SOURCES = fuzz/replay.c fuzz/fuzz-parse.c lib/util/parse.c
@@ -151,3 +156,5 @@ fuzz_replay_flamegraph_SOURCES = fuzz/replay.c fuzz/fuzz-flamegraph.c \
 	fuzz/usage-jump.h tools/svg.c
 fuzz_replay_flamegraph_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_flamegraph_LDADD = -lm
+fuzz_replay_ranges_SOURCES = fuzz/replay.c fuzz/fuzz-ranges.c lib/alloc/ranges.c
+fuzz_replay_ranges_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)

@@ -445,6 +445,10 @@ ML_EXPORT unsigned ml_capabilities(void);
  * ML_CAP_INTERPOSED is, as it is recorded at the allocations that reach us.
  * Tracking itself runs only while something needs it (memlimits(3)). */
 #define ML_CAP_HELD 8u
+/* Memory the program maps itself (private, anonymous, writable mmap) is
+ * counted as heap and as allocations: set with ML_CAP_INTERPOSED unless
+ * MEMLIMITS_MAPPED=0 turned counting off (0.4). */
+#define ML_CAP_MAPPED 16u
 
 /* The allocator the library forwards to, the one after it in the lookup
  * order: "glibc", "jemalloc", "tcmalloc", "mimalloc" or "other".  See

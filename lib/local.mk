@@ -18,6 +18,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/sampler/sampler.c lib/sampler/bounds.c \
 	lib/alloc/alloc.h \
 	lib/alloc/underlying.c lib/alloc/meter.c lib/alloc/sampled.c \
+	lib/alloc/ranges.c lib/alloc/mapped.c \
 	lib/core/core.h lib/core/unwinder.h \
 	lib/core/settings.c lib/core/capture.c lib/core/frames.c \
 	lib/core/stacks.c \
@@ -27,8 +28,8 @@ lib_libmlcore_la_SOURCES = \
 	lib/tasks/slow.c \
 	lib/shared/shared.h lib/shared/shared.c \
 	lib/api/api.h \
-	lib/api/interpose.c lib/api/note.c lib/api/init.c lib/api/version.c \
-	lib/api/compat.c lib/api/metrics.c
+	lib/api/interpose.c lib/api/mmap.c lib/api/note.c lib/api/init.c \
+	lib/api/version.c lib/api/compat.c lib/api/metrics.c
 lib_libmlcore_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/lib -DMEMLIMITS_BUILDING
 lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)
 

@@ -4,12 +4,14 @@
  * pid, a dashed line for each limit (labelled with its value), a marker
  * where a limit was reached (hover it for the figures).  Held bytes are
  * drawn too (dotted, in the process's colour) when the run had a held
- * limit, the one they are compared with.
+ * limit, the one they are compared with; the part of the heap the program
+ * mapped itself (mapped_bytes, issue 34) dashed, when there is one.
  *
  * The reader is strict: comment lines ("# key value"; unknown keys are
  * skipped), the header row, and rows of 5 tab-separated fields (4 where
- * the empty event's tab is missing).  Anything else stops the command
- * with its line number, status 2, nothing written. */
+ * the empty event's tab is missing), or 6 (5) when the header has
+ * mapped_bytes before the event (0.4; 0.3's files have none).  Anything else
+ * stops the command with its line number, status 2, nothing written. */
 #include "config.h"
 
 #define _GNU_SOURCE
@@ -50,6 +52,7 @@ struct row {
 	uint64_t pid;
 	double t;
 	uint64_t heap, held; /* held: UINT64_MAX where not tracked */
+	uint64_t mapped;     /* UINT64_MAX in a file without the column */
 	int event;
 };
 static struct row *rows;
@@ -110,6 +113,7 @@ static void comment(const char *file, uint64_t line, char *s)
  * ends the command: the fuzz target frees it). */
 static char *text;
 static size_t text_cap;
+static bool with_mapped; /* the header names mapped_bytes */
 
 static void read_timeline(const char *file, FILE *f)
 {
@@ -122,8 +126,11 @@ static void read_timeline(const char *file, FILE *f)
 			comment(file, line, s);
 			continue;
 		}
-		if (!strncmp(s, "pid\t", 4))
-			continue; /* the header */
+		if (!strncmp(s, "pid\t", 4)) {
+			/* The header: 0.4's has mapped_bytes. */
+			with_mapped = strstr(s, "\tmapped_bytes\t") != NULL;
+			continue;
+		}
 		char *field[6];
 		int n = 0;
 		for (char *p = s; n < 6; n++) {
@@ -136,10 +143,14 @@ static void read_timeline(const char *file, FILE *f)
 			*tab = 0;
 			p = tab + 1;
 		}
-		if (n < 4 || n > 5)
+		int m = with_mapped; /* the event's field is one later */
+		if (n < 4 + m || n > 5 + m)
 			bad_line(file, line,
-			         "expected 5 tab-separated fields: pid, "
-			         "seconds, heap_bytes, held_bytes, event");
+			         m ? "expected 6 tab-separated fields: pid, "
+			             "seconds, heap_bytes, held_bytes, "
+			             "mapped_bytes, event"
+			           : "expected 5 tab-separated fields: pid, "
+			             "seconds, heap_bytes, held_bytes, event");
 		struct row r = {.event = EV_NONE};
 		if (!u64_field(field[0], &r.pid))
 			bad_line(file, line, "the pid is not a number");
@@ -153,10 +164,14 @@ static void read_timeline(const char *file, FILE *f)
 		r.held = UINT64_MAX;
 		if (*field[3] && !u64_field(field[3], &r.held))
 			bad_line(file, line, "held_bytes is not a byte count");
-		if (n == 5 && *field[4]) {
+		r.mapped = UINT64_MAX;
+		if (m && !u64_field(field[4], &r.mapped))
+			bad_line(file, line,
+			         "mapped_bytes is not a byte count");
+		if (n == 5 + m && *field[4 + m]) {
 			r.event = -1;
 			for (int i = EV_ALLOC; i <= EV_EXIT; i++)
-				if (!strcmp(field[4], ev_names[i]))
+				if (!strcmp(field[4 + m], ev_names[i]))
 					r.event = i;
 			if (r.event < 0)
 				bad_line(file, line,
@@ -267,18 +282,25 @@ static void limit_line(FILE *f, int i)
 	ml__svg_group_end(f);
 }
 
+/* Which series of a process: its heap, held bytes, mapped bytes. */
+enum { S_HEAP, S_HELD, S_MAPPED };
+
 static void process_line(FILE *f, const struct row *r, size_t n,
-                         const char *colour, bool held)
+                         const char *colour, int which)
 {
+	bool held = which != S_HEAP;
 	double *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
 	if (!x || !y)
 		ml__tool_usage_error(CMD, "out of memory");
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (held && r[i].held == UINT64_MAX)
+		uint64_t v = which == S_HELD     ? r[i].held
+		             : which == S_MAPPED ? r[i].mapped
+		                                 : r[i].heap;
+		if (v == UINT64_MAX)
 			continue;
 		double xi = px(r[i].t);
-		double yi = py((double)(held ? r[i].held : r[i].heap));
+		double yi = py((double)v);
 		/* Points closer than half a pixel to the last add nothing
 		 * (a timeline of hours has a row per 10 ms); the last one
 		 * is kept. */
@@ -293,7 +315,9 @@ static void process_line(FILE *f, const struct row *r, size_t n,
 		ml__svg_circle(f, x[0], y[0], 2.5, colour, NULL);
 	else if (k > 1)
 		ml__svg_polyline(f, x, y, k, colour, held ? 1.2 : 2,
-		                 held ? "1.5 3" : NULL);
+		                 which == S_HELD     ? "1.5 3"
+		                 : which == S_MAPPED ? "6 3"
+		                                     : NULL);
 	free(x);
 	free(y);
 }
@@ -377,13 +401,14 @@ static void plot(FILE *o, const char *title, const char *shown)
 	/* The scales: every row, and the limits that fit. */
 	tmax = 0;
 	double top = 0;
-	bool any_held = false;
+	bool any_held = false, any_mapped = false;
 	size_t npids = 0;
 	for (size_t i = 0; i < nrows; i++) {
 		tmax = rows[i].t > tmax ? rows[i].t : tmax;
 		top = (double)rows[i].heap > top ? (double)rows[i].heap : top;
 		npids += !i || rows[i].pid != rows[i - 1].pid;
 		any_held |= rows[i].held != UINT64_MAX;
+		any_mapped |= rows[i].mapped != UINT64_MAX && rows[i].mapped;
 	}
 	bool draw_held = any_held && limit[EV_HELD] != UINT64_MAX;
 	for (size_t i = 0; draw_held && i < nrows; i++)
@@ -461,9 +486,11 @@ static void plot(FILE *o, const char *title, const char *shown)
 			;
 		const char *c = palette[shown_pids % NPALETTE];
 		ml__svg_group(o, "pid %" PRIu64, rows[i].pid);
-		process_line(o, rows + i, p - i, c, false);
+		process_line(o, rows + i, p - i, c, S_HEAP);
 		if (draw_held)
-			process_line(o, rows + i, p - i, c, true);
+			process_line(o, rows + i, p - i, c, S_HELD);
+		if (any_mapped)
+			process_line(o, rows + i, p - i, c, S_MAPPED);
 		markers(o, rows + i, p - i, labelled);
 		ml__svg_group_end(o);
 		/* The legend, under the axis title. */
@@ -483,10 +510,11 @@ static void plot(FILE *o, const char *title, const char *shown)
 		}
 		shown_pids++;
 	}
-	if (draw_held)
+	if (draw_held || any_mapped)
 		ml__svg_text(o, WIDTH - RIGHT, HEIGHT - 24, "end", 12,
-		             "#333333", NULL,
-		             "solid: heap; dotted: held (estimated)");
+		             "#333333", NULL, "solid: heap%s%s",
+		             any_mapped ? "; dashed: of it mapped" : "",
+		             draw_held ? "; dotted: held (estimated)" : "");
 	ml__svg_end(o);
 	free(t);
 }

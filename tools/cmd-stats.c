@@ -43,6 +43,8 @@ struct proc {
 	 * order), pressure callbacks, heap at exit, global limit (0: none),
 	 * shared budget usage. */
 	uint64_t version, started, intr[4], pressure, heap, glimit, shared;
+	/* Version 3 (issue 34), 0 before: the part of heap mapped. */
+	uint64_t mapped;
 	uint64_t hist[NBUCKETS], hist_sampled[NBUCKETS];
 	char program[256];
 };
@@ -333,6 +335,7 @@ enum {
 	F_HEAP,
 	F_GLIMIT,
 	F_SHARED,
+	F_MAPPED, /* version 3 */
 	NFIELDS
 };
 static const char *const field_names[NFIELDS] = {"format",
@@ -356,7 +359,8 @@ static const char *const field_names[NFIELDS] = {"format",
                                                  "pressure_callbacks",
                                                  "heap_bytes",
                                                  "global_limit",
-                                                 "shared_usage"};
+                                                 "shared_usage",
+                                                 "mapped_bytes"};
 
 static void parse_file(const char *file, const char *s, size_t len,
                        struct proc *pr)
@@ -395,7 +399,7 @@ static void parse_file(const char *file, const char *s, size_t len,
 				break;
 			case F_VERSION:
 				pr->version = count(&r);
-				if (pr->version != 1 && pr->version != 2)
+				if (pr->version < 1 || pr->version > 3)
 					r.p = at, bad(&r, "unknown version");
 				break;
 			case F_PROGRAM:
@@ -425,6 +429,7 @@ static void parse_file(const char *file, const char *s, size_t len,
 				    [F_HEAP] = &pr->heap,
 				    [F_GLIMIT] = &pr->glimit,
 				    [F_SHARED] = &pr->shared,
+				    [F_MAPPED] = &pr->mapped,
 				};
 				*dst[f] = v;
 			}
@@ -437,7 +442,8 @@ static void parse_file(const char *file, const char *s, size_t len,
 		bad(&r, "text after the object");
 	for (int f = 0; f < NFIELDS; f++)
 		if (!seen[f] && f != F_PROGRAM && f != F_THREADS &&
-		    f != F_WINDOW && (f < F_STARTED || pr->version >= 2)) {
+		    f != F_WINDOW && (f < F_STARTED || pr->version >= 2) &&
+		    (f < F_MAPPED || pr->version >= 3)) {
 			char msg[80];
 			snprintf(msg, sizeof msg, "missing member \"%s\"",
 			         field_names[f]);
@@ -594,6 +600,10 @@ static void metrics(const struct proc *t, size_t n, bool om)
 	    &p, "memlimits_heap_bytes", "gauge",
 	    "Heap in use by the run's processes at their exit, summed.",
 	    t->heap);
+	ml__prom_one(&p, "memlimits_mapped_bytes", "gauge",
+	             "The part of that heap the processes mapped themselves, "
+	             "summed.",
+	             t->mapped);
 	ml__prom_family(&p, "memlimits_global_limit_bytes", "gauge",
 	                "The largest global limit of the run's processes; +Inf "
 	                "when none set one.");
@@ -746,7 +756,8 @@ static int stats_main(int argc, char **argv)
 		                           &tot.started) ||
 		    __builtin_add_overflow(tot.pressure, p->pressure,
 		                           &tot.pressure) ||
-		    __builtin_add_overflow(tot.heap, p->heap, &tot.heap))
+		    __builtin_add_overflow(tot.heap, p->heap, &tot.heap) ||
+		    __builtin_add_overflow(tot.mapped, p->mapped, &tot.mapped))
 			ml__tool_usage_error(CMD, "the totals overflow");
 		if (p->glimit > tot.glimit)
 			tot.glimit = p->glimit;

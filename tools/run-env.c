@@ -81,6 +81,7 @@ void ml__run_set_limits(const struct ml__run_opts *o, const char *report,
 	    o->interval ? ml__run_size_env(o->interval) : NULL);
 	set("MEMLIMITS_SEED", o->seed);
 	set("MEMLIMITS_ON_LIMIT", o->on_limit);
+	set("MEMLIMITS_MAPPED", o->no_mapped ? "0" : NULL);
 	set("MEMLIMITS_REPORT", report);
 	/* The report file gets PROGRAM's report (exec keeps this pid) and
 	 * those of processes that reach a limit: a test suite's hundreds of
@@ -169,6 +170,10 @@ void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
 		say("tree heap limit", "none", "default");
 	say("on limit", o->on_limit ? o->on_limit : "fail",
 	    o->on_limit ? "--on-limit" : "default");
+	say("mapped memory",
+	    o->no_mapped ? "not counted"
+	                 : "counted as heap (private anonymous writable mmap)",
+	    o->no_mapped ? "--no-mapped" : "default");
 	say("sample interval", o->interval ? o->interval : ML__INTERVAL_TEXT,
 	    o->interval ? "--interval" : "default");
 	say("seed", o->seed ? o->seed : "the library's fixed seed",
@@ -210,7 +215,7 @@ void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
 	    "MEMLIMITS_STATS_DIR=",      "MEMLIMITS_DELIVERY=",
 	    "MEMLIMITS_REPORT_PID=",     "MEMLIMITS_TIMELINE=",
 	    "MEMLIMITS_TIMELINE_START=", "MEMLIMITS_SHARED=",
-	    "MEMLIMITS_SHARED_TREE="};
+	    "MEMLIMITS_SHARED_TREE=",    "MEMLIMITS_MAPPED="};
 	for (char **e = environ; e && *e; e++) {
 		if (strncmp(*e, "MEMLIMITS_", 10))
 			continue;

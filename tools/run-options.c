@@ -64,6 +64,11 @@ static void help(void)
 	    "                      --heap-limit, read once now); PROGRAM then "
 	    "runs as a child\n"
 	    "                      of memlimits run, which waits for it\n"
+	    "  --no-mapped         count only the malloc family's blocks, not "
+	    "the memory the\n"
+	    "                      program maps itself (mmap: CPython's "
+	    "arenas, the JVM,\n"
+	    "                      V8), which counts as heap by default\n"
 	    "  --interval SIZE     the mean sample interval (default " ML__INTERVAL_TEXT
 	    " "
 	    "bytes)\n"
@@ -222,6 +227,7 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 		O_TIMELINE,
 		O_VERBOSE,
 		O_REPORT_ALL,
+		O_NO_MAPPED,
 		O_HELP
 	};
 	static const struct option longopts[] = {
@@ -239,6 +245,7 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 	    {"stats", required_argument, NULL, O_STATS},
 	    {"timeline", required_argument, NULL, O_TIMELINE},
 	    {"verbose", no_argument, NULL, O_VERBOSE},
+	    {"no-mapped", no_argument, NULL, O_NO_MAPPED},
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
 	};
@@ -323,6 +330,9 @@ void ml__run_parse(int argc, char **argv, struct ml__run_opts *o)
 			break;
 		case O_VERBOSE:
 			o->verbose = true;
+			break;
+		case O_NO_MAPPED:
+			o->no_mapped = true;
 			break;
 		case 'h':
 		case O_HELP:

@@ -29,6 +29,7 @@ struct ml__run_opts {
 	const char *report, *profile, *stats, *timeline;
 	const char *allocator;
 	bool verbose, report_all;
+	bool no_mapped; /* --no-mapped: MEMLIMITS_MAPPED=0 */
 };
 
 /* Parse and check argv; PROGRAM is argv[optind] afterwards. */

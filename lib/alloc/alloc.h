@@ -271,6 +271,88 @@ extern _Atomic uint8_t ml__watch;
 void ml__sampled_switch(bool on);
 extern _Atomic bool ml__sampled_on;
 
+/* ---- Mappings the program makes itself (ranges.c, mapped.c) -----------
+ *
+ * Private, anonymous mappings made through the interposed mmap family
+ * (api/mmap.c), as per-range records (ranges.c): COUNTED while writable,
+ * RESERVED while not (a reservation, counted once made writable).  Their
+ * counted bytes are heap for the meter (ml__meter_mapped). */
+enum { ML__RANGE_RESERVED = 1, ML__RANGE_COUNTED = 2 };
+struct ml__range {
+	uintptr_t start, end; /* page-aligned, start < end */
+	uintptr_t key;        /* its samples' held record (tasks/held.c), 0 */
+	uint64_t samples;     /* the samples its bytes carry */
+	uint64_t unit;        /* bytes per sample (the interval then) */
+	uint8_t state;        /* ML__RANGE_* */
+};
+struct ml__ranges {
+	struct ml__range *r; /* cap records, n in use, sorted by start */
+	size_t n, cap;
+	uint64_t counted;  /* bytes of COUNTED records */
+	uint64_t lost;     /* pieces that found no record (full array) */
+	uint64_t released; /* samples given back, all told */
+	uint64_t rng;      /* splitmix64 state for the cuts' binomials */
+	/* Samples stop being held: weight = samples x unit. */
+	void (*drop)(void *ctx, uintptr_t key, uint64_t weight);
+	void *ctx;
+};
+/* [a, b) is now one record of `state` (0: nothing, an unmap), whatever
+ * was tracked there before; a COUNTED one carries s samples of key.
+ * false when nothing was recorded (state 0, or a full array: the caller
+ * gives the samples back). */
+bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                    unsigned state, uintptr_t key, uint64_t s, uint64_t unit);
+/* mprotect: the tracked bytes of [a, b) take `state`; those that become
+ * COUNTED share s samples of key by size.  Returns the samples no piece
+ * took (all s when no byte changed state). */
+uint64_t ml__ranges_protect(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                            unsigned state, uintptr_t key, uint64_t s,
+                            uint64_t unit);
+/* mremap's move: the records of [from, from + len) now lie at to. */
+void ml__ranges_move(struct ml__ranges *R, uintptr_t from, uintptr_t len,
+                     uintptr_t to);
+/* Bytes of [a, b) in records of `state`; the state at x (0: untracked). */
+uint64_t ml__ranges_bytes(const struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                          unsigned state);
+unsigned ml__ranges_state_at(const struct ml__ranges *R, uintptr_t x);
+/* Sorted, disjoint, states and the count consistent (tests, fuzzing). */
+bool ml__ranges_check(const struct ml__ranges *R);
+
+/* The process's ranges (mapped.c), under their lock (ML__RANK_MAPPED,
+ * taken with no other lock of ours held: nested ones rank after it). */
+#define ML__MAPPED_CAP ((size_t)1 << 16)
+extern struct ml__lock ml__mapped_lock;
+/* The ranges, their storage mapped at the first call; NULL if it cannot
+ * be (nothing is counted then).  Under the lock. */
+struct ml__ranges *ml__mapped_ranges(void);
+/* Some piece found no record (ranges.lost > 0): read without the lock. */
+#define ml__mapped_full (ml__mapped_ranges_lost() != 0)
+uint64_t ml__mapped_ranges_lost(void);
+/* Counting runs (MEMLIMITS_MAPPED, read at start: core/settings.c). */
+extern _Atomic bool ml__mapped_on;
+#define ML__MAPPED_ON atomic_load_explicit(&ml__mapped_on, memory_order_relaxed)
+/* Stop counting: every range forgotten, the meter told (once, at start). */
+void ml__mapped_disable(void);
+/* Set by the layer above (held.c's ml__held_drop): samples of a range
+ * given back.  Called under the ranges' lock. */
+extern void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
+/* Non-zero while this thread is inside the allocator underneath (jemalloc,
+ * tcmalloc, mimalloc: underlying.c's guarded members): the mappings it
+ * makes then hold blocks counted as blocks, and are not counted again.
+ * glibc's allocator maps through its internal entry points and never
+ * reaches the interposed mmap, so it needs no guard. */
+extern ML__TLS uint8_t ml__inside_allocator;
+/* pc lies in the allocator underneath's object (its own threads, its
+ * constructor: mappings never counted). */
+bool ml__allocator_holds(uintptr_t pc);
+
+/* The meter's part for mappings (meter.c): counted bytes move by d; the
+ * counted bytes now; the peak's split (blocks, mapped) when it was
+ * reached. */
+void ml__meter_mapped(int64_t d);
+uint64_t ml__meter_mapped_now(void);
+void ml__meter_peak_split(uint64_t *blocks, uint64_t *mapped);
+
 #pragma GCC visibility pop
 
 #endif

@@ -26,15 +26,25 @@ static _Atomic int64_t total;
  * total (ML__METER_BATCH per other thread), and it costs one comparison
  * per fold, nothing per allocation. */
 static _Atomic int64_t peak;
+/* Issue 34: the counted bytes of the program's own mappings (mapped.c),
+ * exact (moved under the ranges' lock, not batched), part of the heap
+ * whether the meter runs or not; and their part of the peak when it was
+ * reached. */
+static _Atomic int64_t mapped, peak_mapped;
 ML__LOCK(, ml__meter_switch_lock, ML__RANK_METER)
 
-static void raise_peak(int64_t v)
+/* v: the heap (blocks and mappings), m: its mapped part. */
+static void raise_peak(int64_t v, int64_t m)
 {
 	int64_t p = atomic_load_explicit(&peak, memory_order_relaxed);
-	while (v > p &&
-	       !atomic_compare_exchange_weak_explicit(
-	           &peak, &p, v, memory_order_relaxed, memory_order_relaxed))
-		;
+	while (v > p)
+		if (atomic_compare_exchange_weak_explicit(
+		        &peak, &p, v, memory_order_relaxed,
+		        memory_order_relaxed)) {
+			atomic_store_explicit(&peak_mapped, m,
+			                      memory_order_relaxed);
+			break;
+		}
 }
 
 ML__TLS struct ml__meter_local ml__meter_self;
@@ -80,9 +90,10 @@ static void fold(int64_t d)
 			now = d > 0 ? INT64_MAX : INT64_MIN;
 	} while (!atomic_compare_exchange_weak_explicit(
 	    &total, &old, now, memory_order_relaxed, memory_order_relaxed));
+	int64_t m = atomic_load_explicit(&mapped, memory_order_relaxed);
 	if (d > 0)
-		raise_peak(now);
-	pressure_check(now);
+		raise_peak(now + m, m);
+	pressure_check(now + m);
 	/* Issue 27: a shared budget's member publishes (lib/shared), at a
 	 * fold of any kind (glibc's countdowns, jemalloc's counters, the
 	 * size-query tails, notes). */
@@ -284,10 +295,11 @@ void ml__meter_add(int64_t bytes)
 
 uint64_t ml__meter_usage(void)
 {
+	int64_t m = atomic_load_explicit(&mapped, memory_order_relaxed);
 	if (!ML__METER_ON)
-		return ml__allocator_in_use();
+		return ml__allocator_in_use() + (uint64_t)(m > 0 ? m : 0);
 	int64_t v, d = (int64_t)(ml__meter_self.down - ml__meter_self.up) +
-	               counted_delta();
+	               counted_delta() + m;
 	/* Saturated, as the total is at a fold. */
 	if (__builtin_add_overflow(
 	        atomic_load_explicit(&total, memory_order_relaxed), d, &v))
@@ -308,7 +320,8 @@ static void atfork_child(void)
 {
 	local_flush();
 	counted_flush();
-	atomic_store(&peak, atomic_load(&total));
+	atomic_store(&peak, atomic_load(&total) + atomic_load(&mapped));
+	atomic_store(&peak_mapped, atomic_load(&mapped));
 }
 
 __attribute__((constructor(102))) static void meter_init(void)
@@ -718,8 +731,47 @@ static void meter_run(bool on)
 			counted_begin();
 			counted.next_d += ML__METER_BATCH;
 		}
-		raise_peak(atomic_load(&total));
+		raise_peak(atomic_load(&total) + atomic_load(&mapped),
+		           atomic_load(&mapped));
 	}
+}
+
+void ml__meter_mapped(int64_t d)
+{
+	int64_t m =
+	    atomic_fetch_add_explicit(&mapped, d, memory_order_relaxed) + d;
+	if (!ML__METER_ON)
+		return;
+	/* What a fold does, for bytes that never pass a countdown. */
+	int64_t now = atomic_load_explicit(&total, memory_order_relaxed) + m;
+	if (d > 0)
+		raise_peak(now, m);
+	pressure_check(now);
+	void (*hook)(void) =
+	    atomic_load_explicit(&ml__meter_fold_hook, memory_order_relaxed);
+	if (ml__unlikely(hook != NULL))
+		hook();
+}
+
+uint64_t ml__meter_mapped_now(void)
+{
+	int64_t m = atomic_load_explicit(&mapped, memory_order_relaxed);
+	return m > 0 ? (uint64_t)m : 0;
+}
+
+void ml__meter_peak_split(uint64_t *blocks, uint64_t *mapped_part)
+{
+	uint64_t p = ml__meter_peak();
+	int64_t pk = atomic_load_explicit(&peak, memory_order_relaxed);
+	int64_t m =
+	    (uint64_t)(pk > 0 ? pk : 0) == p
+	        ? atomic_load_explicit(&peak_mapped, memory_order_relaxed)
+	        : (int64_t)ml__meter_mapped_now();
+	uint64_t mm = m > 0 ? (uint64_t)m : 0;
+	if (mm > p)
+		mm = p;
+	*mapped_part = mm;
+	*blocks = p - mm;
 }
 
 ML_EXPORT uint64_t ml_global_memory_usage(void)

@@ -11,4 +11,32 @@
  * public API. */
 #define ML__API __attribute__((visibility("default")))
 
+#pragma GCC visibility push(hidden)
+
+/* ---- Counted mappings, for run mode's report (mmap.c) ------------------
+ *
+ * While ml__mapped_attribute is set (run mode, when a report may be
+ * written), each counted mapping's bytes are added to the loaded object
+ * that called mmap (mprotect, mremap): ML__MAPPED_BY objects at most, the
+ * rest in none.  The first mapping the library refused is kept in any
+ * case. */
+#define ML__MAPPED_BY 32
+struct ml__mapped_by {
+	_Atomic uintptr_t obj; /* the object's start; 0: a free slot */
+	const char *name;      /* its link-map name ("": the program) */
+	_Atomic uint64_t bytes, largest, count;
+};
+extern _Atomic bool ml__mapped_attribute;
+extern struct ml__mapped_by ml__mapped_by[ML__MAPPED_BY];
+struct ml__mapped_refusal {
+	_Atomic bool set;
+	const char *op; /* "mmap", "mprotect", "mremap" */
+	uint64_t bytes; /* the bytes that would have counted */
+	uintptr_t pc;   /* its caller */
+};
+extern struct ml__mapped_refusal ml__mapped_refused;
+extern _Atomic uint64_t ml__mapped_refusals;
+
+#pragma GCC visibility pop
+
 #endif

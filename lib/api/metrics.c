@@ -48,6 +48,10 @@ ML_EXPORT int ml_write_metrics(int fd)
 	    &p, "memlimits_heap_bytes", "gauge",
 	    "Heap in use by this process, as the heap meter counts it.",
 	    ml__meter_usage());
+	ml__prom_one(&p, "memlimits_mapped_bytes", "gauge",
+	             "The part of the heap the program mapped itself (private "
+	             "anonymous writable mmap).",
+	             ml__meter_mapped_now());
 	ml__prom_family(&p, "memlimits_global_limit_bytes", "gauge",
 	                "The global limit on the heap; +Inf when none is set.");
 	if (limit == ML_NO_LIMIT)

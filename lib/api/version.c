@@ -30,6 +30,10 @@ ML_EXPORT unsigned ml_capabilities(void)
 	 * recognised at their free: only when ours is the malloc called. */
 	if (c & ML_CAP_INTERPOSED)
 		c |= ML_CAP_HELD;
+	/* The mmap family is interposed with the malloc family; settings
+	 * are read by the constructor, before any caller can ask. */
+	if ((c & ML_CAP_INTERPOSED) && ML__MAPPED_ON)
+		c |= ML_CAP_MAPPED;
 	atomic_store_explicit(&cached, c, memory_order_relaxed);
 	return (unsigned)c;
 }

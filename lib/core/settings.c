@@ -137,4 +137,12 @@ void ml__settings_read_env(void)
 		else
 			bad_env("MEMLIMITS_DELIVERY", v, "jump, fail or flag");
 	}
+	/* Issue 34: counting the program's own mappings, on by default.
+	 * What was counted before this constructor is forgotten with it. */
+	if ((v = ml__getenv("MEMLIMITS_MAPPED"))) {
+		if (!strcmp(v, "0"))
+			ml__mapped_disable();
+		else if (strcmp(v, "1") != 0)
+			bad_env("MEMLIMITS_MAPPED", v, "0 or 1");
+	}
 }

@@ -133,6 +133,19 @@ static int open_out(const char *what, const char *path, char *buf, size_t cap)
 
 /* ---- Report ----------------------------------------------------------- */
 
+/* A loaded object's link-map name; "" is the program itself. */
+static void put_object_name(struct ml__out *o, const char *name)
+{
+	char exe[ML__PATH_MAX];
+	if (name && *name) {
+		ml__out_puts(o, name);
+		return;
+	}
+	ml__self_exe(exe, sizeof exe);
+	ml__out_puts(o, exe);
+	ml__out_puts(o, " (the program)");
+}
+
 /* The allocations that the allocation limit refused allocated nothing:
  * their samples are not counted, so the count may end below the limit it
  * reached.  Said, lest the report read as a contradiction. */
@@ -174,6 +187,79 @@ static void put_refused(struct ml__out *o)
 		ml__out_puts(o, " allocations, ");
 		ml__out_u(o, rs, 10);
 		ml__out_puts(o, " samples");
+	}
+	ml__out_puts(o, "\n");
+}
+
+/* "N bytes (X MiB): blocks B, mapped M" (issue 34: the heap is both). */
+static void put_split(struct ml__out *o, uint64_t heap, uint64_t mapped)
+{
+	if (mapped > heap)
+		mapped = heap;
+	ml__out_size(o, heap);
+	ml__out_puts(o, ": blocks ");
+	ml__out_human(o, heap - mapped);
+	ml__out_puts(o, ", mapped ");
+	ml__out_human(o, mapped);
+}
+
+/* The memory the program maps itself: which objects mapped the most,
+ * and the mapping refused (issue 34). */
+static void put_mapped(struct ml__out *o)
+{
+	ml__out_puts(o, "mapped memory: ");
+	if (!(ml_capabilities() & ML_CAP_MAPPED)) {
+		ml__out_puts(o,
+		             "not counted (--no-mapped, or MEMLIMITS_MAPPED=0"
+		             ")\n");
+		return;
+	}
+	ml__out_human(o, ml__meter_mapped_now());
+	ml__out_puts(o, " counted now (private anonymous writable mmap)\n");
+	/* The objects by bytes mapped, largest first (3 at most). */
+	bool shown[ML__MAPPED_BY] = {0};
+	for (int k = 0; k < 3; k++) {
+		int best = -1;
+		for (int i = 0; i < ML__MAPPED_BY; i++) {
+			const struct ml__mapped_by *b = &ml__mapped_by[i];
+			if (shown[i] || !atomic_load(&b->obj))
+				continue;
+			if (best < 0 ||
+			    atomic_load(&b->bytes) >
+			        atomic_load(&ml__mapped_by[best].bytes))
+				best = i;
+		}
+		if (best < 0)
+			break;
+		shown[best] = true;
+		const struct ml__mapped_by *b = &ml__mapped_by[best];
+		ml__out_puts(o, k ? "  then " : "  mapped most by ");
+		put_object_name(o, b->name);
+		ml__out_puts(o, ": ");
+		ml__out_human(o, atomic_load(&b->bytes));
+		ml__out_puts(o, " in ");
+		ml__out_u(o, atomic_load(&b->count), 10);
+		ml__out_puts(o, " mappings, the largest ");
+		ml__out_human(o, atomic_load(&b->largest));
+		ml__out_puts(o, "\n");
+	}
+	if (!atomic_load_explicit(&ml__mapped_refused.set,
+	                          memory_order_acquire))
+		return;
+	ml__out_puts(o, "  refused: ");
+	ml__out_puts(o, ml__mapped_refused.op);
+	ml__out_puts(o, " of ");
+	ml__out_size(o, ml__mapped_refused.bytes);
+	struct ml__object ob;
+	if (ml__find_object(ml__mapped_refused.pc, &ob) == 0) {
+		ml__out_puts(o, " from ");
+		put_object_name(o, ob.name);
+	}
+	uint64_t more = atomic_load(&ml__mapped_refusals);
+	if (more > 1) {
+		ml__out_puts(o, " (the first of ");
+		ml__out_u(o, more, 10);
+		ml__out_puts(o, " refused mappings)");
 	}
 	ml__out_puts(o, "\n");
 }
@@ -262,14 +348,14 @@ static void put_limits(struct ml__out *o)
 			ml__out_puts(o, ml__run.heap_from);
 		}
 		ml__out_puts(o, "\n  heap in use now: ");
-		ml__out_size(o, ml__meter_usage());
+		put_split(o, ml__meter_usage(), ml__meter_mapped_now());
 		ml__out_puts(o, "\n  peak heap: ");
-		ml__out_size(o, ml__meter_peak());
-		ml__out_puts(
-		    o, "\n  (the heap is the blocks of the malloc family; "
-		       "memory a program maps itself,\n  as the heaps of "
-		       "cc1, the JVM or V8, is not counted)\n");
+		uint64_t blocks, mapped;
+		ml__meter_peak_split(&blocks, &mapped);
+		put_split(o, blocks + mapped, mapped);
+		ml__out_puts(o, "\n");
 	}
+	put_mapped(o);
 }
 
 /* The TOP_SITES ids of largest bytes[id] > 0, largest first; how many

@@ -225,6 +225,9 @@ __attribute__((constructor(110))) static void run_start(void)
 		hooks.every_alloc = true;
 	}
 	if (ml__run.profiling) {
+		/* Which objects made the counted mappings (issue 34): a
+		 * lookup per counted mapping, for the report. */
+		atomic_store(&ml__mapped_attribute, true);
 		/* Stacks at every sample only where they are written: a
 		 * report file or a profile (a limit alone gets, on stderr,
 		 * the stack that reached it, captured then). */

@@ -228,7 +228,7 @@ static void format(struct ml__out *o, const struct counts *c, uint64_t threads,
 {
 	uint64_t interval = atomic_load(&ml__interval);
 	ml__out_puts(o,
-	             "{\n  \"format\": \"memlimits-stats\",\n  \"version\": 2");
+	             "{\n  \"format\": \"memlimits-stats\",\n  \"version\": 3");
 	field_u(o, "pid", (uint64_t)getpid());
 	field_u(o, "ppid", (uint64_t)getppid());
 	ml__out_puts(o, ",\n  \"program\": ");
@@ -261,6 +261,9 @@ static void format(struct ml__out *o, const struct counts *c, uint64_t threads,
 	        m[ML__M_INTERRUPTED + ML_HELD_LIMIT - 1]);
 	field_u(o, "pressure_callbacks", m[ML__M_PRESSURE]);
 	field_u(o, "heap_bytes", ml__meter_usage());
+	/* Version 3 (issue 34): the part of heap_bytes the program mapped
+	 * itself. */
+	field_u(o, "mapped_bytes", ml__meter_mapped_now());
 	field_u(o, "global_limit", limit == ML_NO_LIMIT ? 0 : limit);
 	field_u(o, "shared_usage", ml__shared_usage());
 	field_u(o, "window", WINDOW);

@@ -261,13 +261,14 @@ static void load_symtab(struct obj *ob, const char *path)
 		return;
 	}
 	size_t len = (size_t)st.st_size;
-	const unsigned char *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	const unsigned char *m =
+	    ml__sys_mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		return;
 	read_tables(ob, m, len);
 	if (!ob->nsym) { /* stripped of both, or not ELF */
-		munmap((void *)m, len);
+		ml__sys_munmap((void *)m, len);
 		return;
 	}
 	ob->map = m;
@@ -480,7 +481,8 @@ void ml__symbols_close(struct ml__symbols *sy)
 		return;
 	for (unsigned i = 0; sy->objs && i < sy->nobjs; i++) {
 		if (sy->objs[i].map)
-			munmap((void *)sy->objs[i].map, sy->objs[i].map_len);
+			ml__sys_munmap((void *)sy->objs[i].map,
+			               sy->objs[i].map_len);
 		ml__raw_free(sy->objs[i].span, sy->objs[i].span_bytes);
 	}
 	for (unsigned i = 0; sy->cache && i < NSYMS; i++)

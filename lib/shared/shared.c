@@ -644,8 +644,8 @@ static int open_table(const char *name, uint64_t limit, struct table **out)
 	}
 	if (fstat(fd, &st) != 0 || st.st_size != (off_t)TABLE_BYTES)
 		goto out; /* another layout, or not made yet */
-	void *p =
-	    mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *p = ml__sys_mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE,
+	                       MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		rc = ML_ENOMEM;
 		goto out;
@@ -661,7 +661,7 @@ static int open_table(const char *name, uint64_t limit, struct table **out)
 		atomic_store(&t->head.limit, limit);
 	} else if (atomic_load(&t->head.magic) != MAGIC ||
 	           atomic_load(&t->head.limit) == 0) {
-		munmap(p, TABLE_BYTES);
+		ml__sys_munmap(p, TABLE_BYTES);
 		goto out; /* not made (yet) */
 	}
 	*out = t;
@@ -720,7 +720,7 @@ int ml__shared_join(const char *name, uint64_t limit)
 	pub_unlock();
 	if (rc != ML_OK) {
 		ml__meter_keep(false);
-		munmap(t, TABLE_BYTES);
+		ml__sys_munmap(t, TABLE_BYTES);
 	}
 	ml__spin_unlock(&join_lock);
 	return rc;
@@ -746,7 +746,7 @@ int ml__shared_leave(void)
 	my_slot = -1;
 	my_name[0] = 0;
 	pub_unlock();
-	munmap(t, TABLE_BYTES);
+	ml__sys_munmap(t, TABLE_BYTES);
 	ml__meter_keep(false);
 	ml__spin_unlock(&join_lock);
 	return ML_OK;

@@ -236,6 +236,44 @@ static void held_free(void *p)
 		drain_check();
 }
 
+/* Issue 34: a mapping's record (keyed by api/mmap.c's odd key, never a
+ * block's address) gives back `weight` of its bytes: part of the mapping
+ * went (alloc/ranges.c draws which samples).  The record goes with its
+ * last byte.  Called under the ranges' lock, which ranks before ours. */
+void ml__held_drop(uintptr_t key, uint64_t weight)
+{
+	struct record r = {0};
+	bool drained = false, part = false;
+	unsigned k = shard_of(key);
+	struct shard *sh = &shards[k];
+	ml__spin_lock(&shard_lock[k].lock);
+	struct record *e = find(sh, key);
+	if (e) {
+		r = *e;
+		if (weight < e->weight) {
+			e->weight -= weight;
+			r.weight = weight;
+			part = true; /* the record stays */
+		} else {
+			erase(sh, e);
+			ml__sampled_unmark((void *)key);
+			drained = !sh->used && !ML__HELD_ON;
+		}
+	}
+	ml__spin_unlock(&shard_lock[k].lock);
+	if (part) {
+		/* Part of the weight: the accounts keep their references. */
+		for (int i = 0; i < ML__HELD_TASKS && r.acct[i]; i++)
+			charge(r.acct[i], -r.weight);
+		held_moved(-(int64_t)r.weight);
+	} else if (r.addr) {
+		release(&r);
+		held_moved(-(int64_t)r.weight);
+	}
+	if (ml__unlikely(drained))
+		drain_check();
+}
+
 /* The task's account, made at its first charge. */
 static struct ml__account *account_of(struct ml_task *task)
 {

@@ -362,6 +362,9 @@ bool ml__held_tracking_test(bool *filtered);
 /* The block p, just allocated on t's slow path with s samples, is held
  * by the tasks on t's stack. */
 void ml__held_note(struct ml__thread *t, void *p, uint64_t s);
+/* A mapping's held record (api/mmap.c's key) holds weight bytes fewer;
+ * the record goes when nothing is left. */
+void ml__held_drop(uintptr_t key, uint64_t weight);
 /* A consumer's work when a sampled block's weight is recorded (+weight)
  * or freed (-weight) (lib/shared republishes its largest task's
  * estimate): called after the accounts have it, on the slow path and in

@@ -5,6 +5,8 @@
 #include "util/util.h"
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #define SLAB_BYTES ((size_t)64 * 1024)
 
@@ -14,15 +16,39 @@ void *ml__raw_alloc(size_t bytes)
 {
 	if (ml__unlikely(ml__fault_pool))
 		return NULL;
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-	               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *p = ml__sys_mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+	                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
 void ml__raw_free(void *p, size_t bytes)
 {
 	if (p)
-		munmap(p, bytes);
+		ml__sys_munmap(p, bytes);
+}
+
+/* syscall(2) sets errno and returns -1 for the kernel's -4095 .. -1, which
+ * no mapping's address can be. */
+void *ml__sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
+                   long off)
+{
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+int ml__sys_munmap(void *addr, size_t len)
+{
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+int ml__sys_mprotect(void *addr, size_t len, int prot)
+{
+	return (int)syscall(SYS_mprotect, addr, len, prot);
+}
+
+void *ml__sys_mremap(void *old, size_t oldlen, size_t newlen, int flags,
+                     void *to)
+{
+	return (void *)syscall(SYS_mremap, old, oldlen, newlen, flags, to);
 }
 
 void *ml__pool_get(struct ml__pool *p)

@@ -48,6 +48,7 @@
  * order they were registered; code that nests two locks must take them in
  * that order.  tests/concurrency/test-locks.sh rejects any other lock. */
 enum ml__lock_rank {
+	ML__RANK_MAPPED, /* the mapped ranges (alloc/mapped.c): outermost */
 	ML__RANK_UNWIND, /* around a stack walk, which may allocate  */
 	ML__RANK_GLOBAL, /* the list of live global tasks; the limit */
 	ML__RANK_METER,  /* the meter switch (mallinfo2 under it)    */
@@ -118,6 +119,17 @@ void *ml__pool_get(struct ml__pool *p);
 void ml__pool_put(struct ml__pool *p, void *slot);
 void *ml__raw_alloc(size_t bytes); /* mmap; NULL on failure */
 void ml__raw_free(void *p, size_t bytes);
+/* The kernel's mmap family, called with syscall(2) (pool.c): the library
+ * interposes the exported names (api/mmap.c), and neither its own memory
+ * nor the interposer's own calls may go through them.  glibc 2.36 exports
+ * __mmap, __munmap and __mprotect only as GLIBC_PRIVATE, and no __mremap.
+ * Return values and errno as the libc functions'. */
+void *ml__sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
+                   long off);
+int ml__sys_munmap(void *addr, size_t len);
+int ml__sys_mprotect(void *addr, size_t len, int prot);
+void *ml__sys_mremap(void *old, size_t oldlen, size_t newlen, int flags,
+                     void *to);
 /* Fault injection (MEMLIMITS_FAULT=pool, tests only): our own page
  * allocations fail. */
 extern bool ml__fault_pool;

@@ -222,3 +222,13 @@ tests_api_test_metrics_SOURCES = tests/api/test-metrics.c
 tests_api_test_metrics_CFLAGS = $(ML_TEST_CFLAGS) -pthread
 tests_api_test_metrics_LDADD = $(ML_TEST_LIBS)
 tests_api_test_metrics_LDFLAGS = $(ML_TEST_LINK) -pthread
+
+# Memory the program maps itself (issue 34): partial unmaps, MAP_FIXED,
+# reservations, mremap, fork, threads, refusals, held samples, a full
+# table, MEMLIMITS_MAPPED=0.
+check_PROGRAMS += tests/api/test-mapped
+TESTS += tests/api/test-mapped
+tests_api_test_mapped_SOURCES = tests/api/test-mapped.c
+tests_api_test_mapped_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_mapped_LDADD = $(ML_TEST_LIBS) -lpthread
+tests_api_test_mapped_LDFLAGS = $(ML_TEST_LINK)

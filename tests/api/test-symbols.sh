@@ -28,9 +28,11 @@ sed 's#/\*.*\*/##; /^[[:space:]]*\/\*/,/\*\//d' "$map" | awk '
 	/local:/ { g = 0; next }
 	/^\}/ { g = 0; next }
 	g && /^[[:space:]]*[a-z_0-9]+;/ { gsub(/[;[:space:]]/, ""); print $0, node }' >"$tmp/nodes"
-# The malloc family is exported unversioned (lib/memlimits.map says why).
+# The malloc family is exported unversioned (lib/memlimits.map says why),
+# and so is the mmap family since 0.4 (lib/api/mmap.c), for the same reason.
 family="malloc free calloc realloc reallocarray posix_memalign aligned_alloc
-	memalign valloc pvalloc malloc_usable_size cfree"
+	memalign valloc pvalloc malloc_usable_size cfree
+	mmap mmap64 munmap mremap mprotect"
 {
 	awk '{ print $1 }' "$tmp/nodes"
 	for f in $family; do echo "$f"; done
@@ -76,7 +78,8 @@ else
 	diag "$tmp/diff3"
 fi
 
-# The malloc family the library interposes is all there, unversioned:
+# The malloc and mmap families the library interposes are all there,
+# unversioned:
 # libc's own calls (versioned references to GLIBC_2.2.5) bind only to an
 # unversioned malloc.
 missing=

@@ -137,3 +137,11 @@ TESTS += tests/cli/test-tree-signals.sh
 EXTRA_DIST += tests/cli/test-tree-signals.sh
 tests_cli_test_sig_exec_SOURCES = tests/cli/test-sig-exec.c
 tests_cli_test_sig_exec_LDFLAGS = -no-install
+
+# Memory the program maps itself under run mode (issue 34): the heap
+# limit refuses mappings, --no-mapped, the report, timeline and statistics.
+check_PROGRAMS += tests/cli/test-run-mapped
+TESTS += tests/cli/test-run-mapped.sh
+EXTRA_DIST += tests/cli/test-run-mapped.sh
+tests_cli_test_run_mapped_SOURCES = tests/cli/test-run-mapped.c
+tests_cli_test_run_mapped_LDFLAGS = -no-install

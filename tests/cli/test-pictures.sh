@@ -64,7 +64,7 @@ if tap_case python; then
 			>/dev/null 2>"$tmp/py.err"
 		if grep -q '^# heap_limit 209715200$' "$tmp/T" &&
 			grep -q '^# start [0-9]*\.[0-9]\{9\}$' "$tmp/T" &&
-			grep -q "$(printf '^pid\tseconds\theap_bytes\theld_bytes\tevent$')" "$tmp/T" &&
+			grep -q "$(printf '^pid\tseconds\theap_bytes\theld_bytes\tmapped_bytes\tevent$')" "$tmp/T" &&
 			grep -q "$(printf '\theap_limit$')" "$tmp/T" &&
 			grep -q "$(printf '\texit$')" "$tmp/T"; then
 			ok "--timeline: the limit, the start, the header, a heap_limit row, an exit row"
@@ -72,22 +72,22 @@ if tap_case python; then
 			notok "--timeline: the file lacks what the format says"
 			diag "$tmp/T" "$tmp/py.err"
 		fi
-		# Rows: 5 fields, one pid, seconds rising, at most one per
+		# Rows: 6 fields, one pid, seconds rising, at most one per
 		# 10 ms but for events and new peaks (a heap above every
 		# earlier row's).
 		if awk -F'\t' '
 			/^#/ || /^pid\t/ { next }
-			NF != 5 { bad = "fields " NF; exit }
+			NF != 6 { bad = "fields " NF; exit }
 			$1 !~ /^[0-9]+$/ || $2 !~ /^[0-9]+\.[0-9][0-9][0-9]$/ ||
-			$3 !~ /^[0-9]+$/ { bad = "row " NR; exit }
-			$5 == "" && last != "" && $2 - last < 0.0095 && $3 + 0 <= top { bad = "too close at " NR; exit }
-			$5 == "" { last = $2 }
+			$3 !~ /^[0-9]+$/ || $5 !~ /^[0-9]+$/ || $5 + 0 > $3 + 0 { bad = "row " NR; exit }
+			$6 == "" && last != "" && $2 - last < 0.0095 && $3 + 0 <= top { bad = "too close at " NR; exit }
+			$6 == "" { last = $2 }
 			$3 + 0 > top { top = $3 + 0 }
 			{ rows++; pids[$1] = 1 }
 			END { n = 0; for (p in pids) n++
 			      if (bad != "" || rows < 5 || n != 1) { print bad, rows, n; exit 1 } }
 		' "$tmp/T" >"$tmp/awk.out"; then
-			ok "--timeline: rows of 5 fields, one process, rows 10 ms apart but for peaks"
+			ok "--timeline: rows of 6 fields (mapped_bytes within heap_bytes), one process, rows 10 ms apart but for peaks"
 		else
 			notok "--timeline rows: $(cat "$tmp/awk.out")"
 			diag "$tmp/T"
@@ -261,6 +261,35 @@ if tap_case size; then
 	else
 		notok "flamegraph of 10 000 stacks: status $st, $size bytes"
 		diag "$tmp/big.err"
+	fi
+fi
+
+# ---- Both timeline formats: 0.3's without mapped_bytes, 0.4's with ------
+if tap_case formats; then
+	printf '# heap_limit 1000\npid\tseconds\theap_bytes\theld_bytes\tevent\n1\t0.1\t10\t\t\n1\t0.2\t900\t\theap_limit\n' >"$tmp/v3"
+	printf '# heap_limit 1000\npid\tseconds\theap_bytes\theld_bytes\tmapped_bytes\tevent\n1\t0.1\t10\t\t0\t\n1\t0.2\t900\t\t700\theap_limit\n1\t0.3\t20\t\t0\n' >"$tmp/v4"
+	"$M" plot "$tmp/v3" -o "$tmp/v3.svg" 2>"$tmp/v3.err"
+	st3=$?
+	"$M" plot "$tmp/v4" -o "$tmp/v4.svg" 2>"$tmp/v4.err"
+	st4=$?
+	if test "$st3" = 0 && valid_svg "$tmp/v3.svg" &&
+		! grep -q 'stroke-dasharray="6 3"' "$tmp/v3.svg" &&
+		test "$st4" = 0 && valid_svg "$tmp/v4.svg" &&
+		grep -q 'stroke-dasharray="6 3"' "$tmp/v4.svg" &&
+		grep -q 'dashed: of it mapped' "$tmp/v4.svg"; then
+		ok "plot: a 0.3 timeline as before; a 0.4 one with its mapped bytes dashed"
+	else
+		notok "plot: formats: status $st3 and $st4"
+		diag "$tmp/v3.err" "$tmp/v4.err"
+	fi
+	printf 'pid\tseconds\theap_bytes\theld_bytes\tmapped_bytes\tevent\n1\t0.1\t10\t\tmany\t\n' >"$tmp/badm"
+	"$M" plot "$tmp/badm" -o "$tmp/e.svg" 2>"$tmp/badm.err"
+	st=$?
+	if test "$st" = 2 && grep -q 'mapped_bytes is not a byte count' "$tmp/badm.err"; then
+		ok "plot: a mapped_bytes that is not a count is named, status 2"
+	else
+		notok "plot: bad mapped_bytes: status $st"
+		diag "$tmp/badm.err"
 	fi
 fi
 

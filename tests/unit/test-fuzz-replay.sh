@@ -7,7 +7,7 @@
 . "$top_srcdir/tests/tap/tap.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-replay.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
-for t in parse env cli stats elf plot flamegraph; do
+for t in parse env cli stats elf plot flamegraph ranges; do
 	bin=$top_builddir/fuzz/replay-$t
 	corpus=$top_srcdir/fuzz/corpus/$t
 	if "$bin" "$corpus" >"$tmp/out" 2>"$tmp/err" </dev/null; then

@@ -1,0 +1,296 @@
+/* The structure behind counted mappings (mapped.c): per-range records in
+ * one array sorted by address, never overlapping, each a run of pages in
+ * one state, RESERVED (private, anonymous, not writable: tracked so that
+ * a later mprotect or MAP_FIXED can commit it) or COUNTED (private,
+ * anonymous, writable).  Pure: no lock, no global, no system call, no
+ * allocation (the caller gives the array): mapped.c holds its lock around
+ * every call, fuzz/fuzz-ranges.c checks it against a page map.
+ *
+ * Costs: a lookup is a binary search; an insertion or a removal moves the
+ * records after it (memmove), so an operation is O(log n + n) with a
+ * small constant: 48-byte records, a few thousand in the programs
+ * measured (docs/mapped.md, "Cost").  Records are not merged: each
+ * commit's samples stay with its own pieces.
+ *
+ * Samples.  A counted range carries the samples its bytes drew (s of them,
+ * `unit` bytes each, under the key of the held record that holds them,
+ * tasks/held.c).  Cutting a range of m bytes into pieces of m1 and m2
+ * bytes gives the first Binomial(s, m1 / m) of them and the second the
+ * rest: given s Poisson points placed uniformly on m bytes, that is the
+ * law of the points that fall in m1, so each piece carries exactly the
+ * samples a mapping of its size would (docs/statistics.md, "Mappings").
+ * The samples of bytes that stop counting are given back through
+ * R->drop (key, samples x unit).
+ *
+ * A full array: a piece that needs a record and finds none stops being
+ * tracked (its bytes leave the count, its samples are given back, `lost`
+ * counts it): the count may then fall below the truth, never above. */
+#include "alloc/alloc.h"
+
+#include <string.h>
+
+static uint64_t mix(uint64_t *x)
+{
+	uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+	return z ^ (z >> 31);
+}
+
+/* Binomial(s, k / m) by s trials: s is a mapping's samples (13 per MiB at
+ * the default interval), and cuts are rare next to the system call. */
+static uint64_t binomial(struct ml__ranges *R, uint64_t s, uint64_t k,
+                         uint64_t m)
+{
+	if (!s || k >= m)
+		return k >= m ? s : 0;
+	if (!k)
+		return 0;
+	double p = (double)k / (double)m;
+	uint64_t got = 0;
+	for (uint64_t i = 0; i < s; i++)
+		got += (double)(mix(&R->rng) >> 11) * 0x1p-53 < p;
+	return got;
+}
+
+static void give_back(struct ml__ranges *R, uintptr_t key, uint64_t samples,
+                      uint64_t unit)
+{
+	if (key && samples) {
+		R->released += samples;
+		if (R->drop)
+			R->drop(R->ctx, key, samples * unit);
+	}
+}
+
+static uint64_t len_of(const struct ml__range *r)
+{
+	return r->end - r->start;
+}
+
+/* The first record of [lo, hi) (sorted) that ends after a. */
+static size_t first_after_in(const struct ml__ranges *R, size_t lo, size_t hi,
+                             uintptr_t a)
+{
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (R->r[mid].end <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static size_t first_after(const struct ml__ranges *R, uintptr_t a)
+{
+	return first_after_in(R, 0, R->n, a);
+}
+
+/* Bytes [from, end) of record i stop being tracked: counted ones leave
+ * the count, with their share of the samples. */
+static void truncate_at(struct ml__ranges *R, size_t i, uintptr_t from)
+{
+	struct ml__range *r = &R->r[i];
+	uint64_t keep = binomial(R, r->samples, from - r->start, len_of(r));
+	give_back(R, r->key, r->samples - keep, r->unit);
+	if (r->state == ML__RANGE_COUNTED)
+		R->counted -= r->end - from;
+	r->samples = keep;
+	r->end = from;
+}
+
+/* Cut record i at x (start < x < end) into two; with no room, the part
+ * from x on stops being tracked. */
+static void cut(struct ml__ranges *R, size_t i, uintptr_t x)
+{
+	if (R->n == R->cap) {
+		R->lost++;
+		truncate_at(R, i, x);
+		return;
+	}
+	memmove(&R->r[i + 1], &R->r[i], (R->n - i) * sizeof *R->r);
+	R->n++;
+	struct ml__range *l = &R->r[i], *h = &R->r[i + 1];
+	uint64_t s = l->samples;
+	l->samples = binomial(R, s, x - l->start, len_of(l));
+	h->samples = s - l->samples;
+	l->end = h->start = x;
+}
+
+/* Records [i, j) cover [a, b) exactly where they overlap it: cut the ones
+ * that straddle a or b. */
+static void cut_edges(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                      size_t *ip, size_t *jp)
+{
+	size_t i = first_after(R, a);
+	if (i < R->n && R->r[i].start < a && R->r[i].end > a) {
+		cut(R, i, a);
+		i++;
+	}
+	size_t j = first_after(R, b);
+	if (j < R->n && R->r[j].start < b && R->r[j].end > b)
+		cut(R, j, b);
+	/* A record truncated by a full array may now end before b. */
+	i = first_after(R, a);
+	j = i;
+	while (j < R->n && R->r[j].start < b)
+		j++;
+	*ip = i;
+	*jp = j;
+}
+
+static void remove_run(struct ml__ranges *R, size_t i, size_t j)
+{
+	for (size_t k = i; k < j; k++) {
+		struct ml__range *r = &R->r[k];
+		give_back(R, r->key, r->samples, r->unit);
+		if (r->state == ML__RANGE_COUNTED)
+			R->counted -= len_of(r);
+	}
+	memmove(&R->r[i], &R->r[j], (R->n - j) * sizeof *R->r);
+	R->n -= j - i;
+}
+
+bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                    unsigned state, uintptr_t key, uint64_t s, uint64_t unit)
+{
+	if (a >= b)
+		return false;
+	size_t i, j;
+	cut_edges(R, a, b, &i, &j);
+	remove_run(R, i, j);
+	if (!state)
+		return false;
+	if (R->n == R->cap) {
+		R->lost++;
+		return false; /* the caller gives its samples back */
+	}
+	memmove(&R->r[i + 1], &R->r[i], (R->n - i) * sizeof *R->r);
+	R->n++;
+	R->r[i] =
+	    (struct ml__range){.start = a,
+	                       .end = b,
+	                       .key = state == ML__RANGE_COUNTED ? key : 0,
+	                       .samples = state == ML__RANGE_COUNTED ? s : 0,
+	                       .unit = unit,
+	                       .state = state};
+	if (state == ML__RANGE_COUNTED)
+		R->counted += b - a;
+	return true;
+}
+
+uint64_t ml__ranges_bytes(const struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                          unsigned state)
+{
+	uint64_t sum = 0;
+	for (size_t i = first_after(R, a); i < R->n && R->r[i].start < b; i++) {
+		const struct ml__range *r = &R->r[i];
+		uintptr_t lo = r->start > a ? r->start : a;
+		uintptr_t hi = r->end < b ? r->end : b;
+		if (r->state == state && lo < hi)
+			sum += hi - lo;
+	}
+	return sum;
+}
+
+unsigned ml__ranges_state_at(const struct ml__ranges *R, uintptr_t x)
+{
+	size_t i = first_after(R, x);
+	return i < R->n && R->r[i].start <= x ? R->r[i].state : 0;
+}
+
+uint64_t ml__ranges_protect(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                            unsigned state, uintptr_t key, uint64_t s,
+                            uint64_t unit)
+{
+	if (a >= b || !(ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED) +
+	                ml__ranges_bytes(R, a, b, ML__RANGE_COUNTED)))
+		return s; /* nothing tracked there: nothing to change */
+	size_t i, j;
+	cut_edges(R, a, b, &i, &j);
+	/* The bytes that change state share the new samples by size. */
+	uint64_t m = 0;
+	for (size_t k = i; k < j; k++)
+		if (R->r[k].state != state)
+			m += len_of(&R->r[k]);
+	for (size_t k = i; k < j; k++) {
+		struct ml__range *r = &R->r[k];
+		if (r->state == state)
+			continue;
+		if (state == ML__RANGE_COUNTED) {
+			uint64_t got = binomial(R, s, len_of(r), m);
+			m -= len_of(r);
+			s -= got;
+			r->key = key;
+			r->samples = got;
+			r->unit = unit;
+			R->counted += len_of(r);
+		} else {
+			give_back(R, r->key, r->samples, r->unit);
+			r->key = 0;
+			r->samples = 0;
+			R->counted -= len_of(r);
+		}
+		r->state = (uint8_t)state;
+	}
+	return s; /* samples no piece took: none, unless nothing changed */
+}
+
+/* Reverse records [i, j). */
+static void reverse(struct ml__range *r, size_t i, size_t j)
+{
+	while (i + 1 < j) {
+		struct ml__range t = r[i];
+		r[i++] = r[--j];
+		r[j] = t;
+	}
+}
+
+void ml__ranges_move(struct ml__ranges *R, uintptr_t from, uintptr_t len,
+                     uintptr_t to)
+{
+	if (!len || from == to)
+		return;
+	/* The destination was unmapped by the move (MREMAP_FIXED). */
+	ml__ranges_put(R, to, to + len, 0, 0, 0, 0);
+	size_t i, j;
+	cut_edges(R, from, from + len, &i, &j);
+	if (i == j)
+		return;
+	for (size_t k = i; k < j; k++) {
+		R->r[k].start = R->r[k].start - from + to;
+		R->r[k].end = R->r[k].end - from + to;
+	}
+	/* The other records stay sorted, and none lies in the destination:
+	 * rotate the run to its place among them. */
+	if (to < from) {
+		size_t p = first_after_in(R, 0, i, to);
+		reverse(R->r, p, i);
+		reverse(R->r, i, j);
+		reverse(R->r, p, j);
+	} else {
+		size_t q = first_after_in(R, j, R->n, to);
+		reverse(R->r, i, j);
+		reverse(R->r, j, q);
+		reverse(R->r, i, q);
+	}
+}
+
+bool ml__ranges_check(const struct ml__ranges *R)
+{
+	uint64_t counted = 0;
+	for (size_t i = 0; i < R->n; i++) {
+		const struct ml__range *r = &R->r[i];
+		if (r->start >= r->end || (i && R->r[i - 1].end > r->start))
+			return false;
+		if (r->state != ML__RANGE_RESERVED &&
+		    r->state != ML__RANGE_COUNTED)
+			return false;
+		if (r->state == ML__RANGE_RESERVED && r->samples)
+			return false;
+		if (r->state == ML__RANGE_COUNTED)
+			counted += len_of(r);
+	}
+	return counted == R->counted && R->n <= R->cap;
+}

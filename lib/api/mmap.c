@@ -1,0 +1,378 @@
+/* The mmap family (issue 34): memory a program maps itself counts as heap
+ * and as allocations.  Private, anonymous, writable mappings count while
+ * they exist and are writable; private anonymous ones that are not
+ * writable (reservations) are tracked, and count once made writable.
+ * The records are alloc/ranges.c's, under alloc/mapped.c's lock; the
+ * bytes go to the meter (ml__meter_mapped), the samples through the
+ * malloc family's one pair (ml__alloc_begin / ml__alloc_end) and are held
+ * under a key of their own until the bytes go (ml__held_drop).
+ *
+ * Not counted: file-backed and shared mappings; mappings made while the
+ * thread is inside the allocator underneath (ml__inside_allocator) or
+ * called from its object (its threads, its constructor): their blocks are
+ * counted as blocks; mappings made while the library itself is busy on
+ * the thread; anything mapped without these functions (raw system calls:
+ * Go, static binaries; glibc's own allocator and thread stacks, which
+ * glibc maps through its internal __mmap, never through the exported
+ * name we interpose).  docs/mapped.md says so for users.
+ *
+ * The system calls go through util's ml__sys_* (syscall(2)): never back
+ * into these functions. */
+#define _GNU_SOURCE
+#include "api/api.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+
+static _Atomic uint64_t keys;
+
+/* A key for a mapping's held record: odd, so never a block's address
+ * (blocks are aligned), and spread over the filter's buckets (bits 6 and
+ * up, alloc/alloc.h). */
+static uintptr_t new_key(void)
+{
+	uint64_t k = atomic_fetch_add_explicit(&keys, 1, memory_order_relaxed);
+	return (uintptr_t)((k + 1) << 6) | 1;
+}
+
+__attribute__((constructor(101))) static void mmap_init(void)
+{
+	atomic_store_explicit(&ml__mapped_drop_hook, ml__held_drop,
+	                      memory_order_release);
+}
+
+_Atomic bool ml__mapped_attribute;
+struct ml__mapped_by ml__mapped_by[ML__MAPPED_BY];
+struct ml__mapped_refusal ml__mapped_refused;
+_Atomic uint64_t ml__mapped_refusals;
+
+/* n counted bytes mapped from pc: added to its object (api.h). */
+static ML__COLD void attribute(uintptr_t pc, uint64_t n)
+{
+	struct ml__object o;
+	if (ml__find_object(pc, &o) != 0)
+		return;
+	for (unsigned i = 0; i < ML__MAPPED_BY; i++) {
+		struct ml__mapped_by *b =
+		    &ml__mapped_by[(o.start / 4096 + i) % ML__MAPPED_BY];
+		uintptr_t was =
+		    atomic_load_explicit(&b->obj, memory_order_acquire);
+		if (!was) {
+			/* The name first: a reader takes obj with acquire. */
+			b->name = o.name;
+			if (atomic_compare_exchange_strong(&b->obj, &was,
+			                                   o.start))
+				was = o.start;
+		}
+		if (was != o.start)
+			continue;
+		atomic_fetch_add_explicit(&b->bytes, n, memory_order_relaxed);
+		atomic_fetch_add_explicit(&b->count, 1, memory_order_relaxed);
+		uint64_t l =
+		    atomic_load_explicit(&b->largest, memory_order_relaxed);
+		while (n > l &&
+		       !atomic_compare_exchange_weak(&b->largest, &l, n))
+			;
+		return;
+	}
+}
+
+static inline void counted_from(uintptr_t pc, int64_t delta)
+{
+	if (ml__unlikely(delta > 0) &&
+	    ml__unlikely(atomic_load_explicit(&ml__mapped_attribute,
+	                                      memory_order_relaxed)))
+		attribute(pc, (uint64_t)delta);
+}
+
+/* Does this call count, from its caller pc? */
+static inline bool counting(uintptr_t pc)
+{
+	return ML__MAPPED_ON && !ml__inside_allocator && !ml__self.busy &&
+	       !ml__allocator_holds(pc);
+}
+
+static inline uintptr_t page_up(uintptr_t n)
+{
+	uintptr_t pg = (uintptr_t)getpagesize();
+	return (n + pg - 1) & ~(pg - 1);
+}
+
+static inline bool misaligned(const void *p)
+{
+	return ((uintptr_t)p & ((uintptr_t)getpagesize() - 1)) != 0;
+}
+
+/* The sampling of n bytes about to count. */
+struct decision {
+	bool begun; /* the slow path ran: settle() must end it */
+	uint64_t n, s, unit;
+	uintptr_t key; /* of the held record, when s > 0 */
+};
+
+/* Sample n bytes as an allocation: false when it is refused (a limit, an
+ * exact budget, FAIL delivery); may jump (JUMP delivery), before anything
+ * is mapped and with no lock held. */
+static bool decide(uint64_t n, struct decision *d)
+{
+	struct ml__thread *t = &ml__self;
+	*d = (struct decision){.n = n};
+	if (!n)
+		return true;
+	/* No task on a live thread and no consumer of every allocation:
+	 * nothing would read the samples, and skipping them keeps the pair
+	 * at the system calls and the record (the sampler is memoryless). */
+	if (t->state == ML__T_LIVE && !t->top && !ml__hooks_get()->alloc)
+		return true;
+	if (!ml__countdown_take(n))
+		return true;
+	if (ml__alloc_begin(n) != 0)
+		return false;
+	d->begun = true;
+	d->s = t->charged ? t->charged_samples : 0;
+	d->unit = (uint64_t)t->sampler.interval;
+	if (d->s)
+		d->key = new_key();
+	return true;
+}
+
+/* After the system call: a failure takes the charges back; samples no
+ * record took (a full table) are not held.  Leaves errno alone. */
+static void settle(struct decision *d, bool ok, bool recorded, uint64_t left)
+{
+	if (!d->begun)
+		return;
+	if (!ok) {
+		ml__alloc_end(NULL, d->n);
+		return;
+	}
+	if (!recorded) {
+		/* Allocated, but nothing will give the samples back. */
+		ml__self.charged = 0;
+		left = 0;
+	}
+	ml__alloc_end(d->key ? (void *)d->key : (void *)d, d->n);
+	if (d->key && left)
+		ml__held_drop(d->key, left * d->unit);
+}
+
+/* The meter, after the lock; and, once, that the table filled up
+ * (alloc/ranges.c: pieces then go uncounted, never counted twice). */
+static inline void meter(int64_t delta)
+{
+	int e = errno;
+	if (delta)
+		ml__meter_mapped(delta);
+	static _Atomic bool said;
+	if (ml__unlikely(ml__mapped_full) && !atomic_exchange(&said, true))
+		ml__diag("the table of mapped ranges is full (%zu ranges): "
+		         "some memory the program maps itself is not counted",
+		         (size_t)ML__MAPPED_CAP);
+	errno = e;
+}
+
+/* The library refused a mapping of n bytes (its first is kept for the
+ * report): ENOMEM, as the kernel's own refusals. */
+static ML__COLD void note_refused(const char *op, uint64_t n, uintptr_t pc)
+{
+	atomic_fetch_add_explicit(&ml__mapped_refusals, 1,
+	                          memory_order_relaxed);
+	static _Atomic bool taken;
+	if (!atomic_exchange(&taken, true)) {
+		ml__mapped_refused.op = op;
+		ml__mapped_refused.bytes = n;
+		ml__mapped_refused.pc = pc;
+		atomic_store_explicit(&ml__mapped_refused.set, true,
+		                      memory_order_release);
+	}
+	errno = ENOMEM;
+}
+
+static void *refused(const char *op, uint64_t n, uintptr_t pc)
+{
+	note_refused(op, n, pc);
+	return MAP_FAILED;
+}
+
+static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
+                 uintptr_t pc)
+{
+	if (!len || len > SIZE_MAX / 2 || !counting(pc))
+		return ml__sys_mmap(addr, len, prot, flags, fd, off);
+	bool fixed = flags & MAP_FIXED;
+	unsigned state = 0;
+	if ((flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE)
+		state =
+		    prot & PROT_WRITE ? ML__RANGE_COUNTED : ML__RANGE_RESERVED;
+	if (!state && !fixed)
+		return ml__sys_mmap(addr, len, prot, flags, fd, off);
+	uintptr_t n = page_up(len);
+	struct decision d = {0};
+	if (state == ML__RANGE_COUNTED && !decide(n, &d))
+		return refused("mmap", n, pc);
+	bool recorded = false;
+	int64_t delta = 0;
+	void *p;
+	/* MAP_FIXED replaces what was there: the system call and the
+	 * update under one lock, so that nobody records the old pages'
+	 * replacement first.  A fresh address needs the lock only for the
+	 * update (the munmap that freed it updated under the lock). */
+	if (fixed)
+		ml__spin_lock(&ml__mapped_lock);
+	p = ml__sys_mmap(addr, len, prot, flags, fd, off);
+	if (p != MAP_FAILED) {
+		if (!fixed)
+			ml__spin_lock(&ml__mapped_lock);
+		struct ml__ranges *R = ml__mapped_ranges();
+		if (R) {
+			uint64_t before = R->counted;
+			recorded =
+			    ml__ranges_put(R, (uintptr_t)p, (uintptr_t)p + n,
+			                   state, d.key, d.s, d.unit);
+			delta = (int64_t)(R->counted - before);
+		}
+		if (!fixed)
+			ml__spin_unlock(&ml__mapped_lock);
+	}
+	if (fixed)
+		ml__spin_unlock(&ml__mapped_lock);
+	meter(delta);
+	counted_from(pc, delta);
+	if (state == ML__RANGE_COUNTED)
+		settle(&d, p != MAP_FAILED, recorded, 0);
+	return p;
+}
+
+ML__API void *mmap(void *addr, size_t len, int prot, int flags, int fd,
+                   off_t off)
+{
+	return map(addr, len, prot, flags, fd, off,
+	           (uintptr_t)__builtin_return_address(0));
+}
+
+ML__API void *mmap64(void *addr, size_t len, int prot, int flags, int fd,
+                     off64_t off)
+{
+	return map(addr, len, prot, flags, fd, (off_t)off,
+	           (uintptr_t)__builtin_return_address(0));
+}
+
+ML__API int munmap(void *addr, size_t len)
+{
+	if (!len || misaligned(addr) ||
+	    !counting((uintptr_t)__builtin_return_address(0)))
+		return ml__sys_munmap(addr, len);
+	int64_t delta = 0;
+	ml__spin_lock(&ml__mapped_lock);
+	int r = ml__sys_munmap(addr, len);
+	struct ml__ranges *R = ml__mapped_ranges();
+	if (r == 0 && R && R->n) {
+		uint64_t before = R->counted;
+		ml__ranges_put(R, (uintptr_t)addr,
+		               (uintptr_t)addr + page_up(len), 0, 0, 0, 0);
+		delta = (int64_t)(R->counted - before);
+	}
+	ml__spin_unlock(&ml__mapped_lock);
+	meter(delta);
+	return r;
+}
+
+ML__API int mprotect(void *addr, size_t len, int prot)
+{
+	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+	if (!len || misaligned(addr) || !counting(pc))
+		return ml__sys_mprotect(addr, len, prot);
+	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
+	unsigned state =
+	    prot & PROT_WRITE ? ML__RANGE_COUNTED : ML__RANGE_RESERVED;
+	struct decision d = {0};
+	if (state == ML__RANGE_COUNTED) {
+		/* A commit: the reserved bytes it makes writable are
+		 * sampled (and may be refused) before the system call. */
+		ml__spin_lock(&ml__mapped_lock);
+		struct ml__ranges *R = ml__mapped_ranges();
+		uint64_t k =
+		    R ? ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED) : 0;
+		ml__spin_unlock(&ml__mapped_lock);
+		if (k && !decide(k, &d)) {
+			note_refused("mprotect", k, pc);
+			return -1;
+		}
+	}
+	int64_t delta = 0;
+	uint64_t left = d.s;
+	ml__spin_lock(&ml__mapped_lock);
+	int r = ml__sys_mprotect(addr, len, prot);
+	struct ml__ranges *R = ml__mapped_ranges();
+	if (r == 0 && R && R->n) {
+		uint64_t before = R->counted;
+		left = ml__ranges_protect(R, a, b, state, d.key, d.s, d.unit);
+		delta = (int64_t)(R->counted - before);
+	}
+	ml__spin_unlock(&ml__mapped_lock);
+	meter(delta);
+	counted_from(pc, delta);
+	settle(&d, r == 0, true, left);
+	return r;
+}
+
+ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
+{
+	void *to = NULL;
+	if (flags & MREMAP_FIXED) {
+		va_list ap;
+		va_start(ap, flags);
+		to = va_arg(ap, void *);
+		va_end(ap);
+	}
+	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+	if (!newlen || newlen > SIZE_MAX / 2 || oldlen > SIZE_MAX / 2 ||
+	    misaligned(old) || !counting(pc))
+		return ml__sys_mremap(old, oldlen, newlen, flags, to);
+	uintptr_t a = (uintptr_t)old, on = page_up(oldlen),
+	          nn = page_up(newlen);
+	bool keep_old = flags & MREMAP_DONTUNMAP;
+	ml__spin_lock(&ml__mapped_lock);
+	struct ml__ranges *R = ml__mapped_ranges();
+	unsigned state = R ? ml__ranges_state_at(R, a) : 0;
+	ml__spin_unlock(&ml__mapped_lock);
+	/* The bytes that are new: growth, or all of them when the old
+	 * pages stay (MREMAP_DONTUNMAP leaves them mapped, empty). */
+	uint64_t grow = keep_old ? nn : nn > on ? nn - on : 0;
+	struct decision d = {0};
+	if (state == ML__RANGE_COUNTED && grow && !decide(grow, &d))
+		return refused("mremap", grow, pc);
+	bool recorded = !d.key;
+	int64_t delta = 0;
+	ml__spin_lock(&ml__mapped_lock);
+	void *p = ml__sys_mremap(old, oldlen, newlen, flags, to);
+	R = ml__mapped_ranges();
+	if (p != MAP_FAILED && R) {
+		uintptr_t q = (uintptr_t)p;
+		uint64_t before = R->counted;
+		if (keep_old) {
+			recorded = ml__ranges_put(R, q, q + nn, state, d.key,
+			                          d.s, d.unit);
+		} else {
+			if (nn < on)
+				ml__ranges_put(R, a + nn, a + on, 0, 0, 0, 0);
+			ml__ranges_move(R, a, nn < on ? nn : on, q);
+			if (nn > on)
+				recorded =
+				    ml__ranges_put(R, q + on, q + nn, state,
+				                   d.key, d.s, d.unit);
+		}
+		delta = (int64_t)(R->counted - before);
+	}
+	ml__spin_unlock(&ml__mapped_lock);
+	meter(delta);
+	counted_from(pc, delta);
+	settle(&d, p != MAP_FAILED, recorded, 0);
+	return p;
+}
