@@ -22,6 +22,11 @@
  *                         prints the best ns per call.
  *   slice M REPS          M ml_task_run calls of an empty slice of one
  *                         task (same limits); the best ns per call.
+ *   mmap M REPS           M mmap+munmap pairs of 1 MiB (private,
+ *                         anonymous, writable, never touched); the best
+ *                         ns per pair.  Both binaries: glibc-bench's is
+ *                         the system calls alone (issue 34).
+ *   mmaptask M REPS       the same inside a task (each pair samples).
  *   trip KIND M REPS      M tasks that allocate 16 KiB blocks until a
  *                         1 MiB limit trips (JUMP): KIND = alloc | held.
  *                         The best mean ns from the tripping allocation
@@ -33,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #ifndef BENCH_GLIBC
@@ -103,11 +109,23 @@ static uint64_t arg_u64(const char *s)
 	return (uint64_t)v;
 }
 
+/* mmap+munmap pairs of 1 MiB: what counting a mapping costs (issue 34). */
+static __attribute__((noinline)) void map_pairs(uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++) {
+		void *p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE,
+		               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		sink = p;
+		munmap(p, 1 << 20);
+	}
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
 	        "usage: bench pairs idle|task|global|held|gidle|heldgone|"
 	        "exact|interval|after N REPS [MAX]\n"
+	        "       bench mmap M REPS\n"
 #ifndef BENCH_GLIBC
 	        "       bench slow DEPTH S N REPS\n"
 	        "       bench slowheld|slowstack DEPTH S N REPS\n"
@@ -388,6 +406,22 @@ int main(int argc, char **argv)
 		init_sizes(144);
 #ifndef BENCH_GLIBC
 	ml_set_seed(1);
+#endif
+	if (strcmp(argv[1], "mmap") == 0 && argc == 4) {
+		uint64_t m = arg_u64(argv[2]);
+		map_pairs(100);
+		printf("%.3f\n",
+		       time_best(map_pairs, m, (int)arg_u64(argv[3])));
+		return 0;
+	}
+#ifndef BENCH_GLIBC
+	if (strcmp(argv[1], "mmaptask") == 0 && argc == 4) {
+		uint64_t m = arg_u64(argv[2]);
+		map_pairs(100);
+		printf("%.3f\n",
+		       in_tasks(map_pairs, m, (int)arg_u64(argv[3]), 1, false));
+		return 0;
+	}
 #endif
 	if (strcmp(argv[1], "pairs") == 0 && argc == 5) {
 		uint64_t n = arg_u64(argv[3]);

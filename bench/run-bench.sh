@@ -61,6 +61,8 @@ slice     |call |-   |slice     |-         |154  |an empty ml_task_run slice
 trip-a    |call |-   |trip_alloc|-         |-    |alloc-limit trip, alloc..return
 trip-h    |call |-   |trip_held |-         |-    |held-limit trip, alloc..return
 trip      |ratio|-   |trip-h    |trip-a    |1.2x |held trip over alloc trip
+mmap      |call |-   |mmap      |mmap_glibc|150  |mmap+munmap of 1 MiB, idle (issue 34)
+mmaptask  |call |-   |mmaptask  |mmap_glibc|-    |mmap+munmap of 1 MiB in a task
 gcc-heap  |gcc  |-   |gccheap   |gcc       |-    |gcc -O2 under --heap-limit 64G
 gcc-prof  |gcc  |-   |gccprof   |gccheap   |+3%  |... and --profile P
 gcc-all   |gcc  |-   |gccprof   |gcc       |-    |--heap-limit 64G --profile P
@@ -91,6 +93,7 @@ cfgname() {
 	idle_tc) echo "idle on tcmalloc" ;;
 	idle_mi) echo "idle on mimalloc" ;;
 	trip-a) echo "alloc-limit trip" ;;
+	mmap_glibc) echo "the system calls" ;;
 	gcc) echo "plain gcc" ;;
 	gccheap) echo "gcc, heap limit" ;;
 	-) echo "(per call)" ;;
@@ -178,7 +181,8 @@ setcfg() {
 		heap_*) PRE="$lib $a" ENVV=MEMLIMITS_HEAP_LIMIT=$HEAP ;;
 		esac
 		;;
-	run | slice) ;;
+	run | slice | mmap | mmaptask) ;;
+	mmap_glibc) BIN=$GLIBC_BENCH PRE= WL=mmap ;;
 	trip_*) WL="trip ${2#trip_}" ;;
 	gcc) BIN=$CC_GCC PRE= ;;
 	gccheap) BIN=$CC_GCC ENVV=MEMLIMITS_HEAP_LIMIT=$HEAP ;;
@@ -192,7 +196,7 @@ setcfg() {
 # The configurations that do not depend on the library: measured once,
 # entered for both sides.
 shared() {
-	case $1 in glibc | alone_* | gcc) return 0 ;; esac
+	case $1 in glibc | alone_* | gcc | mmap_glibc) return 0 ;; esac
 	return 1
 }
 

@@ -1,7 +1,7 @@
 # docs: filled in by its issue
 # How the library is put together, and why (README, "Documentation";
 # tests/api/test-dist-docs.sh checks that every document named is shipped).
-EXTRA_DIST += docs/internals.md docs/design.md docs/shared.md
+EXTRA_DIST += docs/internals.md docs/design.md docs/shared.md docs/mapped.md
 # docs/statistics.md: the sampling model and the bounds (issue 4), its plots
 # and the script that regenerates them from `memlimits bounds --format=tsv`.
 EXTRA_DIST += docs/statistics.md docs/plots/make-plots.sh \

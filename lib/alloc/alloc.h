@@ -324,10 +324,17 @@ bool ml__ranges_check(const struct ml__ranges *R);
 extern struct ml__lock ml__mapped_lock;
 /* The ranges, their storage mapped at the first call; NULL if it cannot
  * be (nothing is counted then).  Under the lock. */
-struct ml__ranges *ml__mapped_ranges(void);
+extern struct ml__ranges ml__mapped_table;
+struct ml__ranges *ml__mapped_ranges_make(void);
+static inline struct ml__ranges *ml__mapped_ranges(void)
+{
+	if (ml__likely(ml__mapped_table.r != NULL))
+		return &ml__mapped_table;
+	return ml__mapped_ranges_make();
+}
 /* Some piece found no record (ranges.lost > 0): read without the lock. */
-#define ml__mapped_full (ml__mapped_ranges_lost() != 0)
-uint64_t ml__mapped_ranges_lost(void);
+#define ml__mapped_full \
+	(__atomic_load_n(&ml__mapped_table.lost, __ATOMIC_RELAXED) != 0)
 /* Counting runs (MEMLIMITS_MAPPED, read at start: core/settings.c). */
 extern _Atomic bool ml__mapped_on;
 #define ML__MAPPED_ON atomic_load_explicit(&ml__mapped_on, memory_order_relaxed)
@@ -343,8 +350,22 @@ extern void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
  * reaches the interposed mmap, so it needs no guard. */
 extern ML__TLS uint8_t ml__inside_allocator;
 /* pc lies in the allocator underneath's object (its own threads, its
- * constructor: mappings never counted). */
-bool ml__allocator_holds(uintptr_t pc);
+ * constructor: mappings never counted); glibc's never counts here.  The
+ * span is set when the allocator is found (underlying.c). */
+struct ml__allocator_span {
+	_Atomic bool known;
+	uintptr_t start, end; /* 0s: glibc's */
+};
+extern struct ml__allocator_span ml__allocator_span;
+bool ml__allocator_holds_slow(uintptr_t pc);
+static inline bool ml__allocator_holds(uintptr_t pc)
+{
+	if (ml__unlikely(!atomic_load_explicit(&ml__allocator_span.known,
+	                                       memory_order_acquire)))
+		return ml__allocator_holds_slow(pc);
+	return pc - ml__allocator_span.start <
+	       ml__allocator_span.end - ml__allocator_span.start;
+}
 
 /* The meter's part for mappings (meter.c): counted bytes move by d; the
  * counted bytes now; the peak's split (blocks, mapped) when it was

@@ -17,7 +17,8 @@ ML__LOCK(, ml__mapped_lock, ML__RANK_MAPPED)
 _Atomic bool ml__mapped_on = true;
 void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
 
-static struct ml__ranges ranges;
+struct ml__ranges ml__mapped_table;
+#define ranges ml__mapped_table
 static bool failed;
 
 static void drop(void *ctx, uintptr_t key, uint64_t weight)
@@ -29,10 +30,8 @@ static void drop(void *ctx, uintptr_t key, uint64_t weight)
 		hook(key, weight);
 }
 
-struct ml__ranges *ml__mapped_ranges(void)
+struct ml__ranges *ml__mapped_ranges_make(void)
 {
-	if (ml__likely(ranges.r != NULL))
-		return &ranges;
 	if (failed)
 		return NULL;
 	size_t bytes = ML__MAPPED_CAP * sizeof(struct ml__range);
@@ -62,9 +61,4 @@ void ml__mapped_disable(void)
 	ml__spin_unlock(&ml__mapped_lock);
 	if (was)
 		ml__meter_mapped(-was);
-}
-
-uint64_t ml__mapped_ranges_lost(void)
-{
-	return __atomic_load_n(&ranges.lost, __ATOMIC_RELAXED);
 }

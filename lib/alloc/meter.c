@@ -14,6 +14,7 @@
 #define _GNU_SOURCE
 #include "alloc/alloc.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <string.h>
@@ -749,8 +750,11 @@ void ml__meter_mapped(int64_t d)
 	pressure_check(now);
 	void (*hook)(void) =
 	    atomic_load_explicit(&ml__meter_fold_hook, memory_order_relaxed);
-	if (ml__unlikely(hook != NULL))
+	if (ml__unlikely(hook != NULL)) {
+		int e = errno; /* mmap's caller sees the system call's */
 		hook();
+		errno = e;
+	}
 }
 
 uint64_t ml__meter_mapped_now(void)

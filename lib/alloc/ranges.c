@@ -69,8 +69,8 @@ static uint64_t len_of(const struct ml__range *r)
 }
 
 /* The first record of [lo, hi) (sorted) that ends after a. */
-static size_t first_after_in(const struct ml__ranges *R, size_t lo, size_t hi,
-                             uintptr_t a)
+static inline size_t first_after_in(const struct ml__ranges *R, size_t lo,
+                                    size_t hi, uintptr_t a)
 {
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
@@ -105,7 +105,8 @@ static void truncate_at(struct ml__ranges *R, size_t i, uintptr_t from)
 static void cut(struct ml__ranges *R, size_t i, uintptr_t x)
 {
 	if (R->n == R->cap) {
-		R->lost++;
+		/* Atomic: read without the lock (mapped.c's full flag). */
+		__atomic_fetch_add(&R->lost, 1, __ATOMIC_RELAXED);
 		truncate_at(R, i, x);
 		return;
 	}
@@ -119,28 +120,28 @@ static void cut(struct ml__ranges *R, size_t i, uintptr_t x)
 }
 
 /* Records [i, j) cover [a, b) exactly where they overlap it: cut the ones
- * that straddle a or b. */
+ * that straddle a or b (a record truncated by a full array stops short of
+ * its old end, and whatever it lost is untracked). */
 static void cut_edges(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                       size_t *ip, size_t *jp)
 {
 	size_t i = first_after(R, a);
-	if (i < R->n && R->r[i].start < a && R->r[i].end > a) {
+	if (i < R->n && R->r[i].start < a) {
 		cut(R, i, a);
 		i++;
 	}
-	size_t j = first_after(R, b);
-	if (j < R->n && R->r[j].start < b && R->r[j].end > b)
-		cut(R, j, b);
-	/* A record truncated by a full array may now end before b. */
-	i = first_after(R, a);
-	j = i;
-	while (j < R->n && R->r[j].start < b)
+	size_t j = i;
+	while (j < R->n && R->r[j].end <= b)
 		j++;
+	if (j < R->n && R->r[j].start < b) {
+		cut(R, j, b);
+		j++;
+	}
 	*ip = i;
 	*jp = j;
 }
 
-static void remove_run(struct ml__ranges *R, size_t i, size_t j)
+static inline void remove_run(struct ml__ranges *R, size_t i, size_t j)
 {
 	for (size_t k = i; k < j; k++) {
 		struct ml__range *r = &R->r[k];
@@ -148,7 +149,8 @@ static void remove_run(struct ml__ranges *R, size_t i, size_t j)
 		if (r->state == ML__RANGE_COUNTED)
 			R->counted -= len_of(r);
 	}
-	memmove(&R->r[i], &R->r[j], (R->n - j) * sizeof *R->r);
+	if (j < R->n)
+		memmove(&R->r[i], &R->r[j], (R->n - j) * sizeof *R->r);
 	R->n -= j - i;
 }
 
@@ -157,16 +159,26 @@ bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
 {
 	if (a >= b)
 		return false;
-	size_t i, j;
-	cut_edges(R, a, b, &i, &j);
-	remove_run(R, i, j);
+	size_t i = first_after(R, a);
+	/* Something tracked in [a, b): out first (the common mmap finds
+	 * nothing there, the common munmap one whole record). */
+	if (!state && i < R->n && R->r[i].start == a && R->r[i].end == b) {
+		remove_run(R, i, i + 1);
+		return false;
+	}
+	if (i < R->n && R->r[i].start < b) {
+		size_t j;
+		cut_edges(R, a, b, &i, &j);
+		remove_run(R, i, j);
+	}
 	if (!state)
 		return false;
 	if (R->n == R->cap) {
-		R->lost++;
+		__atomic_fetch_add(&R->lost, 1, __ATOMIC_RELAXED);
 		return false; /* the caller gives its samples back */
 	}
-	memmove(&R->r[i + 1], &R->r[i], (R->n - i) * sizeof *R->r);
+	if (i < R->n)
+		memmove(&R->r[i + 1], &R->r[i], (R->n - i) * sizeof *R->r);
 	R->n++;
 	R->r[i] =
 	    (struct ml__range){.start = a,

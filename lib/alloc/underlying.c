@@ -341,11 +341,12 @@ static const struct ml__real guarded = {
     .free = guarded_free,
 };
 
-bool ml__allocator_holds(uintptr_t pc)
+struct ml__allocator_span ml__allocator_span;
+
+bool ml__allocator_holds_slow(uintptr_t pc)
 {
 	ml__allocator_resolve();
-	/* glibc's mappings never reach us; its span holds libc itself. */
-	return guard && pc >= object_start && pc < object_end;
+	return ml__allocator_holds(pc);
 }
 
 static bool unusable; /* the allocator found lacks a member we need */
@@ -409,7 +410,13 @@ void ml__allocator_resolve(void)
 	if (guard) {
 		ml__real = guarded;
 		ml__real.usable = under.usable;
+		/* glibc's mappings never reach us (its span holds libc
+		 * itself): only another allocator's. */
+		ml__allocator_span.start = object_start;
+		ml__allocator_span.end = object_end;
 	}
+	atomic_store_explicit(&ml__allocator_span.known, true,
+	                      memory_order_release);
 	atomic_store_explicit(&resolved, 2, memory_order_release);
 }
 

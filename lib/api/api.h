@@ -22,8 +22,8 @@
  * case. */
 #define ML__MAPPED_BY 32
 struct ml__mapped_by {
-	_Atomic uintptr_t obj; /* the object's start; 0: a free slot */
-	const char *name;      /* its link-map name ("": the program) */
+	_Atomic uintptr_t obj;    /* the object's start; 0: a free slot */
+	const char *_Atomic name; /* its link-map name ("": the program) */
 	_Atomic uint64_t bytes, largest, count;
 };
 extern _Atomic bool ml__mapped_attribute;

@@ -63,12 +63,13 @@ static ML__COLD void attribute(uintptr_t pc, uint64_t n)
 		    &ml__mapped_by[(o.start / 4096 + i) % ML__MAPPED_BY];
 		uintptr_t was =
 		    atomic_load_explicit(&b->obj, memory_order_acquire);
-		if (!was) {
-			/* The name first: a reader takes obj with acquire. */
-			b->name = o.name;
-			if (atomic_compare_exchange_strong(&b->obj, &was,
-			                                   o.start))
-				was = o.start;
+		if (!was &&
+		    atomic_compare_exchange_strong(&b->obj, &was, o.start)) {
+			/* Ours: the name after (a reader skips a slot with
+			 * none yet). */
+			atomic_store_explicit(&b->name, o.name,
+			                      memory_order_release);
+			was = o.start;
 		}
 		if (was != o.start)
 			continue;
@@ -91,22 +92,33 @@ static inline void counted_from(uintptr_t pc, int64_t delta)
 		attribute(pc, (uint64_t)delta);
 }
 
-/* Does this call count, from its caller pc? */
-static inline bool counting(uintptr_t pc)
+/* Does this call count?  Not while the allocator underneath runs on the
+ * thread, nor while the library does (its own work).  Mappings made from
+ * the allocator's object (its threads, its constructor) are told by the
+ * caller's pc: only where something would be counted (mmap, mremap); the
+ * allocator's munmap and mprotect find nothing of its own recorded. */
+static inline bool counting(void)
 {
-	return ML__MAPPED_ON && !ml__inside_allocator && !ml__self.busy &&
-	       !ml__allocator_holds(pc);
+	return ML__MAPPED_ON && !ml__inside_allocator && !ml__self.busy;
+}
+
+static uintptr_t page_size(void)
+{
+	static uintptr_t page;
+	if (ml__unlikely(!page))
+		page = (uintptr_t)getpagesize();
+	return page;
 }
 
 static inline uintptr_t page_up(uintptr_t n)
 {
-	uintptr_t pg = (uintptr_t)getpagesize();
+	uintptr_t pg = page_size();
 	return (n + pg - 1) & ~(pg - 1);
 }
 
 static inline bool misaligned(const void *p)
 {
-	return ((uintptr_t)p & ((uintptr_t)getpagesize() - 1)) != 0;
+	return ((uintptr_t)p & (page_size() - 1)) != 0;
 }
 
 /* The sampling of n bytes about to count. */
@@ -116,21 +128,22 @@ struct decision {
 	uintptr_t key; /* of the held record, when s > 0 */
 };
 
+/* No task on a live thread and no consumer of every allocation: nothing
+ * would read the samples, and skipping them keeps the pair at the system
+ * calls and the record (the sampler is memoryless). */
+static inline bool idle(const struct ml__thread *t)
+{
+	return t->state == ML__T_LIVE && !t->top && !ml__hooks_get()->alloc;
+}
+
 /* Sample n bytes as an allocation: false when it is refused (a limit, an
  * exact budget, FAIL delivery); may jump (JUMP delivery), before anything
- * is mapped and with no lock held. */
-static bool decide(uint64_t n, struct decision *d)
+ * is mapped and with no lock held.  d starts empty. */
+static inline bool decide(uint64_t n, struct decision *d)
 {
 	struct ml__thread *t = &ml__self;
-	*d = (struct decision){.n = n};
-	if (!n)
-		return true;
-	/* No task on a live thread and no consumer of every allocation:
-	 * nothing would read the samples, and skipping them keeps the pair
-	 * at the system calls and the record (the sampler is memoryless). */
-	if (t->state == ML__T_LIVE && !t->top && !ml__hooks_get()->alloc)
-		return true;
-	if (!ml__countdown_take(n))
+	d->n = n;
+	if (!n || idle(t) || !ml__countdown_take(n))
 		return true;
 	if (ml__alloc_begin(n) != 0)
 		return false;
@@ -164,17 +177,23 @@ static void settle(struct decision *d, bool ok, bool recorded, uint64_t left)
 
 /* The meter, after the lock; and, once, that the table filled up
  * (alloc/ranges.c: pieces then go uncounted, never counted twice). */
-static inline void meter(int64_t delta)
+static ML__COLD void say_full(void)
 {
-	int e = errno;
-	if (delta)
-		ml__meter_mapped(delta);
 	static _Atomic bool said;
-	if (ml__unlikely(ml__mapped_full) && !atomic_exchange(&said, true))
+	int e = errno;
+	if (!atomic_exchange(&said, true))
 		ml__diag("the table of mapped ranges is full (%zu ranges): "
 		         "some memory the program maps itself is not counted",
 		         (size_t)ML__MAPPED_CAP);
 	errno = e;
+}
+
+static inline void meter(int64_t delta)
+{
+	if (delta)
+		ml__meter_mapped(delta); /* errno kept */
+	if (ml__unlikely(ml__mapped_full))
+		say_full();
 }
 
 /* The library refused a mapping of n bytes (its first is kept for the
@@ -203,14 +222,14 @@ static void *refused(const char *op, uint64_t n, uintptr_t pc)
 static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
                  uintptr_t pc)
 {
-	if (!len || len > SIZE_MAX / 2 || !counting(pc))
+	if (!len || len > SIZE_MAX / 2 || !counting())
 		return ml__sys_mmap(addr, len, prot, flags, fd, off);
 	bool fixed = flags & MAP_FIXED;
 	unsigned state = 0;
 	if ((flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE)
 		state =
 		    prot & PROT_WRITE ? ML__RANGE_COUNTED : ML__RANGE_RESERVED;
-	if (!state && !fixed)
+	if ((!state && !fixed) || ml__allocator_holds(pc))
 		return ml__sys_mmap(addr, len, prot, flags, fd, off);
 	uintptr_t n = page_up(len);
 	struct decision d = {0};
@@ -265,8 +284,7 @@ ML__API void *mmap64(void *addr, size_t len, int prot, int flags, int fd,
 
 ML__API int munmap(void *addr, size_t len)
 {
-	if (!len || misaligned(addr) ||
-	    !counting((uintptr_t)__builtin_return_address(0)))
+	if (!len || misaligned(addr) || !counting())
 		return ml__sys_munmap(addr, len);
 	int64_t delta = 0;
 	ml__spin_lock(&ml__mapped_lock);
@@ -286,7 +304,7 @@ ML__API int munmap(void *addr, size_t len)
 ML__API int mprotect(void *addr, size_t len, int prot)
 {
 	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
-	if (!len || misaligned(addr) || !counting(pc))
+	if (!len || misaligned(addr) || !counting())
 		return ml__sys_mprotect(addr, len, prot);
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
 	unsigned state =
@@ -333,7 +351,7 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 	}
 	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
 	if (!newlen || newlen > SIZE_MAX / 2 || oldlen > SIZE_MAX / 2 ||
-	    misaligned(old) || !counting(pc))
+	    misaligned(old) || !counting() || ml__allocator_holds(pc))
 		return ml__sys_mremap(old, oldlen, newlen, flags, to);
 	uintptr_t a = (uintptr_t)old, on = page_up(oldlen),
 	          nn = page_up(newlen);

@@ -222,7 +222,8 @@ static void put_mapped(struct ml__out *o)
 		int best = -1;
 		for (int i = 0; i < ML__MAPPED_BY; i++) {
 			const struct ml__mapped_by *b = &ml__mapped_by[i];
-			if (shown[i] || !atomic_load(&b->obj))
+			if (shown[i] || !atomic_load(&b->obj) ||
+			    !atomic_load(&b->name))
 				continue;
 			if (best < 0 ||
 			    atomic_load(&b->bytes) >
@@ -234,7 +235,7 @@ static void put_mapped(struct ml__out *o)
 		shown[best] = true;
 		const struct ml__mapped_by *b = &ml__mapped_by[best];
 		ml__out_puts(o, k ? "  then " : "  mapped most by ");
-		put_object_name(o, b->name);
+		put_object_name(o, atomic_load(&b->name));
 		ml__out_puts(o, ": ");
 		ml__out_human(o, atomic_load(&b->bytes));
 		ml__out_puts(o, " in ");
@@ -353,7 +354,15 @@ static void put_limits(struct ml__out *o)
 		uint64_t blocks, mapped;
 		ml__meter_peak_split(&blocks, &mapped);
 		put_split(o, blocks + mapped, mapped);
-		ml__out_puts(o, "\n");
+		ml__out_puts(o,
+		             (ml_capabilities() & ML_CAP_MAPPED)
+		                 ? "\n  (the heap is the blocks of the malloc "
+		                   "family and the memory the program\n  maps "
+		                   "itself: private anonymous writable "
+		                   "mappings)\n"
+		                 : "\n  (the heap is the blocks of the malloc "
+		                   "family; memory the program maps\n  itself "
+		                   "is not counted: --no-mapped)\n");
 	}
 	put_mapped(o);
 }

@@ -175,8 +175,9 @@ else
 	notok "peak heap '$peak', in use '$now'"
 	diag "$tmp/p.txt"
 fi
-if grep -q 'malloc family' "$tmp/p.txt" && grep -q 'not counted' "$tmp/p.txt"; then
-	ok "the report says that the heap limit counts the malloc family only"
+if grep -q 'malloc family' "$tmp/p.txt" && grep -q 'maps itself' "$tmp/p.txt" &&
+	grep -q '^  peak heap: [0-9]* bytes (.*): blocks .*, mapped ' "$tmp/p.txt"; then
+	ok "the report says that the heap counts the malloc family and the mappings, and splits the peak"
 else
 	notok "the report does not say what the heap counts"
 	diag "$tmp/p.txt"

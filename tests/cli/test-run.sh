@@ -421,7 +421,8 @@ import glob, json, sys
 tot = 0
 for f in sorted(glob.glob(sys.argv[1] + "/memlimits.*.json")):
     d = json.load(open(f))
-    assert d["format"] == "memlimits-stats" and d["version"] == 2
+    assert d["format"] == "memlimits-stats" and d["version"] == 3
+    assert 0 <= d["mapped_bytes"], f
     assert sum(h[1] for h in d["histogram"]) == d["allocations"], f
     assert sum(h[2] for h in d["histogram"]) == d["sampled_allocations"], f
     assert d["estimated_bytes"] == d["samples"] * d["interval"], f
