@@ -281,11 +281,16 @@ for w in "${W[@]}"; do
 	tpeak=$(awk -F'\t' '$1 ~ /^[0-9]+$/ && $3 > m { m = $3 } END { print m + 0 }' \
 		"$tmp/$name.over.tsv" 2>/dev/null)
 	rr=$(ratio "$((${rpeak:-0} / 1024))" "$over_rss")
+	# No report: a process that leaves by _exit(2) writes none (the JVM
+	# after a refusal; memlimits(1)).
+	[ -n "$rpeak" ] || rr="none"
 	tr=$(ratio "$((${tpeak:-0} / 1024))" "$over_rss")
 	if [ "$rss15" = 1 ]; then
 		for k in "report's:$rr" "timeline's:$tr"; do
 			r=${k#*:}
-			if awk -v r="$r" 'BEGIN { exit !(r >= 0.85 && r <= 1.15) }'; then
+			if [ "$r" = none ]; then
+				notok "$name ${k%%:*} peak: no report written ($over_end)"
+			elif awk -v r="$r" 'BEGIN { exit !(r >= 0.85 && r <= 1.15) }'; then
 				ok "$name ${k%%:*} peak = $r x peak RSS (within 15 %)"
 			else
 				notok "$name ${k%%:*} peak = $r x peak RSS (within 15 %)"
@@ -295,12 +300,23 @@ for w in "${W[@]}"; do
 
 	# The JVM commits (makes writable) far more than it touches: its own
 	# account of what it committed, next to the report's peak.
+	# Compared with the JVM's own Native Memory Tracking (committed bytes,
+	# a plain run) against the timeline's peak of a run with no limit.
 	if [ "$name" = java ]; then
 		(cd "$tmp" && java -Xmx2g -XX:NativeMemoryTracking=summary \
 			-XX:+UnlockDiagnosticVMOptions -XX:+PrintNMTStatistics \
-			Objs.java 10000000 2>&1 | grep -E '^Total|Java Heap' |
-			sed "s/^/# java NMT (plain run): /")
-		echo "# java report's peak: $((${rpeak:-0} >> 20)) MiB, peak RSS $((over_rss >> 10)) MiB"
+			Objs.java 10000000 >"$tmp/nmt.txt" 2>&1)
+		nmt=$(sed -n 's/^Total: reserved=[0-9]*, committed=\([0-9]*\).*/\1/p' "$tmp/nmt.txt" | head -n 1)
+		measure java.free "$ML" run --timeline "$tmp/java.free.tsv" --
+		fpeak=$(awk -F'\t' '$1 ~ /^[0-9]+$/ && $3 > m { m = $3 } END { print m + 0 }' \
+			"$tmp/java.free.tsv" 2>/dev/null)
+		nr=$(ratio "$fpeak" "${nmt:-0}")
+		echo "# java, no limit: timeline's peak $((fpeak >> 20)) MiB, peak RSS $((rss >> 10)) MiB, the JVM's NMT committed $((${nmt:-0} >> 20)) MiB"
+		if awk -v r="$nr" 'BEGIN { exit !(r >= 0.85 && r <= 1.15) }'; then
+			ok "java timeline's peak = $nr x the JVM's own committed bytes (NMT; within 15 %)"
+		else
+			notok "java timeline's peak = $nr x the JVM's own committed bytes (NMT; within 15 %)"
+		fi
 	fi
 
 	# prlimit --data=L.
