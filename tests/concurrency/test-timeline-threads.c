@@ -7,7 +7,7 @@
  * and requires zero reports (tl_dev and tl_ino were plain variables,
  * written by one thread while others compared them: a report in each of
  * 6 runs of 6 before the fix).  Here it checks that the file stays whole:
- * rows of five fields, never interleaved, a row in each round, and the
+ * rows of six fields, never interleaved, a row in each round, and the
  * exit row.  Ordered by barriers, not by time.
  *
  * Run mode is set up by re-executing this program with MEMLIMITS_TIMELINE
@@ -114,8 +114,9 @@ static int child(void)
 	return 0;
 }
 
-/* Every line a comment, the header or a row of five tab-separated fields
- * (pid, seconds, heap; held empty; event empty or a word).  Adds to
+/* Every line a comment, the header or a row of six tab-separated fields
+ * (pid, seconds, heap; held empty; mapped, issue 34; event empty or a
+ * word).  Adds to
  * rows, bad and exits. */
 static void check_file(const char *file, unsigned *rows, unsigned *bad,
                        unsigned *exits)
@@ -134,7 +135,7 @@ static void check_file(const char *file, unsigned *rows, unsigned *bad,
 		for (char *p = line; *p; p++)
 			tabs += *p == '\t';
 		char *nl = strchr(line, '\n');
-		if (tabs != 4 || !nl || line[0] < '1' || line[0] > '9') {
+		if (tabs != 5 || !nl || line[0] < '1' || line[0] > '9') {
 			if ((*bad)++ < 5)
 				tap_diag("bad row: %s", line);
 			continue;
