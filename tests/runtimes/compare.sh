@@ -214,7 +214,7 @@ gen_inputs
 tsv=$outdir/runtimes.tsv
 printf 'program\tplain_rss_mib\tL_mib\tml_half_rss_over_L\tml_half_end\tml_15x_end\treport_peak_over_rss\ttimeline_peak_over_rss\tprlimit_rss_over_L\tprlimit_end\tcgroup_rss_over_L\tcgroup_end\n' >"$tsv"
 {
-	echo "memlimits $("$ML" --version 2>/dev/null | head -n 1), $(date -u +%Y-%m-%d), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+	echo "$("$ML" --version 2>/dev/null | head -n 1), $(date -u +%Y-%m-%d), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
 	echo "cgroup: ${cg_kind:-not used ($cg_why)}"
 } >"$outdir/runtimes.env"
 diag "$outdir/runtimes.env"
