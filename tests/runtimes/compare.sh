@@ -31,9 +31,12 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-# A backstop per run, never a measurement (plain, each program takes
-# seconds; Ruby near a limit can collect garbage for ever: docs/mapped.md).
-TMO=${ML_RUNTIMES_TIMEOUT:-90}
+# Backstops per run, never measurements: CPU seconds (plain, each program
+# takes seconds; Ruby near a limit can collect garbage for ever:
+# docs/mapped.md), and a wall-clock limit far above them, as a machine
+# shared with other work can starve a run of CPU for minutes.
+TMO=${ML_RUNTIMES_TIMEOUT:-120}
+WALL=$((TMO * 8))
 PY=/usr/bin/python3             # Debian's, not a pyenv shim
 
 if ! "$ML" run --help >/dev/null 2>&1; then
@@ -163,7 +166,7 @@ measure() {
 	local tag=$1
 	shift
 	(cd "$tmp" && /usr/bin/time -o "$tmp/$tag.time" -f '%e %M %x' \
-		timeout -k 5 "$TMO" "$@" bash -c "$cmd" \
+		timeout -k 5 "$WALL" prlimit --cpu="$TMO" -- "$@" bash -c "$cmd" \
 		>"$tmp/$tag.out" 2>"$tmp/$tag.err" </dev/null)
 	local l
 	l=$(tail -n 1 "$tmp/$tag.time")
@@ -179,9 +182,11 @@ measure() {
 # How a run ended, in a few words.
 ending() {
 	local tag=$1 s=$2 m
-	# timeout(1): 124 after TERM, 137 when it had to KILL.
-	if [ "$s" != 0 ] && awk -v e="$secs" -v t="$TMO" 'BEGIN { exit !(e >= t) }'; then
-		echo "timed out ($TMO s), status $s"
+	# RLIMIT_CPU: SIGXCPU (152); timeout(1): 124 after TERM, 137 when it
+	# had to KILL.
+	if [ "$s" = 152 ] || { [ "$s" != 0 ] &&
+		awk -v e="$secs" -v t="$WALL" 'BEGIN { exit !(e >= t) }'; }; then
+		echo "stopped by the backstop ($TMO CPU s, $WALL s), status $s"
 		return
 	fi
 	if [ "$s" = 0 ]; then

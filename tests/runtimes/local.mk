@@ -10,6 +10,7 @@ check-runtimes: tools/memlimits$(EXEEXT) lib/libmemlimits.la
 		bash $(srcdir)/tests/runtimes/compare.sh runtimes-results | \
 		tee runtimes.tap; ! grep -q '^not ok' runtimes.tap
 CLEANFILES += runtimes.tap
-clean-local:
+clean-local: clean-runtimes
+clean-runtimes:
 	rm -rf runtimes-results
-.PHONY: check-runtimes
+.PHONY: check-runtimes clean-runtimes
