@@ -299,9 +299,9 @@ static int op_pthread(unsigned flip)
 	          pthread_join(th, NULL) != 0;
 	/* The stack by the system call: a program's own mmap is an
 	 * allocation since 0.4 (test-mapped), and may jump right there. */
-	void *stack = (void *)syscall(SYS_mmap, NULL, STACK,
-	                              PROT_READ | PROT_WRITE,
-	                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	void *stack =
+	    (void *)syscall(SYS_mmap, NULL, STACK, PROT_READ | PROT_WRITE,
+	                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (stack == MAP_FAILED)
 		return -1;
 	if (pthread_attr_init(&attr) == 0) {

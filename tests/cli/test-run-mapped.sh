@@ -8,6 +8,8 @@
 #    memory is not counted;
 #  - the timeline's mapped_bytes column and the statistics' mapped_bytes
 #    carry the mapped part;
+#  - under --tree-heap-limit 64MiB (a shared budget) two processes that
+#    map 40 MiB each are refused once together they reach it;
 #  - with jemalloc underneath (--allocator), 64 MiB of blocks read 64 MiB
 #    with nothing mapped: jemalloc's own mappings are not counted again.
 # Probabilities: a 1 MiB mapping carries Poisson(13.1) samples at the
@@ -83,6 +85,23 @@ if tap_case no-mapped; then
 	else
 		notok "--verbose: no mapped memory line"
 		diag "$tmp/v"
+	fi
+fi
+
+if tap_case tree; then
+	"$M" run --tree-heap-limit 64MiB -- sh -c \
+		'"$1" map 40 >"$2/a" & "$1" map 40 >"$2/b"; wait' sh "$P" "$tmp" \
+		>/dev/null 2>"$tmp/err"
+	st=$?
+	read -r _ a _ ea <"$tmp/a"
+	read -r _ b _ eb <"$tmp/b"
+	if test "$st" = 0 && test -n "$a" && test -n "$b" &&
+		test $((a + b)) -ge 56 && test $((a + b)) -le 68 &&
+		{ test "$ea" != 0 || test "$eb" != 0; }; then
+		ok "--tree-heap-limit 64MiB: two processes mapped $a and $b MiB, then refused"
+	else
+		notok "--tree-heap-limit and mappings: status $st, '$a $ea' and '$b $eb'"
+		diag "$tmp/err"
 	fi
 fi
 
