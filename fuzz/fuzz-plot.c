@@ -36,6 +36,7 @@ static void reset(void)
 	free(text);
 	text = NULL;
 	text_cap = 0;
+	with_mapped = false; /* a 0.4 header in one input, not the next */
 }
 
 static void check(const char *svg, size_t len, size_t in)

@@ -37,3 +37,4 @@ include tests/stats/local.mk
 include tests/cli/local.mk
 include tests/nginx/local.mk
 include tests/postgresql/local.mk
+include tests/runtimes/local.mk

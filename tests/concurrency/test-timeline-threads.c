@@ -7,7 +7,7 @@
  * and requires zero reports (tl_dev and tl_ino were plain variables,
  * written by one thread while others compared them: a report in each of
  * 6 runs of 6 before the fix).  Here it checks that the file stays whole:
- * rows of five fields, never interleaved, a row in each round, and the
+ * rows of six fields, never interleaved, a row in each round, and the
  * exit row.  Ordered by barriers, not by time.
  *
  * Run mode is set up by re-executing this program with MEMLIMITS_TIMELINE
