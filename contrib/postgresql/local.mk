@@ -5,7 +5,7 @@
 # PG_SHAREDIR/extension), honouring DESTDIR.  It does not link the
 # library: the server preloads it.
 EXTRA_DIST += contrib/postgresql/Makefile contrib/postgresql/memlimits.c \
-	contrib/postgresql/memlimits.control contrib/postgresql/memlimits--0.3.sql \
+	contrib/postgresql/ml_prom.c contrib/postgresql/memlimits.control contrib/postgresql/memlimits--0.3.sql \
 	contrib/postgresql/memlimits.conf
 if BUILD_POSTGRESQL
 # PGXS, run in the build tree with the source Makefile (its VPATH build);
@@ -18,6 +18,8 @@ ML_PGXS = $(MAKE) -C contrib/postgresql/build \
 all-local: contrib/postgresql/build/memlimits.so
 contrib/postgresql/build/memlimits.so: \
 		$(top_srcdir)/contrib/postgresql/memlimits.c \
+		$(top_srcdir)/contrib/postgresql/ml_prom.c \
+		$(top_srcdir)/lib/util/prom.c $(top_srcdir)/lib/util/parse.c \
 		$(top_srcdir)/contrib/postgresql/Makefile \
 		$(top_srcdir)/include/memlimits.h
 	+$(AM_V_GEN)$(MKDIR_P) contrib/postgresql/build && \

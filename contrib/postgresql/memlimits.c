@@ -24,8 +24,8 @@
  * the error is thrown again once ml_task_run has returned. */
 #include "postgres.h"
 
+#include <errno.h>
 #include <math.h>
-#include <sys/stat.h>
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -42,7 +42,11 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "tcop/utility.h"
+#include "catalog/pg_authid_d.h"
+#include "utils/acl.h"
+#include "utils/backend_status.h"
 #include "utils/builtins.h"
+#include "utils/elog.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -50,11 +54,14 @@
 
 #include <memlimits.h>
 
+#include "util/prom.h"
+
 PG_MODULE_MAGIC;
 
 /* Bound to the preloaded libmemlimits, NULL without it. */
 #pragma weak ml_capabilities
 #pragma weak ml_global_memory_usage
+#pragma weak ml_global_memory_limit
 #pragma weak ml_set_refusal_guard
 #pragma weak ml_task_allocated
 #pragma weak ml_task_free
@@ -62,13 +69,12 @@ PG_MODULE_MAGIC;
 #pragma weak ml_task_new
 #pragma weak ml_task_run
 #pragma weak ml_task_status
-/* The shared budget (0.3, lib/shared): declared here too, so that this
- * builds against a header that does not have it yet; NULL where the
- * library lacks it, and then memlimits.cluster_limit refuses to start. */
-extern int ml_shared_join(const char *name, uint64_t limit);
-extern uint64_t ml_shared_usage(void);
-extern uint64_t ml_shared_limit(void);
-#pragma weak ml_shared_join
+/* The shared budget: NULL where the library lacks it (0.4's budget with
+ * no name and its wake), and then memlimits.cluster_limit refuses to
+ * start. */
+#pragma weak ml_shared_create
+#pragma weak ml_shared_set_wake
+#pragma weak ml_shared_members
 #pragma weak ml_shared_usage
 #pragma weak ml_shared_limit
 
@@ -150,20 +156,6 @@ static ProcessUtility_hook_type prev_ProcessUtility;
 static shmem_request_hook_type prev_shmem_request;
 static shmem_startup_hook_type prev_shmem_startup;
 
-/* ---- Activity, shared between backends (cluster_limit > 0) ------------ */
-
-/* A cache line each: a backend writes its own at every slice, and
- * neighbours sharing a line would slow each other (false sharing). */
-typedef union activity_slot {
-	struct {
-		pg_atomic_uint32 pid;
-		pg_atomic_uint64 heap;
-		pg_atomic_uint64 held;
-	};
-	char pad[PG_CACHE_LINE_SIZE];
-} activity_slot;
-static activity_slot *activity; /* MaxBackends slots, by MyBackendId */
-
 /* ---- Counters, shared between backends (memlimits_metrics) ------------- */
 
 /* Statements started as tasks, and those the library interrupted, by
@@ -228,6 +220,8 @@ static uint64_t kb_bytes(double kb)
  * statement before it has ended). */
 static int open_tasks;
 
+static void reap_retired(void);
+
 static ml_task *statement_task_new(void)
 {
 	/* A task object that lives for the session and never runs keeps held
@@ -241,6 +235,7 @@ static ml_task *statement_task_new(void)
 		ml_limits k = ML_LIMITS_INIT;
 		keep_tracking = ml_task_new(&k);
 	}
+	reap_retired();
 	ml_limits l = ML_LIMITS_INIT;
 	l.delivery = ML_DELIVER_FAIL;
 	l.held_bytes = kb_bytes(statement_limit_kb);
@@ -254,12 +249,30 @@ static ml_task *statement_task_new(void)
 	return task;
 }
 
-static ml_task *last_published; /* the task of our last publication */
-
 /* A statement's task ends (every task is freed here, once): counted as
  * interrupted when the library interrupted it, whether the statement
  * then failed with our error (nearly always) or finished anyway (its
  * refusals let through in a critical section). */
+/* Interrupted tasks that have ended, not freed yet: a task's held
+ * estimate is what the cluster's budget counts as on its way back while
+ * the statement's memory is released (docs/shared.md, "The choice"); the
+ * memory goes only with the (sub)transaction's abort, after the error has
+ * left the statement, and a task freed before that would leave the
+ * budget seeing the memory with no stopped task holding it, and stopping
+ * a bystander.  Freed at the next statement's start, when the abort is
+ * over; a fixed array, for no allocation on the error's way. */
+#define RETIRED_N 8
+static ml_task *retired[RETIRED_N];
+
+static void reap_retired(void)
+{
+	for (int i = 0; i < RETIRED_N; i++)
+		if (retired[i]) {
+			ml_task_free(retired[i]);
+			retired[i] = NULL;
+		}
+}
+
 static void task_end(ml_task *task)
 {
 	if (!task)
@@ -268,51 +281,13 @@ static void task_end(ml_task *task)
 	if (c != C_N)
 		count(c);
 	open_tasks--;
-	if (last_published == task)
-		last_published = NULL; /* its address may come back */
+	if (c != C_N)
+		for (int i = 0; i < RETIRED_N; i++)
+			if (!retired[i]) {
+				retired[i] = task;
+				return;
+			}
 	ml_task_free(task);
-}
-
-static activity_slot *my_slot(void)
-{
-	if (!activity || MyBackendId == InvalidBackendId ||
-	    MyBackendId > MaxBackends)
-		return NULL;
-	return &activity[MyBackendId - 1];
-}
-
-static void activity_clear(int code, Datum arg)
-{
-	activity_slot *s = my_slot();
-	if (s)
-		pg_atomic_write_u32(&s->pid, 0);
-}
-
-/* Publish this backend's heap and its statement's held estimate: at each
- * top-level hook's start and end, and at each nested one (a function's
- * SPI statements, a PL/pgSQL loop's queries) while a statement runs
- * (docs/postgresql.md says how stale). */
-static void publish(ml_task *task)
-{
-	static bool registered;
-	activity_slot *s = my_slot();
-	if (!s)
-		return;
-	last_published = task;
-	if (!registered) {
-		before_shmem_exit(activity_clear, 0);
-		registered = true;
-	}
-	pg_atomic_write_u64(&s->heap, ml_global_memory_usage());
-	pg_atomic_write_u64(&s->held, task ? ml_task_held(task) : 0);
-	pg_atomic_write_u32(&s->pid, (uint32)MyProcPid);
-}
-
-/* A nested hook call: publish the running statement's figures. */
-static void publish_nested(void)
-{
-	if (activity && current_task)
-		publish(current_task);
 }
 
 /* ---- Slices ----------------------------------------------------------- */
@@ -357,14 +332,21 @@ static void size_text(char *buf, size_t len, uint64_t b)
  * it. */
 static uint64 refusals;
 
-/* The statement's ERROR for its task's interruption; frees the task.
- * cause: the ERROR that the refused allocation became (PostgreSQL's
- * "out of memory", or the message of code that reported its own malloc's
- * failure: the regex engine's), NULL when the statement is stopped
- * before it runs again. */
-static void limit_error(ml_task *task, const ErrorData *cause)
-    pg_attribute_noreturn();
-static void limit_error(ml_task *task, const ErrorData *cause)
+/* The stop the cluster's budget asked for with its wake (wake below):
+ * set in the signal handler, with QueryCancelPending (the statement's
+ * ERROR is then PostgreSQL's cancel, replaced by ours in run_slice) or,
+ * for a backend idle in a transaction whose open portal holds the
+ * memory, ProcDiePending (PostgreSQL's only way to end a transaction
+ * while it waits for its client: the session ends, with our error in
+ * place of "terminating connection due to administrator command",
+ * rewritten by rewrite_fatal). */
+static volatile sig_atomic_t stop_pending;
+static volatile sig_atomic_t stop_terminates;
+
+/* The text of the error for task's interruption: its message and DETAIL
+ * (palloc'd).  cause: as limit_error's. */
+static void limit_text(ml_task *task, const ErrorData *cause, char **message,
+                       char **detail)
 {
 	ml_status st = ml_task_status(task);
 	uint64_t held = ml_task_held(task), allocated = ml_task_allocated(task);
@@ -391,7 +373,6 @@ static void limit_error(ml_task *task, const ErrorData *cause)
 	}
 	size_text(h, sizeof(h), held);
 	size_text(a, sizeof(a), allocated);
-	task_end(task);
 	/* The refused request, as the code that asked for it reported it:
 	 * PostgreSQL's own failure names its size in its DETAIL ("Failed on
 	 * request of size N in memory context X"); other code's, in its
@@ -410,26 +391,45 @@ static void limit_error(ml_task *task, const ErrorData *cause)
 		                 "as its code reported it: %s (SQLSTATE %s).",
 		                 cause->message,
 		                 unpack_sql_state(cause->sqlerrcode));
+	*message = psprintf("memlimits: %s reached", what);
 	if (st == ML_GLOBAL_LIMIT) {
 		char total[32];
 		size_text(total, sizeof(total),
 		          ml_shared_usage ? ml_shared_usage() : 0);
-		ereport(
-		    ERROR,
-		    (errcode(ERRCODE_OUT_OF_MEMORY),
-		     errmsg("memlimits: %s reached", what),
-		     errdetail("%s is %s; the cluster's backends held about "
-		               "%s together, this statement the most of "
-		               "them: about %s (it had allocated about %s)."
-		               "%s",
-		               name, limit, total, h, a, req.data)));
+		*detail =
+		    psprintf("%s is %s; the cluster's backends held about "
+		             "%s together, this statement the most of "
+		             "them: about %s (it had allocated about %s)."
+		             "%s",
+		             name, limit, total, h, a, req.data);
+	} else
+		*detail = psprintf("%s is %s; the statement held about %s and "
+		                   "had allocated about %s.%s",
+		                   name, limit, h, a, req.data);
+	pfree(req.data);
+}
+
+/* The statement's ERROR for its task's interruption; frees the task.
+ * cause: the ERROR that the refused allocation became (PostgreSQL's
+ * "out of memory", or the message of code that reported its own malloc's
+ * failure: the regex engine's), NULL when the statement is stopped
+ * before it runs again or by the budget's wake. */
+static void limit_error(ml_task *task, const ErrorData *cause)
+    pg_attribute_noreturn();
+static void limit_error(ml_task *task, const ErrorData *cause)
+{
+	char *message, *detail;
+	limit_text(task, cause, &message, &detail);
+	task_end(task);
+	if (stop_pending) {
+		/* The cancel our wake asked for is this error: not the next
+		 * statement's. */
+		QueryCancelPending = false;
+		stop_pending = 0;
 	}
 	ereport(ERROR,
-	        (errcode(ERRCODE_OUT_OF_MEMORY),
-	         errmsg("memlimits: %s reached", what),
-	         errdetail("%s is %s; the statement held about %s and had "
-	                   "allocated about %s.%s",
-	                   name, limit, h, a, req.data)));
+	        (errcode(ERRCODE_OUT_OF_MEMORY), errmsg_internal("%s", message),
+	         errdetail_internal("%s", detail)));
 }
 
 /* Run fn(arg) as a slice of the task *owner holds (NULL: plainly).  On
@@ -466,24 +466,26 @@ static void run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 	ml_task *outer = current_task;
 	uint64 refused = refusals;
 	current_task = task;
-	/* At a slice's start only when the last publication was another
-	 * task's: what the statement's last slice published at its end
-	 * holds until this one's (two fewer publications a statement). */
-	if (activity && last_published != task)
-		publish(task);
 	ml_status st = ml_task_run(task, slice_body, &c, NULL);
 	current_task = outer;
-	if (activity)
-		publish(ends || c.failed ? NULL : task);
 	if (c.failed) {
 		*owner = NULL;
 		/* The error is on the error stack: CopyErrorData reads it
 		 * (out of ErrorContext), where geterrcode belongs inside
 		 * ereport's own processing. */
-		if (st != ML_OK && refusals != refused) {
+		/* The error is the limit's when an allocation was refused
+		 * during the slice, or when the budget's wake cancelled it
+		 * (PostgreSQL's 57014, which PL/pgSQL's WHEN OTHERS does not
+		 * catch: it reaches this slice). */
+		if (st != ML_OK && (refusals != refused ||
+		                    (stop_pending && st == ML_GLOBAL_LIMIT))) {
 			MemoryContextSwitchTo(cxt);
 			ErrorData *cause = CopyErrorData();
 			FlushErrorState();
+			if (cause->sqlerrcode == ERRCODE_QUERY_CANCELED &&
+			    stop_pending)
+				cause = NULL; /* our own cancel: no request
+				                 refused */
 			limit_error(task, cause);
 		}
 		task_end(task);
@@ -592,7 +594,6 @@ static PlannedStmt *ml_planner(Query *parse, const char *query_string,
 	planner_call c = {parse, query_string, cursor_options, bound_params,
 	                  NULL};
 	if (nesting_level > 0 || !statements_limited()) {
-		publish_nested();
 		call_planner(&c);
 		return c.result;
 	}
@@ -682,7 +683,6 @@ static void ml_ExecutorStart(QueryDesc *qd, int eflags)
 {
 	executor_call c = {qd, eflags};
 	if (nesting_level > 0 || !statements_limited()) {
-		publish_nested();
 		call_start(&c);
 		return;
 	}
@@ -707,7 +707,6 @@ static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
 {
 	executor_call c = {qd, 0, direction, count, execute_once};
 	if (nesting_level > 0) {
-		publish_nested();
 		call_run(&c);
 	} else
 		executor_slice(qd, call_run, &c);
@@ -736,7 +735,6 @@ static void ml_ExecutorEnd(QueryDesc *qd)
 {
 	executor_call c = {qd};
 	if (nesting_level > 0) {
-		publish_nested();
 		call_end(&c);
 		return;
 	}
@@ -754,8 +752,6 @@ static void ml_ExecutorEnd(QueryDesc *qd)
 		call_end(&c);
 		return;
 	}
-	if (ending_task && activity)
-		publish(NULL);
 	call_end(&c);
 	task_end(ending_task);
 	ending_task = outer;
@@ -794,7 +790,6 @@ static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
 	utility_call c = {pstmt,  query_string, read_only_tree, context,
 	                  params, query_env,    dest,           qc};
 	if (nesting_level > 0 || !statements_limited()) {
-		publish_nested();
 		call_utility(&c);
 		return;
 	}
@@ -894,25 +889,19 @@ static bool refusal_ok(void *arg)
 
 /* ---- Shared memory and the cluster's budget ----------------------------- */
 
-/* The counters always (memlimits_metrics); the activity slots with a
- * cluster limit (other backends' figures are shown only then). */
-static Size activity_size(void)
-{
-	return mul_size(MaxBackends, sizeof(activity_slot));
-}
-
 static Size counters_size(void)
 {
 	return mul_size(add_size(MaxBackends, 1), sizeof(counter_slot));
 }
 
+static void cluster_create(void);
+
 static void ml_shmem_request(void)
 {
 	if (prev_shmem_request)
 		prev_shmem_request();
+	cluster_create();
 	RequestAddinShmemSpace(counters_size());
-	if (cluster_limit_kb > 0)
-		RequestAddinShmemSpace(activity_size());
 }
 
 static void ml_shmem_startup(void)
@@ -927,57 +916,106 @@ static void ml_shmem_startup(void)
 		for (int i = 0; i <= MaxBackends; i++)
 			for (int j = 0; j < C_N; j++)
 				pg_atomic_init_u64(&counters[i].c[j], 0);
-	if (cluster_limit_kb > 0) {
-		activity = ShmemInitStruct("memlimits activity",
-		                           activity_size(), &found);
-		if (!found)
-			for (int i = 0; i < MaxBackends; i++) {
-				pg_atomic_init_u32(&activity[i].pid, 0);
-				pg_atomic_init_u64(&activity[i].heap, 0);
-				pg_atomic_init_u64(&activity[i].held, 0);
-			}
-	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* The shared budget's name: this cluster's identity, the system
- * identifier from pg_control (a standby has its primary's) and the data
- * directory's device and inode (so that a primary and its standby on one
- * machine have a budget each). */
-static void cluster_budget_name(char *buf, size_t len)
+/* The wake (ml_shared_set_wake's callback), in a signal handler of the
+ * backend whose statement the cluster's budget chose: the library has
+ * interrupted its task (FAIL delivery: ML_GLOBAL_LIMIT); this makes the
+ * backend's wait end, as pg_cancel_backend's SIGINT (StatementCancel-
+ * Handler) does: a flag, InterruptPending, the latch.  Its next
+ * CHECK_FOR_INTERRUPTS (pg_sleep's, a lock wait's, the executor's) raises
+ * the cancel, which run_slice replaces by the 53200 error.  A backend idle
+ * in a transaction (an open cursor whose client does not read) ignores a
+ * cancel while it reads a command: only ending the session frees what the
+ * portal holds, as idle_in_transaction_session_timeout does; its FATAL
+ * says why (rewrite_fatal).  Async-signal-safe: stores and SetLatch. */
+static void wake(void *arg)
 {
-	struct stat st;
-	if (stat(DataDir, &st) != 0)
-		ereport(FATAL, (errcode_for_file_access(),
-		                errmsg("memlimits: could not stat the data "
-		                       "directory \"%s\": %m",
-		                       DataDir)));
-	snprintf(buf, len, "pg.%llu.%llx.%llx",
-	         (unsigned long long)GetSystemIdentifier(),
-	         (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+	int save_errno = errno;
+	(void)arg;
+	stop_pending = 1;
+	if (MyBEEntry && MyBEEntry->st_state == STATE_IDLEINTRANSACTION) {
+		stop_terminates = 1;
+		ProcDiePending = true;
+	} else
+		QueryCancelPending = true;
+	InterruptPending = true;
+	if (MyLatch)
+		SetLatch(MyLatch);
+	errno = save_errno;
 }
 
-/* In the postmaster, before it forks anything: every backend is then a
- * member of the budget from its start (a fork stays a member). */
-static void cluster_join(void)
+static emit_log_hook_type prev_emit_log;
+
+/* The FATAL that ends a session the wake stopped while it waited for its
+ * client: our 53200 error in place of PostgreSQL's words for a SIGTERM,
+ * for the client and the log alike. */
+static void rewrite_fatal(ErrorData *edata)
 {
-	char name[80];
+	if (stop_terminates && edata->elevel == FATAL &&
+	    edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN) {
+		ml_task *task = NULL;
+		for (stmt_entry *e = stmts; e && !task; e = e->next)
+			if (e->task &&
+			    ml_task_status(e->task) == ML_GLOBAL_LIMIT)
+				task = e->task;
+		stop_terminates = 0;
+		if (task) {
+			limit_text(task, NULL, &edata->message, &edata->detail);
+			edata->sqlerrcode = ERRCODE_OUT_OF_MEMORY;
+			edata->hint =
+			    pstrdup("The session was idle in a transaction "
+			            "whose open cursor held the memory: "
+			            "ending the session was the only way "
+			            "to free it.");
+		}
+	}
+	if (prev_emit_log)
+		prev_emit_log(edata);
+}
+
+/* The cluster's budget: a table with no name (ml_shared_create), made in
+ * the postmaster before it forks anything, with a slot for each process it
+ * can have at once: every backend is a member from its start (a fork stays
+ * a member), nothing is left in /dev/shm, no name can be taken first.
+ * From the shmem request hook: MaxBackends is known there, not in
+ * _PG_init. */
+#define CLUSTER_SLOT_MARGIN 16 /* the syslogger, dead-end backends */
+static void cluster_create(void)
+{
 	if (cluster_limit_kb <= 0)
 		return;
-	if (!ml_shared_join)
-		ereport(FATAL,
-		        (errmsg("memlimits: memlimits.cluster_limit needs "
-		                "libmemlimits 0.3 with shared budgets "
-		                "(ml_shared_join); set memlimits.cluster_limit "
-		                "= 0 or preload a newer libmemlimits")));
-	cluster_budget_name(name, sizeof(name));
-	int rc = ml_shared_join(name, kb_bytes(cluster_limit_kb));
+	if (!ml_shared_create || !ml_shared_set_wake || !ml_shared_members)
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: memlimits.cluster_limit needs "
+		            "libmemlimits 0.4 (ml_shared_create); set "
+		            "memlimits.cluster_limit = 0 or preload a newer "
+		            "libmemlimits")));
+	uint64_t slots = (uint64_t)MaxBackends + NUM_AUXILIARY_PROCS + 1 +
+	                 CLUSTER_SLOT_MARGIN;
+	if (slots > 65536)
+		ereport(
+		    FATAL,
+		    (errmsg("memlimits: memlimits.cluster_limit cannot count "
+		            "this cluster: its %llu processes at most "
+		            "(MaxBackends %d, %d auxiliary, the postmaster, "
+		            "%d more) are over a shared budget's 65536; lower "
+		            "max_connections or max_worker_processes",
+		            (unsigned long long)slots, MaxBackends,
+		            NUM_AUXILIARY_PROCS, CLUSTER_SLOT_MARGIN)));
+	int rc = ml_shared_set_wake(ML_WAKE_KEEP, wake, NULL);
+	if (rc == ML_OK)
+		rc = ml_shared_create(kb_bytes(cluster_limit_kb),
+		                      (uint32_t)slots);
 	if (rc != ML_OK)
 		ereport(
 		    FATAL,
-		    (errmsg("memlimits: could not join the shared budget "
-		            "\"%s\" for memlimits.cluster_limit (ml_status %d)",
-		            name, rc)));
+		    (errmsg(
+		        "memlimits: could not make the shared budget for "
+		        "memlimits.cluster_limit (%llu slots): ml_status %d",
+		        (unsigned long long)slots, rc)));
 }
 
 /* ---- Start ------------------------------------------------------------ */
@@ -1025,12 +1063,13 @@ void _PG_init(void)
 	MarkGUCPrefixReserved("memlimits");
 
 	ml_set_refusal_guard(refusal_ok, NULL);
-	cluster_join();
 
 	prev_shmem_request = shmem_request_hook;
 	shmem_request_hook = ml_shmem_request;
 	prev_shmem_startup = shmem_startup_hook;
 	shmem_startup_hook = ml_shmem_startup;
+	prev_emit_log = emit_log_hook;
+	emit_log_hook = rewrite_fatal;
 	prev_needs_fmgr = needs_fmgr_hook;
 	needs_fmgr_hook = ml_needs_fmgr;
 	prev_fmgr = fmgr_hook;
@@ -1051,81 +1090,97 @@ void _PG_init(void)
 	RegisterSubXactCallback(subxact_end, NULL);
 }
 
-/* ---- memlimits_activity() --------------------------------------------- */
+/* ---- memlimits_activity() and memlimits_metrics() ----------------------- */
+
+/* The figures shown: the cluster's budget's members (every process of the
+ * cluster with memlimits.cluster_limit set: the postmaster, auxiliary
+ * processes, backends) as the table has them, no staler than one
+ * publication batch (ml_shared_members: it only reads), the calling
+ * backend's as of now; without the cluster limit, the calling backend's
+ * only.  Other processes' rows only for members of pg_read_all_stats (as
+ * pg_stat_statements shows other users' queries). */
+typedef struct member_row {
+	int32 pid;
+	uint64 heap, held;
+} member_row;
+
+/* The rows, palloc'd; *n their count. */
+static member_row *member_rows(size_t *n)
+{
+	bool all = has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
+	size_t cap = 0, got = 0;
+	ml_shared_member *m = NULL;
+	if (cluster_limit_kb > 0 && ml_shared_members)
+		for (;;) {
+			got = ml_shared_members(m, cap);
+			if (got <= cap)
+				break;
+			cap = got + 16;
+			m = m ? repalloc(m, cap * sizeof(*m))
+			      : palloc(cap * sizeof(*m));
+		}
+	member_row *r = palloc((got + 1) * sizeof(*r));
+	size_t k = 0;
+	r[k++] = (member_row){MyProcPid, ml_global_memory_usage(),
+	                      current_task ? ml_task_held(current_task) : 0};
+	for (size_t i = 0; i < got; i++)
+		if (all && !(m[i].flags & ML_SHARED_SELF) &&
+		    m[i].pid != MyProcPid)
+			r[k++] = (member_row){m[i].pid, m[i].heap, m[i].held};
+	if (m)
+		pfree(m);
+	*n = k;
+	return r;
+}
 
 Datum memlimits_activity(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
 	Datum values[3];
 	bool nulls[3] = {false, false, false};
+	size_t n;
+	member_row *r = member_rows(&n);
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (!activity) {
-		/* No cluster limit: this backend only, read now. */
-		values[0] = Int32GetDatum(MyProcPid);
-		values[1] = Int64GetDatum((int64)ml_global_memory_usage());
-		values[2] = Int64GetDatum(
-		    (int64)(current_task ? ml_task_held(current_task) : 0));
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
-		                     nulls);
-		return (Datum)0;
-	}
-	for (int i = 0; i < MaxBackends; i++) {
-		activity_slot *s = &activity[i];
-		uint32 pid = pg_atomic_read_u32(&s->pid);
-		if (pid == 0)
-			continue;
-		bool self = (int)pid == MyProcPid;
-		values[0] = Int32GetDatum((int32)pid);
-		values[1] =
-		    Int64GetDatum((int64)(self ? ml_global_memory_usage()
-		                               : pg_atomic_read_u64(&s->heap)));
-		values[2] = Int64GetDatum((
-		    int64)(self
-		               ? (current_task ? ml_task_held(current_task) : 0)
-		               : pg_atomic_read_u64(&s->held)));
+	for (size_t i = 0; i < n; i++) {
+		values[0] = Int32GetDatum(r[i].pid);
+		values[1] = Int64GetDatum((int64)r[i].heap);
+		values[2] = Int64GetDatum((int64)r[i].held);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values,
 		                     nulls);
 	}
+	pfree(r);
 	return (Datum)0;
 }
 
-/* ---- memlimits_metrics() ---------------------------------------------- */
-
-static void metric_family(StringInfo s, const char *name, const char *type,
-                          const char *help)
+/* The library's Prometheus writer (lib/util/prom.c, compiled in) into a
+ * StringInfo. */
+static void put_text(void *sink, const char *t, size_t len)
 {
-	appendStringInfo(s, "# HELP %s %s\n# TYPE %s %s\n", name, help, name,
-	                 type);
+	appendBinaryStringInfo((StringInfo)sink, t, (int)len);
 }
 
-static void metric_gauge(StringInfo s, const char *name, const char *help,
-                         uint64 v)
+/* A family of one sample per row, labelled with the process's pid. */
+static void metric_rows(const struct ml__prom *p, const char *name,
+                        const char *help, const member_row *r, size_t n,
+                        bool held)
 {
-	metric_family(s, name, "gauge", help);
-	appendStringInfo(s, "%s " UINT64_FORMAT "\n", name, v);
-}
-
-/* One backend's gauges, into heap and held (two families, written one
- * after the other). */
-static void metric_backend(StringInfo heap, StringInfo held, uint32 pid,
-                           uint64 h, uint64 sh)
-{
-	appendStringInfo(heap,
-	                 "memlimits_heap_bytes{pid=\"%u\"} " UINT64_FORMAT "\n",
-	                 pid, h);
-	appendStringInfo(
-	    held,
-	    "memlimits_statement_held_bytes{pid=\"%u\"} " UINT64_FORMAT "\n",
-	    pid, sh);
+	ml__prom_family(p, name, "gauge", help);
+	for (size_t i = 0; i < n; i++) {
+		char pid[16];
+		snprintf(pid, sizeof(pid), "%d", (int)r[i].pid);
+		const struct ml__prom_label l[] = {{"pid", pid}, {NULL, NULL}};
+		ml__prom_sample(p, name, l, held ? r[i].held : r[i].heap);
+	}
 }
 
 /* The Prometheus text format (0.0.4) for the cluster: the counters of
- * every backend since the server started (shared memory), the backends'
- * heaps where the cluster limit lets a backend see the others (as
- * memlimits_activity), the cluster's budget, and the calling session's
- * statement limits.  Names as the library's ml_write_metrics where they
- * mean the same. */
+ * every backend since the server started (shared memory), the processes'
+ * heaps (as memlimits_activity), the per-process limit, the cluster's
+ * budget, and the calling session's statement limits.  The library's
+ * vocabulary (ml_write_metrics): memlimits_global_limit_bytes is the
+ * per-process limit, the cluster's budget is memlimits_shared_*, the
+ * process is the label pid. */
 Datum memlimits_metrics(PG_FUNCTION_ARGS)
 {
 	static const char *const reasons[C_N] = {
@@ -1140,71 +1195,74 @@ Datum memlimits_metrics(PG_FUNCTION_ARGS)
 			for (int j = 0; j < C_N; j++)
 				sum[j] += pg_atomic_read_u64(&counters[i].c[j]);
 
-	StringInfoData s, held;
+	StringInfoData s;
 	initStringInfo(&s);
-	initStringInfo(&held);
-	metric_family(&s, "memlimits_tasks_started_total", "counter",
-	              "Statements started under a memlimits limit, in every "
-	              "backend since the server started.");
-	appendStringInfo(&s,
-	                 "memlimits_tasks_started_total " UINT64_FORMAT "\n",
-	                 sum[C_STARTED]);
-	metric_family(&s, "memlimits_tasks_interrupted_total", "counter",
-	              "Statements interrupted by a limit, by reason "
-	              "(alloc_limit: memlimits.statement_alloc_limit, "
-	              "held_limit: memlimits.statement_limit, global_limit: "
-	              "memlimits.cluster_limit).");
-	for (int j = C_STARTED + 1; j < C_N; j++)
-		appendStringInfo(
-		    &s,
-		    "memlimits_tasks_interrupted_total{reason=\"%s\"} " UINT64_FORMAT
-		    "\n",
-		    reasons[j], sum[j]);
-
-	metric_family(&s, "memlimits_heap_bytes", "gauge",
-	              "Heap in use by each backend, as libmemlimits measures "
-	              "it (every backend with memlimits.cluster_limit set, "
-	              "the calling one otherwise).");
-	metric_family(&held, "memlimits_statement_held_bytes", "gauge",
-	              "The held estimate of the statement each backend is "
-	              "running; 0 when idle.");
-	/* The calling backend's own figures, read now. */
-	metric_backend(&s, &held, (uint32)MyProcPid, ml_global_memory_usage(),
-	               current_task ? ml_task_held(current_task) : 0);
-	if (activity)
-		for (int i = 0; i < MaxBackends; i++) {
-			uint32 pid = pg_atomic_read_u32(&activity[i].pid);
-			if (pid == 0 || (int)pid == MyProcPid)
-				continue;
-			metric_backend(&s, &held, pid,
-			               pg_atomic_read_u64(&activity[i].heap),
-			               pg_atomic_read_u64(&activity[i].held));
-		}
-	appendBinaryStringInfo(&s, held.data, held.len);
-	pfree(held.data);
-	metric_family(&s, "memlimits_tasks_open", "gauge",
-	              "Statement tasks the calling backend has not freed yet: "
-	              "the calling statement's, and those of portals kept "
-	              "open; the calling backend only.");
-	appendStringInfo(&s, "memlimits_tasks_open{pid=\"%u\"} %d\n",
-	                 (uint32)MyProcPid, open_tasks);
-
-	if (cluster_limit_kb > 0) {
-		metric_gauge(&s, "memlimits_global_limit_bytes",
-		             "memlimits.cluster_limit: the memory all backends "
-		             "may hold together.",
-		             ml_shared_limit ? ml_shared_limit()
-		                             : kb_bytes(cluster_limit_kb));
-		metric_gauge(&s, "memlimits_shared_usage_bytes",
-		             "The heap of all backends together, as the "
-		             "cluster limit counts it.",
-		             ml_shared_usage ? ml_shared_usage() : 0);
+	const struct ml__prom p = {.put = put_text, .sink = &s};
+	ml__prom_one(&p, "memlimits_tasks_started_total", "counter",
+	             "Statements started under a memlimits limit, in every "
+	             "backend since the server started.",
+	             sum[C_STARTED]);
+	ml__prom_family(&p, "memlimits_tasks_interrupted_total", "counter",
+	                "Statements interrupted by a limit, by reason "
+	                "(alloc_limit: memlimits.statement_alloc_limit, "
+	                "held_limit: memlimits.statement_limit, global_limit: "
+	                "memlimits.cluster_limit).");
+	for (int j = C_STARTED + 1; j < C_N; j++) {
+		const struct ml__prom_label l[] = {{"reason", reasons[j]},
+		                                   {NULL, NULL}};
+		ml__prom_sample(&p, "memlimits_tasks_interrupted_total", l,
+		                sum[j]);
 	}
-	metric_gauge(&s, "memlimits_statement_limit_bytes",
+	size_t n;
+	member_row *r = member_rows(&n);
+	metric_rows(&p, "memlimits_heap_bytes",
+	            "Heap in use by each process of the cluster, as "
+	            "libmemlimits measures it (with memlimits.cluster_limit "
+	            "and pg_read_all_stats; the calling backend's otherwise).",
+	            r, n, false);
+	metric_rows(&p, "memlimits_statement_held_bytes",
+	            "The held estimate of the statement each process is "
+	            "running; 0 when idle.",
+	            r, n, true);
+	pfree(r);
+	char pid[16];
+	snprintf(pid, sizeof(pid), "%d", MyProcPid);
+	const struct ml__prom_label me[] = {{"pid", pid}, {NULL, NULL}};
+	ml__prom_family(
+	    &p, "memlimits_tasks_open", "gauge",
+	    "Statement tasks the calling backend has not freed yet: "
+	    "the calling statement's, and those of portals kept "
+	    "open; the calling backend only.");
+	ml__prom_sample(&p, "memlimits_tasks_open", me, (uint64)open_tasks);
+	uint64 glimit =
+	    ml_global_memory_limit ? ml_global_memory_limit() : ML_NO_LIMIT;
+	ml__prom_family(&p, "memlimits_global_limit_bytes", "gauge",
+	                "The per-process limit on the heap (the calling "
+	                "backend's); +Inf when none is set.");
+	if (glimit == ML_NO_LIMIT)
+		ml__prom_sample_text(&p, "memlimits_global_limit_bytes", NULL,
+		                     "+Inf");
+	else
+		ml__prom_sample(&p, "memlimits_global_limit_bytes", NULL,
+		                glimit);
+	if (cluster_limit_kb > 0) {
+		ml__prom_one(
+		    &p, "memlimits_shared_limit_bytes", "gauge",
+		    "memlimits.cluster_limit: the memory all processes "
+		    "of the cluster may hold together.",
+		    ml_shared_limit ? ml_shared_limit()
+		                    : kb_bytes(cluster_limit_kb));
+		ml__prom_one(
+		    &p, "memlimits_shared_usage_bytes", "gauge",
+		    "The heap of all processes of the cluster together, "
+		    "as the cluster limit counts it.",
+		    ml_shared_usage ? ml_shared_usage() : 0);
+	}
+	ml__prom_one(&p, "memlimits_statement_limit_bytes", "gauge",
 	             "memlimits.statement_limit in the calling session; 0 = "
 	             "none.",
 	             (uint64)statement_limit_kb * 1024);
-	metric_gauge(&s, "memlimits_statement_alloc_limit_bytes",
+	ml__prom_one(&p, "memlimits_statement_alloc_limit_bytes", "gauge",
 	             "memlimits.statement_alloc_limit in the calling session; "
 	             "0 = none.",
 	             (uint64)statement_alloc_limit_kb * 1024);
