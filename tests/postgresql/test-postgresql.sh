@@ -838,4 +838,27 @@ else
 	ok "no backend exited with FATAL (but a parallel worker ended by its leader)"
 fi
 stop_server
+
+# ---- a cluster the budget's table cannot count ----------------------------------
+# max_connections = 70000: MaxBackends plus the auxiliary processes, the
+# postmaster and the margin are over a table's 65536 slots; the server
+# refuses to start, with one FATAL line saying so.
+if ${NM:-nm} -D --defined-only "$LIB" | grep -q ' ml_shared_create'; then
+	as sh -c "echo 'max_connections = 70000' >>'$data/postgresql.conf'"
+	log=$tmp/size.log
+	as sh -c ": >'$log'"
+	if start "$tmp/lib/libmemlimits.so"; then
+		started=1
+		notok "max_connections = 70000 under memlimits.cluster_limit: the server starts"
+		stop_server
+	elif [ "$(grep -c 'FATAL:.*memlimits:' "$log")" = 1 ] &&
+		grep -q 'FATAL:.*memlimits: memlimits.cluster_limit cannot count this cluster: its 70[0-9]* processes' "$log"; then
+		ok "max_connections = 70000: refused with one FATAL line: $(grep 'FATAL:' "$log" | sed 's/.*FATAL: *//' | cut -c1-120)..."
+	else
+		notok "max_connections = 70000: no single FATAL line from memlimits"
+		diag "$log"
+	fi
+else
+	skip "the table's size: this libmemlimits has no ml_shared_create"
+fi
 echo "1..$n"
