@@ -5,7 +5,12 @@
 # PG_SHAREDIR/extension), honouring DESTDIR.  It does not link the
 # library: the server preloads it.
 EXTRA_DIST += contrib/postgresql/Makefile contrib/postgresql/memlimits.c \
-	contrib/postgresql/memlimits.control contrib/postgresql/memlimits--0.3.sql \
+	contrib/postgresql/slice.c contrib/postgresql/statement.c \
+	contrib/postgresql/commit.c contrib/postgresql/shmem.c \
+	contrib/postgresql/cluster.c contrib/postgresql/sql.c \
+	contrib/postgresql/metrics.c contrib/postgresql/memlimits_pg.h \
+	contrib/postgresql/memlimits_sql.h \
+	contrib/postgresql/ml_prom.c contrib/postgresql/memlimits.control contrib/postgresql/memlimits--0.3.sql \
 	contrib/postgresql/memlimits.conf
 if BUILD_POSTGRESQL
 # PGXS, run in the build tree with the source Makefile (its VPATH build);
@@ -18,6 +23,17 @@ ML_PGXS = $(MAKE) -C contrib/postgresql/build \
 all-local: contrib/postgresql/build/memlimits.so
 contrib/postgresql/build/memlimits.so: \
 		$(top_srcdir)/contrib/postgresql/memlimits.c \
+		$(top_srcdir)/contrib/postgresql/slice.c \
+		$(top_srcdir)/contrib/postgresql/statement.c \
+		$(top_srcdir)/contrib/postgresql/commit.c \
+		$(top_srcdir)/contrib/postgresql/shmem.c \
+		$(top_srcdir)/contrib/postgresql/cluster.c \
+		$(top_srcdir)/contrib/postgresql/sql.c \
+		$(top_srcdir)/contrib/postgresql/metrics.c \
+		$(top_srcdir)/contrib/postgresql/memlimits_pg.h \
+		$(top_srcdir)/contrib/postgresql/memlimits_sql.h \
+		$(top_srcdir)/contrib/postgresql/ml_prom.c \
+		$(top_srcdir)/lib/util/prom.c $(top_srcdir)/lib/util/parse.c \
 		$(top_srcdir)/contrib/postgresql/Makefile \
 		$(top_srcdir)/include/memlimits.h
 	+$(AM_V_GEN)$(MKDIR_P) contrib/postgresql/build && \
