@@ -48,9 +48,15 @@ void ml__shared_publish(struct ml__shared_table *t)
 	struct ml__shared_slot *s = &t->slot[ml__shared_my_slot];
 	struct largest top = {0};
 	ml__global_visit(find_largest, &top);
+	/* The deadline of memory on its way back runs from its last
+	 * progress: a stopped task that is still giving memory back (a
+	 * PostgreSQL abort freeing its contexts, slow under load) is on its
+	 * way back and not passed over for a bystander; one that gave
+	 * nothing back for the deadline counts as memory again. */
 	if (!top.stopping)
 		ml__shared_stopping_since = 0;
-	else if (!ml__shared_last_stopping || !ml__shared_stopping_since)
+	else if (!ml__shared_last_stopping || !ml__shared_stopping_since ||
+	         top.stopping < ml__shared_last_stopping)
 		ml__shared_stopping_since = ml__shared_now_ns();
 	struct ml__shared_figures v = {ml__shared_heap_now(),
 	                               top.best ? top.held : 0,
@@ -114,8 +120,8 @@ void ml__shared_sum_table(struct ml__shared_table *t, bool full, int skip,
 			    heap; /* the fold's reference (on_fold) */
 		v->total = ml__shared_add_sat(v->total, heap);
 		/* Memory on its way back counts as such for the deadline
-		 * only: then it is memory like any other, and the next
-		 * largest holder is chosen. */
+		 * from its last progress only: then it is memory like any
+		 * other, and the next largest holder is chosen. */
 		if (within_deadline(p.stop_since, now))
 			v->stopping = ml__shared_add_sat(
 			    v->stopping, ml__shared_clamp(p.stopping));
