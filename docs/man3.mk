@@ -41,8 +41,10 @@ man_MANS += \
 	docs/gen/ml_task_allocated.3 \
 	docs/gen/ml_task_current.3 \
 	docs/gen/ml_task_describe.3 \
+	docs/gen/ml_task_enter.3 \
 	docs/gen/ml_task_free.3 \
 	docs/gen/ml_task_held.3 \
+	docs/gen/ml_task_leave.3 \
 	docs/gen/ml_task_new.3 \
 	docs/gen/ml_task_run.3 \
 	docs/gen/ml_task_status.3 \

@@ -97,7 +97,10 @@ struct ml__slice {
 	uint32_t holes;               /* thread's cleanup_holes at start    */
 	bool lost_cleanup;            /* a cleanup could not be registered  */
 	bool owner;                   /* ml_run's own slice of its task     */
-	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
+	/* ml_task_enter's: the record is ours (entered_pool), not in a
+	 * runner's frame, and goes back when the slice leaves the stack. */
+	bool entered;
+	uint64_t pending_bytes; /* bytes allocated while a jump waited */
 	uint64_t res;      /* an exact task's bytes reserved for this slice */
 	uint64_t credited; /* samples its task got at the last sample */
 	uintptr_t frame;   /* an address in the runner's frame   */
@@ -171,6 +174,8 @@ struct ml__thread {
 	uint64_t armed, cut;
 	/* A task with an interval of its own is on the stack (thread.c). */
 	uint8_t own_interval;
+	/* ml_task_enter's slice records kept for reuse (task.c). */
+	struct ml__slice *entered_spare;
 	/* Its counts for ml_write_metrics (metrics.c). */
 	struct ml__metrics metrics;
 };
