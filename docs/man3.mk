@@ -22,7 +22,9 @@ man_MANS += \
 	docs/gen/ml_limit_with_token.3 \
 	docs/gen/ml_mask.3 \
 	docs/gen/ml_note_alloc.3 \
+	docs/gen/ml_note_alloc_block.3 \
 	docs/gen/ml_note_free.3 \
+	docs/gen/ml_note_free_block.3 \
 	docs/gen/ml_run.3 \
 	docs/gen/ml_sample_interval.3 \
 	docs/gen/ml_set_default_delivery.3 \

@@ -349,6 +349,17 @@ ML_EXPORT int ml_set_refusal_guard(ml_refusal_guard_fn fn, void *arg);
 ML_EXPORT bool ml_note_alloc(size_t bytes);
 /* Tell the meter that a custom allocator freed `bytes`. */
 ML_EXPORT void ml_note_free(size_t bytes);
+/* The same for a block of a custom allocator, noted after it is made:
+ * counted as ml_note_alloc counts, and when it carries samples held by
+ * the calling thread's tasks (ml_task_held) until ml_note_free_block(p,
+ * bytes), by any thread.  false (p NULL, or an allocation to refuse, as
+ * ml_note_alloc): nothing was counted; the caller frees the block and
+ * fails.  Thread-safe; never allocates through malloc.  Since 0.4.  See
+ * ml_note_alloc_block(3). */
+ML_EXPORT bool ml_note_alloc_block(void *p, size_t bytes);
+/* The block p of bytes bytes, noted with ml_note_alloc_block, is freed:
+ * it is no longer held, and leaves the global memory usage. */
+ML_EXPORT void ml_note_free_block(void *p, size_t bytes);
 
 /* ---- Reports: what a task holds, why it stopped, the metrics ----------------
  *

@@ -308,6 +308,53 @@ static void test_fork(void)
 	ml_task_free(t);
 }
 
+/* A custom allocator's blocks inside an entered slice (the Python
+ * module's object hook): ml_note_alloc_block counts them as held until
+ * ml_note_free_block, so a held limit stops a task that keeps them and
+ * not one that frees them. */
+static char arena[1 << 16];
+static void test_note_blocks(void)
+{
+	ml_set_seed(43);
+	ml_limits l = ML_LIMITS_INIT;
+	l.held_bytes = 4 << 20;
+	l.delivery = ML_DELIVER_FAIL;
+	ml_task *t = ml_task_new(&l);
+	ml_task_enter(t);
+	/* 256 MiB noted and freed in 64-byte blocks at 1024 addresses:
+	 * holds at most 64 KiB; tripping the 4 MiB held limit takes an
+	 * estimate 60 times the truth (P < 1e-30). */
+	bool no = false;
+	for (size_t i = 0; i < (256u << 20) / 64 && !no; i++) {
+		char *p = arena + (i % 1024) * 64;
+		no = !ml_note_alloc_block(p, 64);
+		if (!no)
+			ml_note_free_block(p, 64);
+	}
+	tap_ok(!no && ml_task_status(t) == ML_OK,
+	       "256 MiB of blocks noted and freed: the held limit is not "
+	       "reached (held %llu)",
+	       (unsigned long long)ml_task_held(t));
+	/* Kept: 16 MiB at distinct (fake, never dereferenced) addresses;
+	 * 53 samples needed, 210 expected: P(Poisson(210) < 53) < 1e-40. */
+	size_t kept = 0;
+	for (uintptr_t a = 1u << 20; kept < (16u << 20); a += 64) {
+		if (!ml_note_alloc_block((void *)(a << 4), 64))
+			break;
+		kept += 64;
+	}
+	tap_ok(kept < (16u << 20) && ml_task_status(t) == ML_HELD_LIMIT,
+	       "blocks noted and kept: stopped by the held limit after %zu "
+	       "bytes",
+	       kept);
+	tap_ok(!ml_note_alloc_block(NULL, 8), "a NULL block is refused");
+	ml_task_leave(t);
+	for (uintptr_t a = 1u << 20, n = 0; n < kept; a += 64, n += 64)
+		ml_note_free_block((void *)(a << 4), 64);
+	tap_is(ml_task_held(t), 0, "every block freed: nothing held");
+	ml_task_free(t);
+}
+
 int main(void)
 {
 	TAP_RUN(test_einval);
@@ -319,5 +366,6 @@ int main(void)
 	tap_case("test_threads_fail", test_threads_fail, 60);
 	tap_case("test_thread_exit", test_thread_exit, 30);
 	TAP_RUN(test_fork);
+	TAP_RUN(test_note_blocks);
 	return tap_done();
 }
