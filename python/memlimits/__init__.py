@@ -124,7 +124,7 @@ def _trip_estimates(detail):
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
-class Task:
+class Task(_memlimits._Task):
     """One budget (a held limit, an allocation limit, the process's
     global limit) for work that may run on several threads.
 
@@ -136,74 +136,41 @@ class Task:
     raises LimitExceeded at once.
 
     ``status`` is None while the task runs, else the reason it stopped;
-    ``held`` and ``allocated`` are its estimates in bytes."""
+    ``held`` and ``allocated`` are its estimates in bytes.  The ``with``
+    statement's ends are C (nothing allocates between a stopped block and
+    the task's leave)."""
 
     def __init__(self, held=None, alloc=None, global_limit=False):
-        self._held_limit = parse_size(held)
-        self._alloc_limit = parse_size(alloc)
-        self._t = _memlimits._Task(held=self._held_limit,
-                                   alloc=self._alloc_limit,
-                                   global_limit=bool(global_limit))
+        super().__init__(held=parse_size(held), alloc=parse_size(alloc),
+                         global_limit=bool(global_limit))
+
+    @property
+    def _t(self):
+        return self
 
     @property
     def status(self):
-        return _REASONS.get(self._t.status_code)
-
-    @property
-    def held(self):
-        return self._t.held
-
-    @property
-    def allocated(self):
-        return self._t.allocated
-
-    @property
-    def held_limit(self):
-        return self._held_limit
-
-    @property
-    def alloc_limit(self):
-        return self._alloc_limit
+        return _REASONS.get(self.status_code)
 
     def _exceeded(self, code):
         reason = _REASONS.get(code, "stopped")
-        lim = {"held_limit": self._held_limit,
-               "alloc_limit": self._alloc_limit}.get(reason)
-        detail = self._t.describe()
+        lim = {"held_limit": self.held_limit,
+               "alloc_limit": self.alloc_limit}.get(reason)
+        detail = self.describe()
         held, allocated = _trip_estimates(detail)
         # The estimates at the stop (ml_task_describe's), or now's when
         # that line gives none.
         if held is None:
-            held = self._t.held
+            held = self.held
         if allocated is None:
-            allocated = self._t.allocated
+            allocated = self.allocated
         return LimitExceeded(reason, lim, held, allocated, detail)
-
-    def __enter__(self):
-        rc = self._t.enter()
-        if rc > 0:
-            raise self._exceeded(rc)
-        if rc < 0:
-            raise RuntimeError("memlimits: this thread is inside this "
-                               "task already")
-        return self
-
-    def __exit__(self, etype, exc, tb):
-        rc = self._t.leave()
-        if rc < 0:
-            raise RuntimeError("memlimits: the task left is not this "
-                               "thread's innermost (a block left open "
-                               "across a yield or a thread?)")
-        if rc == 0 or (etype is not None
-                       and issubclass(etype, _PASS_THROUGH)):
-            return False
-        raise self._exceeded(rc)
 
     def __repr__(self):
         return ("<memlimits.Task held_limit=%r alloc_limit=%r status=%r "
-                "held=%d allocated=%d>" % (self._held_limit,
-                                          self._alloc_limit, self.status,
-                                          self.held, self.allocated))
+                "held=%d allocated=%d>" % (self.held_limit, self.alloc_limit,
+                                          self.status, self.held,
+                                          self.allocated))
 
 
 def limit(held=None, alloc=None, global_limit=False):

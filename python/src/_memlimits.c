@@ -238,6 +238,8 @@ static int validate_classes(void)
 	return 0;
 }
 
+static bool refusal_guard(void *arg);
+
 static int install_hooks(void)
 {
 	const char *pm = getenv("PYTHONMALLOC");
@@ -278,8 +280,28 @@ static int install_hooks(void)
 	} else {
 		counting = "preloaded";
 	}
+	ml_set_refusal_guard(refusal_guard, NULL);
 	hooked = 1;
 	return 0;
+}
+
+/* ---- The refusal guard -------------------------------------------------
+ *
+ * FAIL delivery refuses every allocation of a stopped block until it is
+ * left.  The interpreter cannot unwind that way: raising needs a
+ * traceback object per frame, chaining and except clauses allocate, and
+ * a refused allocation there raises again from the same handler (an
+ * endless loop, seen in CPython 3.11).  So an allocation made while an
+ * exception is propagating on this thread (the thread state's current
+ * exception is set) goes through: the block's own code still gets its
+ * MemoryError at its next allocation, and unwinding reaches the with
+ * statement's C exit, which leaves.  Reads the thread's state without
+ * the GIL's help (the RAW domain runs without it): NULL is no thread. */
+static bool refusal_guard(void *arg)
+{
+	(void)arg;
+	PyThreadState *ts = _PyThreadState_UncheckedGet();
+	return !(ts && ts->curexc_type);
 }
 
 /* ---- Tasks ------------------------------------------------------------- */
@@ -422,7 +444,95 @@ static PyObject *task_describe(PyObject *self_, PyObject *unused)
 	return PyUnicode_FromString(buf);
 }
 
+/* The with statement's two ends are C, so that nothing between the block
+ * and ml_task_leave allocates: inside a stopped block every allocation
+ * fails, a Python-level __exit__ could fail before it left, and the
+ * task would stay entered on the thread for good.  The exception to
+ * raise is made by the subclass's _exceeded(code), after the leave. */
+static PyObject *raise_exceeded(PyObject *self, int rc)
+{
+	PyObject *exc = PyObject_CallMethod(self, "_exceeded", "i", rc);
+	if (exc) {
+		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+static PyObject *task_cm_enter(PyObject *self_, PyObject *unused)
+{
+	(void)unused;
+	TaskObject *self = (TaskObject *)self_;
+	if (!live(self))
+		return NULL;
+	int rc = ml_task_enter(self->task);
+	if (rc > 0)
+		return raise_exceeded(self_, rc);
+	if (rc < 0) {
+		PyErr_SetString(PyExc_RuntimeError,
+		                "memlimits: this thread is inside this task "
+		                "already");
+		return NULL;
+	}
+	Py_INCREF(self_);
+	return self_;
+}
+
+static PyObject *task_cm_exit(PyObject *self_, PyObject *const *args,
+                              Py_ssize_t nargs)
+{
+	TaskObject *self = (TaskObject *)self_;
+	if (!live(self))
+		return NULL;
+	int rc = ml_task_leave(self->task);
+	if (rc < 0) {
+		PyErr_SetString(PyExc_RuntimeError,
+		                "memlimits: the task left is not this thread's "
+		                "innermost (a block left open across a yield?)");
+		return NULL;
+	}
+	if (rc == 0)
+		Py_RETURN_FALSE;
+	PyObject *et = nargs > 0 ? args[0] : Py_None;
+	if (et != Py_None && PyType_Check(et) &&
+	    (PyType_IsSubtype((PyTypeObject *)et,
+	                      (PyTypeObject *)PyExc_KeyboardInterrupt) ||
+	     PyType_IsSubtype((PyTypeObject *)et,
+	                      (PyTypeObject *)PyExc_SystemExit) ||
+	     PyType_IsSubtype((PyTypeObject *)et,
+	                      (PyTypeObject *)PyExc_GeneratorExit)))
+		Py_RETURN_FALSE;
+	return raise_exceeded(self_, rc);
+}
+
+/* fn(*args) entered: one step of a coroutine (memlimits.asgi).  The
+ * caller checks the status first: a stopped task is not entered (its
+ * step runs as is, -1 from enter: nothing to leave). */
+static PyObject *task_step(PyObject *self_, PyObject *const *args,
+                           Py_ssize_t nargs)
+{
+	TaskObject *self = (TaskObject *)self_;
+	if (!live(self))
+		return NULL;
+	if (nargs < 1) {
+		PyErr_SetString(PyExc_TypeError, "step(fn, *args)");
+		return NULL;
+	}
+	int rc = ml_task_enter(self->task);
+	PyObject *r = PyObject_Vectorcall(args[0], args + 1,
+	                                  (size_t)(nargs - 1), NULL);
+	if (rc == 0)
+		ml_task_leave(self->task);
+	return r;
+}
+
 static PyMethodDef task_methods[] = {
+    {"__enter__", task_cm_enter, METH_NOARGS,
+     "Enter the task on this thread (a slice)."},
+    {"__exit__", (PyCFunction)(void (*)(void))task_cm_exit, METH_FASTCALL,
+     "Leave it; raise self._exceeded(code) when it was stopped."},
+    {"step", (PyCFunction)(void (*)(void))task_step, METH_FASTCALL,
+     "step(fn, *args): fn(*args) with the task entered on this thread."},
     {"enter", task_enter, METH_NOARGS,
      "enter() -> int: ml_task_enter on this thread; 0, a status > 0 when "
      "the task is stopped already, -1 when refused."},
