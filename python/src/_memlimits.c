@@ -486,9 +486,10 @@ static PyObject *task_cm_exit(PyObject *self_, PyObject *const *args,
 		return NULL;
 	int rc = ml_task_leave(self->task);
 	if (rc < 0) {
-		PyErr_SetString(PyExc_RuntimeError,
-		                "memlimits: the task left is not this thread's "
-		                "innermost (a block left open across a yield?)");
+		PyErr_SetString(
+		    PyExc_RuntimeError,
+		    "memlimits: the task left is not this thread's "
+		    "innermost (a block left open across a yield?)");
 		return NULL;
 	}
 	if (rc == 0)
@@ -519,8 +520,8 @@ static PyObject *task_step(PyObject *self_, PyObject *const *args,
 		return NULL;
 	}
 	int rc = ml_task_enter(self->task);
-	PyObject *r = PyObject_Vectorcall(args[0], args + 1,
-	                                  (size_t)(nargs - 1), NULL);
+	PyObject *r =
+	    PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
 	if (rc == 0)
 		ml_task_leave(self->task);
 	return r;
@@ -564,10 +565,9 @@ static PyType_Slot task_slots[] = {
     {Py_tp_getset, task_getset},
     {0, NULL}};
 
-static PyType_Spec task_spec = {"memlimits._memlimits._Task",
-                                sizeof(TaskObject), 0,
-                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-                                task_slots};
+static PyType_Spec task_spec = {
+    "memlimits._memlimits._Task", sizeof(TaskObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, task_slots};
 
 /* ---- Process-wide functions -------------------------------------------- */
 
@@ -597,8 +597,8 @@ static PyObject *m_write_metrics(PyObject *m, PyObject *arg)
 		return NULL;
 	int rc;
 	Py_BEGIN_ALLOW_THREADS rc = ml_write_metrics(fd);
-	Py_END_ALLOW_THREADS if (rc < 0) return PyErr_SetFromErrno(
-	    PyExc_OSError);
+	Py_END_ALLOW_THREADS if (rc <
+	                         0) return PyErr_SetFromErrno(PyExc_OSError);
 	Py_RETURN_NONE;
 }
 static PyObject *m_capabilities(PyObject *m, PyObject *unused)
@@ -648,10 +648,14 @@ static int module_exec(PyObject *m)
 }
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_memlimits",
-    "The C part of memlimits: the allocator hooks and ml_task objects.", -1,
-    module_methods,        NULL,
-    NULL,                  NULL,
+    PyModuleDef_HEAD_INIT,
+    "_memlimits",
+    "The C part of memlimits: the allocator hooks and ml_task objects.",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
     NULL};
 
 PyMODINIT_FUNC PyInit__memlimits(void)
