@@ -26,7 +26,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/tasks/slow.c \
 	lib/shared/shared.h lib/shared/shared.c \
 	lib/api/api.h \
-	lib/api/interpose.c lib/api/note.c lib/api/init.c lib/api/version.c \
+	lib/api/interpose.c lib/api/note.c lib/api/enter.c lib/api/init.c lib/api/version.c \
 	lib/api/compat.c
 lib_libmlcore_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/lib -DMEMLIMITS_BUILDING
 lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)

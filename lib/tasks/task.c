@@ -880,21 +880,7 @@ ML_EXPORT ml_task *ml_task_current(void)
 	return NULL;
 }
 
-/* A thread that never allocated enters a task: start it as its first
- * allocation would, so that its exit reclaims what it leaves entered
- * (the thread key is set there). */
-static ML__COLD void thread_start(struct ml__thread *t)
-{
-	uint8_t busy = t->busy;
-	t->busy = 1;
-	ml__force_slow(t);
-	ml__thread_init(t);
-	ml__thread_refresh(t);
-	t->busy = busy;
-	ml__unforce(t);
-}
-
-ML_EXPORT int ml_task_enter(ml_task *task)
+int ml__task_enter(ml_task *task)
 {
 	if (!ml__task_valid(task) || task->delivery == ML_DELIVER_JUMP)
 		return ML_EINVAL;
@@ -908,8 +894,6 @@ ML_EXPORT int ml_task_enter(ml_task *task)
 	ml_status st = task_poll(task);
 	if (st != ML_OK)
 		return st;
-	if (ml__unlikely(t->state == ML__T_NEW))
-		thread_start(t);
 	struct ml__slice *slice = t->entered_spare;
 	if (ml__likely(slice != NULL)) {
 		t->entered_spare = slice->outer;

@@ -285,6 +285,8 @@ void ml__tasks_poll(struct ml__thread *t);
 /* Would an allocation of n bytes take the heap over the global limit? */
 bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
+/* ml_task_enter on a started thread (api/enter.c starts it). */
+int ml__task_enter(ml_task *task);
 
 extern struct ml__pool ml__token_pool, ml__cleanup_pool;
 
