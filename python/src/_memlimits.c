@@ -297,11 +297,27 @@ static int install_hooks(void)
  * MemoryError at its next allocation, and unwinding reaches the with
  * statement's C exit, which leaves.  Reads the thread's state without
  * the GIL's help (the RAW domain runs without it): NULL is no thread. */
+/* After a refusal, the next GRACE allocations of the thread go through
+ * (then the next is refused again): CPython normalizes an exception with
+ * the current one fetched (cleared), and dies ("Cannot recover from
+ * MemoryErrors while normalizing exceptions", seen under make check)
+ * when that keeps failing.  A runaway that catches MemoryError and goes
+ * on is refused again after GRACE allocations. */
+#define GRACE 256
+static __thread __attribute__((tls_model("initial-exec"))) unsigned grace;
+
 static bool refusal_guard(void *arg)
 {
 	(void)arg;
 	PyThreadState *ts = _PyThreadState_UncheckedGet();
-	return !(ts && ts->curexc_type);
+	if (ts && ts->curexc_type)
+		return false;
+	if (grace) {
+		grace--;
+		return false;
+	}
+	grace = GRACE;
+	return true;
 }
 
 /* ---- Tasks ------------------------------------------------------------- */
