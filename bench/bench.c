@@ -27,6 +27,10 @@
  *                         ns per pair.  Both binaries: glibc-bench's is
  *                         the system calls alone (issue 34).
  *   mmaptask M REPS       the same inside a task (each pair samples).
+ *   enter M REPS          M ml_task_enter + ml_task_leave pairs on the same
+ *                         task with FAIL delivery (issue 37): what a
+ *                         slice with no function costs; the best ns per
+ *                         pair.
  *   trip KIND M REPS      M tasks that allocate 16 KiB blocks until a
  *                         1 MiB limit trips (JUMP): KIND = alloc | held.
  *                         The best mean ns from the tripping allocation
@@ -303,6 +307,24 @@ static __attribute__((noinline)) void empty_slices(uint64_t m)
 		ml_task_run(task, nothing, NULL, NULL);
 }
 
+static __attribute__((noinline)) void empty_enters(uint64_t m)
+{
+	static ml_token *tok;
+	static ml_task *task;
+	if (!task) {
+		tok = ml_token_new();
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = HUGE_BYTES;
+		l.token = tok;
+		l.delivery = ML_DELIVER_FAIL;
+		task = ml_task_new(&l);
+	}
+	for (uint64_t i = 0; i < m; i++) {
+		ml_task_enter(task);
+		ml_task_leave(task);
+	}
+}
+
 /* Trips (issue 26): a task that allocates blocks of TRIP_BLOCK bytes and
  * keeps them until its limit, TRIP_LIMIT, trips at one of them (JUMP
  * delivery takes it back to ml_run; the blocks are freed after ml_run
@@ -543,6 +565,13 @@ int main(int argc, char **argv)
 		int reps = (int)arg_u64(argv[3]);
 		empty_slices(1000);
 		printf("%.3f\n", time_best(empty_slices, m, reps));
+		return 0;
+	}
+	if (strcmp(argv[1], "enter") == 0 && argc == 4) {
+		uint64_t m = arg_u64(argv[2]);
+		int reps = (int)arg_u64(argv[3]);
+		empty_enters(1000);
+		printf("%.3f\n", time_best(empty_enters, m, reps));
 		return 0;
 	}
 	if (strcmp(argv[1], "trip") == 0 && argc == 5) {

@@ -58,6 +58,7 @@ mi-idle   |pair |144 |idle_mi   |alone_mi  |+8   |idle memlimits over mimalloc
 mi-heap   |pair |144 |heap_mi   |idle_mi   |+25  |heap limit over mimalloc
 run       |call |-   |run       |-         |176  |an empty ml_run, Ir a call
 slice     |call |-   |slice     |-         |154  |an empty ml_task_run slice
+enter     |call |-   |enter     |-         |154  |ml_task_enter+leave (0.4: no before)
 trip-a    |call |-   |trip_alloc|-         |-    |alloc-limit trip, alloc..return
 trip-h    |call |-   |trip_held |-         |-    |held-limit trip, alloc..return
 trip      |ratio|-   |trip-h    |trip-a    |1.2x |held trip over alloc trip
@@ -181,7 +182,7 @@ setcfg() {
 		heap_*) PRE="$lib $a" ENVV=MEMLIMITS_HEAP_LIMIT=$HEAP ;;
 		esac
 		;;
-	run | slice | mmap | mmaptask) ;;
+	run | slice | mmap | mmaptask | enter) ;;
 	mmap_glibc) BIN=$GLIBC_BENCH PRE= WL=mmap ;;
 	trip_*) WL="trip ${2#trip_}" ;;
 	gcc) BIN=$CC_GCC PRE= ;;

@@ -22,7 +22,9 @@ man_MANS += \
 	docs/gen/ml_limit_with_token.3 \
 	docs/gen/ml_mask.3 \
 	docs/gen/ml_note_alloc.3 \
+	docs/gen/ml_note_alloc_block.3 \
 	docs/gen/ml_note_free.3 \
+	docs/gen/ml_note_free_block.3 \
 	docs/gen/ml_run.3 \
 	docs/gen/ml_sample_interval.3 \
 	docs/gen/ml_set_default_delivery.3 \
@@ -44,8 +46,10 @@ man_MANS += \
 	docs/gen/ml_task_allocated.3 \
 	docs/gen/ml_task_current.3 \
 	docs/gen/ml_task_describe.3 \
+	docs/gen/ml_task_enter.3 \
 	docs/gen/ml_task_free.3 \
 	docs/gen/ml_task_held.3 \
+	docs/gen/ml_task_leave.3 \
 	docs/gen/ml_task_new.3 \
 	docs/gen/ml_task_run.3 \
 	docs/gen/ml_task_status.3 \

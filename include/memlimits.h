@@ -217,6 +217,21 @@ ML_EXPORT uint64_t ml_task_held(const ml_task *t);
 /* The task of the innermost slice (or ml_run) on this thread, or NULL
  * when there is none (not an error).  Takes no task. */
 ML_EXPORT ml_task *ml_task_current(void);
+/* Make t the innermost task of this thread until ml_task_leave(t) on
+ * this thread: a slice with no function, for work that is not one C call
+ * (a Python `with` block, the steps of a coroutine).  FAIL and FLAG
+ * delivery only.  ML_OK; t's status (a positive ml_status) when t is
+ * interrupted already, and nothing is entered; ML_EINVAL for a NULL or
+ * dead task, a JUMP task, or one this thread entered and has not left
+ * (other threads may enter it at the same time: each is a slice);
+ * ML_ENOMEM.  Thread-safe; never allocates through malloc.  See
+ * ml_task_enter(3). */
+ML_EXPORT int ml_task_enter(ml_task *t);
+/* End the slice ml_task_enter(t) began on this thread: ML_EINVAL unless
+ * it is this thread's innermost slice.  Returns t's status then (ML_OK
+ * while it runs, ML_ENOMEM as ml_task_run does).  Thread-safe; never
+ * allocates.  See ml_task_leave(3). */
+ML_EXPORT int ml_task_leave(ml_task *t);
 
 /* ---- Inside a task: checks, masks, cleanup -------------------------------
  *
@@ -334,6 +349,17 @@ ML_EXPORT int ml_set_refusal_guard(ml_refusal_guard_fn fn, void *arg);
 ML_EXPORT bool ml_note_alloc(size_t bytes);
 /* Tell the meter that a custom allocator freed `bytes`. */
 ML_EXPORT void ml_note_free(size_t bytes);
+/* The same for a block of a custom allocator, noted after it is made:
+ * counted as ml_note_alloc counts, and when it carries samples held by
+ * the calling thread's tasks (ml_task_held) until ml_note_free_block(p,
+ * bytes), by any thread.  false (p NULL, or an allocation to refuse, as
+ * ml_note_alloc): nothing was counted; the caller frees the block and
+ * fails.  Thread-safe; never allocates through malloc.  Since 0.4.  See
+ * ml_note_alloc_block(3). */
+ML_EXPORT bool ml_note_alloc_block(void *p, size_t bytes);
+/* The block p of bytes bytes, noted with ml_note_alloc_block, is freed:
+ * it is no longer held, and leaves the global memory usage. */
+ML_EXPORT void ml_note_free_block(void *p, size_t bytes);
 
 /* ---- Reports: what a task holds, why it stopped, the metrics ----------------
  *

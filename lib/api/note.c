@@ -37,3 +37,32 @@ ML__API void ml_note_free(size_t bytes)
 	if (ml__unlikely(ML__METER_ON) && bytes <= (size_t)INT64_MAX)
 		ml__meter_add(-(int64_t)bytes);
 }
+
+/* Issue 37: a custom allocator's blocks counted as the malloc family's
+ * are, held memory included: the block exists already (its address is
+ * the held record's key), so a refusal is the caller's to undo. */
+ML__API bool ml_note_alloc_block(void *p, size_t bytes)
+{
+	if (!p)
+		return false;
+	if (ml__unlikely(ml__countdown_take(bytes))) {
+		if (ml__unlikely(bytes > (size_t)INT64_MAX))
+			return note_impossible(bytes);
+		if (ml__alloc_begin(bytes))
+			return false;
+		/* A sample: p is held by the tasks it was charged to. */
+		ml__alloc_end(p, bytes);
+	}
+	if (ml__unlikely(ML__METER_ON))
+		ml__meter_add((int64_t)bytes);
+	return true;
+}
+
+ML__API void ml_note_free_block(void *p, size_t bytes)
+{
+	/* The sampled-block filter: five instructions unless p's bucket
+	 * holds a sampled block. */
+	if (p)
+		ml__sampled_lose(p);
+	ml_note_free(bytes);
+}

@@ -38,6 +38,9 @@ struct ml__cleanup {
 
 ML__POOL(, ml__cleanup_pool, sizeof(struct ml__cleanup))
 ML__POOL(static, task_pool, (sizeof(struct ml_task) + 15) & ~(size_t)15)
+/* ml_task_enter's slice records: the slice outlives the call that made
+ * it, so it cannot live in a runner's frame. */
+ML__POOL(static, entered_pool, (sizeof(struct ml__slice) + 15) & ~(size_t)15)
 
 /* Bytes a pending JUMP task may allocate inside runtime frames before
  * those allocations start failing: bounds the overshoot of a jump that
@@ -121,6 +124,19 @@ static void run_cleanups_to(struct ml__thread *t, struct ml__cleanup *stop)
 }
 
 static void slice_end(struct ml__slice *slice);
+static void entered_abandon(struct ml__thread *t, struct ml__slice *stop);
+
+/* An entered slice's record goes back: kept for the thread's next enter
+ * (no lock), or to the pool once the thread is exiting. */
+static void entered_put(struct ml__thread *t, struct ml__slice *k)
+{
+	if (t->state == ML__T_LIVE) {
+		k->outer = t->entered_spare;
+		t->entered_spare = k;
+		return;
+	}
+	ml__pool_put(&entered_pool, k);
+}
 static void slice_exact_end(struct ml__thread *t, struct ml__slice *slice);
 
 static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
@@ -370,9 +386,22 @@ void ml__tasks_thread_exit(struct ml__thread *t)
 		ml__pool_put(&ml__cleanup_pool, c);
 	}
 	t->cleanup_nspare = 0;
-	for (struct ml__slice *k = t->top; k; k = k->outer)
-		ml__exact_release(k);
+	/* Slices entered and never left (ml_task_enter): their records and
+	 * their references to their tasks go now, as a leave would. */
+	struct ml__slice *k = t->top;
 	t->top = NULL;
+	while (k) {
+		struct ml__slice *outer = k->outer;
+		ml__exact_release(k);
+		if (k->entered)
+			slice_end(k);
+		k = outer;
+	}
+	while (t->entered_spare) {
+		struct ml__slice *e = t->entered_spare;
+		t->entered_spare = e->outer;
+		ml__pool_put(&entered_pool, e);
+	}
 	t->exact = 0;
 	t->own_interval = 0;
 	t->cut = 0;
@@ -453,6 +482,26 @@ static void slice_end(struct ml__slice *slice)
 		atomic_fetch_sub_explicit(&task->refs, 1, memory_order_release);
 	else
 		task_unref(task);
+	if (ml__unlikely(slice->entered))
+		entered_put(&ml__self, slice);
+}
+
+/* Entered slices above `stop` on t's stack, left without ml_task_leave:
+ * the runner of `stop` returned or unwound, or a jump passes them.  They
+ * leave as ml_task_leave would have (a later leave finds them gone:
+ * ML_EINVAL). */
+static ML__COLD void entered_abandon(struct ml__thread *t,
+                                     struct ml__slice *stop)
+{
+	while (t->top != stop && t->top && t->top->entered) {
+		struct ml__slice *k = t->top;
+		if (t->exact)
+			slice_exact_end(t, k);
+		t->top = k->outer;
+		slice_end(k);
+	}
+	if (t->own_interval)
+		ml__thread_reinterval(t);
 }
 
 /* Slices of an ml_run's task handed to other threads (ml_task_current)
@@ -472,6 +521,8 @@ static void slice_unwound(void *arg)
 {
 	struct ml__thread *t = &ml__self;
 	struct ml__slice *slice = arg;
+	if (t->top != slice)
+		entered_abandon(t, slice);
 	slice_release(t, slice);
 	if (t->exact)
 		slice_exact_end(t, slice);
@@ -537,8 +588,11 @@ static ML__COLD void slice_leave_slow(struct ml__thread *t,
 /* fn returned: unbalanced pushes or masks inside it end with it.  The
  * common case (balanced) costs a comparison and two stores. */
 static inline __attribute__((always_inline)) void
-slice_returned(struct ml__thread *t, const struct ml__slice *slice)
+slice_returned(struct ml__thread *t, struct ml__slice *slice)
 {
+	/* fn entered a task and returned without leaving it. */
+	if (ml__unlikely(t->top != slice))
+		entered_abandon(t, slice);
 	if (ml__unlikely(t->cleanups != slice->cleanups))
 		slice_release(t, slice);
 	t->cleanup_holes = slice->holes;
@@ -695,6 +749,7 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 		ml__held_need(); /* until slice_end */
 	slice.task = &task;
 	slice.owner = true;
+	slice.entered = false;
 	if (task.global)
 		ml__global_register(&task);
 	RUN_SLICE(t, &slice, fn, arg, ret);
@@ -777,6 +832,7 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 	struct ml__slice slice;
 	slice.task = task;
 	slice.owner = false;
+	slice.entered = false;
 	slice.lost_cleanup = false;
 	if (task_poll(task) != ML_OK)
 		return finish(&slice, task, NULL, out);
@@ -822,6 +878,77 @@ ML_EXPORT ml_task *ml_task_current(void)
 		if (!k->task->internal)
 			return k->task;
 	return NULL;
+}
+
+int ml__task_enter(ml_task *task)
+{
+	if (!ml__task_valid(task) || task->delivery == ML_DELIVER_JUMP)
+		return ML_EINVAL;
+	struct ml__thread *t = &ml__self;
+	/* Once per thread: entering twice would count nothing more, and
+	 * the two leaves could not be told apart. */
+	for (const struct ml__slice *k = t->top; k; k = k->outer)
+		if (k->entered && k->task == task)
+			return ML_EINVAL;
+	/* As ml_task_run: an interrupted task runs no further slice. */
+	ml_status st = task_poll(task);
+	if (st != ML_OK)
+		return st;
+	struct ml__slice *slice = t->entered_spare;
+	if (ml__likely(slice != NULL)) {
+		t->entered_spare = slice->outer;
+	} else {
+		slice = ml__pool_get(&entered_pool);
+		if (!slice)
+			return ML_ENOMEM;
+	}
+	slice->task = task;
+	slice->owner = false;
+	slice->entered = true;
+	slice->outer = t->top;
+	slice->seen = ML_OK;
+	slice->mask_depth = t->mask_depth;
+	slice->cleanups = t->cleanups;
+	slice->holes = t->cleanup_holes;
+	slice->lost_cleanup = false;
+	slice->pending_bytes = 0;
+	slice->res = 0;
+	slice->credited = 0;
+	slice->frame = 0; /* never a jump's target: FAIL and FLAG only */
+	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
+	if (ml__unlikely(t->exact | t->own_interval | task->slow_slice))
+		slice_enter_slow(t, slice);
+	else
+		t->top = slice;
+	return ML_OK;
+}
+
+ML_EXPORT int ml_task_leave(ml_task *task)
+{
+	struct ml__thread *t = &ml__self;
+	struct ml__slice *slice = t->top;
+	if (!task || !slice || !slice->entered || slice->task != task)
+		return ML_EINVAL;
+	/* Unbalanced pushes and masks end with the slice, as with fn's
+	 * return in ml_task_run. */
+	if (ml__unlikely(t->cleanups != slice->cleanups))
+		slice_release(t, slice);
+	t->cleanup_holes = slice->holes;
+	t->mask_depth = slice->mask_depth;
+	if (ml__unlikely(t->exact | t->own_interval | task->slow_slice))
+		slice_leave_slow(t, slice);
+	else
+		t->top = slice->outer;
+	if (t->pending)
+		update_pending(t);
+	/* Read before the reference goes: it may be the last. */
+	ml_status st = slice->lost_cleanup
+	                   ? ML_ENOMEM
+	                   : (ml_status)atomic_load_explicit(
+	                         &task->status, memory_order_relaxed);
+	slice_end(slice);
+	ml__pressure_check();
+	return st;
 }
 
 ML__VERSIONED ml_status ml__limit_allocations_0_2(uint64_t bytes,

@@ -97,7 +97,10 @@ struct ml__slice {
 	uint32_t holes;               /* thread's cleanup_holes at start    */
 	bool lost_cleanup;            /* a cleanup could not be registered  */
 	bool owner;                   /* ml_run's own slice of its task     */
-	uint64_t pending_bytes;       /* bytes allocated while a jump waited */
+	/* ml_task_enter's: the record is ours (entered_pool), not in a
+	 * runner's frame, and goes back when the slice leaves the stack. */
+	bool entered;
+	uint64_t pending_bytes; /* bytes allocated while a jump waited */
 	uint64_t res;      /* an exact task's bytes reserved for this slice */
 	uint64_t credited; /* samples its task got at the last sample */
 	uintptr_t frame;   /* an address in the runner's frame   */
@@ -174,6 +177,8 @@ struct ml__thread {
 	uint64_t armed, cut;
 	/* A task with an interval of its own is on the stack (thread.c). */
 	uint8_t own_interval;
+	/* ml_task_enter's slice records kept for reuse (task.c). */
+	struct ml__slice *entered_spare;
 	/* Its counts for ml_write_metrics (metrics.c). */
 	struct ml__metrics metrics;
 };
@@ -283,6 +288,8 @@ void ml__tasks_poll(struct ml__thread *t);
 /* Would an allocation of n bytes take the heap over the global limit? */
 bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
+/* ml_task_enter on a started thread (api/enter.c starts it). */
+int ml__task_enter(ml_task *task);
 
 extern struct ml__pool ml__token_pool, ml__cleanup_pool;
 

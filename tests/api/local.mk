@@ -11,6 +11,13 @@ tests_api_test_tasks_SOURCES = tests/api/test-tasks.c
 tests_api_test_tasks_LDADD = $(ML_TEST_LIBS)
 tests_api_test_tasks_LDFLAGS = $(ML_TEST_LINK)
 tests_api_test_tasks_CFLAGS = $(ML_TEST_CFLAGS)
+# ml_task_enter / ml_task_leave (issue 37).
+check_PROGRAMS += tests/api/test-task-enter
+TESTS += tests/api/test-task-enter
+tests_api_test_task_enter_SOURCES = tests/api/test-task-enter.c
+tests_api_test_task_enter_LDADD = $(ML_TEST_LIBS)
+tests_api_test_task_enter_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_task_enter_CFLAGS = $(ML_TEST_CFLAGS)
 # -fno-builtin: gcc must not fold or delete the calls under test.
 tests_api_test_family_SOURCES = tests/api/test-family.c
 tests_api_test_family_LDADD = $(ML_TEST_LIBS)

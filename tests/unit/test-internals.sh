@@ -312,7 +312,7 @@ check_tables() {
 # The sources that identifiers are looked up in, and the few outside
 # names the document gives to say what is not used.
 src_dirs=
-for d in lib tools include tests fuzz bench contrib scripts .ci; do
+for d in lib tools include tests fuzz bench contrib python scripts .ci; do
 	[ -d "$top_srcdir/$d" ] && src_dirs="$src_dirs $d"
 done
 src_dirs=${src_dirs# }
@@ -326,7 +326,7 @@ check_idents() {
 	(cd "$top_srcdir" && find $src_dirs configure.ac Makefile.am -type f \
 		! -name '*.md' -exec grep -IohE '[A-Za-z_][A-Za-z0-9_]*' {} + |
 		sort -u) >"$tmp/words"
-	(cd "$top_srcdir" && find lib tools tests \( -name '*.[ch]' -o \
+	(cd "$top_srcdir" && find lib tools tests $(test -d python && echo python) \( -name '*.[ch]' -o \
 		-name '*.cc' -o -name '*.sh' \) -exec grep -ohE '[A-Za-z_][A-Za-z0-9_]* *\(' {} + |
 		tr -d ' (' | sort -u) >"$tmp/calls"
 	grep -oE '`[A-Za-z_][A-Za-z0-9_]*(\(\)|\([^`()]*\))?`' "$1" |

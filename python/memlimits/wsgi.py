@@ -1,0 +1,121 @@
+"""A memory limit per WSGI request.
+
+    from memlimits.wsgi import LimitMiddleware
+    app = LimitMiddleware(app, held="64MiB")
+
+Each request runs in a :class:`memlimits.Task` of its own: the call of the
+application and each step of the response iterable are slices of it, on
+whichever threads the server runs them (gthread, threads of a pool).  A
+request that goes over its limit fails its next allocation; the
+middleware answers ``status`` (503) when the response has not started
+(start_response may still be replaced: nothing was sent), else ends the
+response where it is.  One line per stopped request goes to the logger
+``memlimits`` with the limit and the estimates.  Other requests, the
+worker and the process carry on."""
+
+import logging
+import sys
+
+from . import LimitExceeded, Task, parse_size
+
+log = logging.getLogger("memlimits")
+
+_REASON_TEXT = {503: "503 Service Unavailable",
+                507: "507 Insufficient Storage",
+                500: "500 Internal Server Error",
+                413: "413 Content Too Large"}
+
+
+def _status_line(status):
+    if isinstance(status, str):
+        return status
+    return _REASON_TEXT.get(status, "%d Memory Limit" % status)
+
+
+def _log_stop(where, exc):
+    log.warning("memlimits: %s stopped: %s (limit %s, held ~%d, allocated "
+                "~%d bytes)", where, exc.reason, exc.limit, exc.held,
+                exc.allocated)
+
+
+class LimitMiddleware:
+    """WSGI middleware: ``held`` and ``alloc`` limits (sizes) per request,
+    ``status`` the answer to a stopped request (an int or a status line),
+    ``global_limit`` to make each request a candidate of the process's
+    global limit (memlimits.set_global_limit)."""
+
+    def __init__(self, app, held=None, alloc=None, status=503,
+                 global_limit=False):
+        self.app = app
+        self.held = parse_size(held)
+        self.alloc = parse_size(alloc)
+        self.status = _status_line(status)
+        self.global_limit = global_limit
+
+    def _refuse(self, start_response, exc):
+        body = b"memory limit exceeded\n"
+        start_response(self.status,
+                       [("Content-Type", "text/plain"),
+                        ("Content-Length", str(len(body)))],
+                       (type(exc), exc, exc.__traceback__))
+        return [body]
+
+    def __call__(self, environ, start_response):
+        task = Task(held=self.held, alloc=self.alloc,
+                    global_limit=self.global_limit)
+        where = "%s %s" % (environ.get("REQUEST_METHOD", "?"),
+                           environ.get("PATH_INFO", "?"))
+        try:
+            with task:
+                result = self.app(environ, start_response)
+        except LimitExceeded as e:
+            _log_stop(where, e)
+            return self._refuse(start_response, e)
+        return _Body(result, task, where, self, start_response)
+
+
+class _Body:
+    """The response iterable: each step a slice of the request's task.
+    The first chunk is fetched before the server sends the headers, so a
+    stop there still gets the 503."""
+
+    def __init__(self, result, task, where, mw, start_response):
+        self._result = result
+        self._it = None
+        self._task = task
+        self._where = where
+        self._mw = mw
+        self._start_response = start_response
+        self._sent = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            with self._task:
+                if self._it is None:
+                    self._it = iter(self._result)
+                chunk = next(self._it)
+        except LimitExceeded as e:
+            _log_stop(self._where, e)
+            if self._sent:
+                raise StopIteration
+            self._sent = True
+            self._it = iter(self._mw._refuse(self._start_response, e))
+            self._result_close()
+            return next(self._it)
+        self._sent = True
+        return chunk
+
+    def _result_close(self):
+        close = getattr(self._result, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:
+                log.exception("memlimits: closing a stopped response")
+            self._result = ()
+
+    def close(self):
+        self._result_close()

@@ -1,0 +1,74 @@
+"""memlimits.asgi.LimitMiddleware on one event loop, called directly: two
+concurrent runaways are stopped (503) while ordinary requests interleaved
+with them on the same loop get 200: each request's steps are charged to
+its own task."""
+import asyncio
+import logging
+
+import memlimits
+from memlimits.asgi import LimitMiddleware
+
+
+async def app(scope, receive, send):
+    await receive()
+    if scope["path"] == "/bomb":
+        keep = []
+        while True:
+            keep.append(str(len(keep)) * 20)
+            if len(keep) % 2000 == 0:
+                await asyncio.sleep(0)  # let the others run
+    if scope["path"] == "/child":
+        # A child asyncio task runs in the request's task too.
+        async def grow():
+            keep = []
+            while True:
+                keep.append(str(len(keep)) * 20)
+                if len(keep) % 2000 == 0:
+                    await asyncio.sleep(0)
+        await asyncio.create_task(grow())
+    small = [str(i) for i in range(2000)]
+    await asyncio.sleep(0)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body",
+                "body": str(len(small)).encode()})
+
+
+async def request(mw, path):
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    await mw({"type": "http", "method": "GET", "path": path}, receive, send)
+    return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
+
+
+def test_concurrent_runaways_and_ordinary(caplog):
+    caplog.set_level(logging.WARNING, logger="memlimits")
+    mw = LimitMiddleware(app, held="32MiB")
+
+    async def main():
+        paths = ["/bomb", "/bomb"] + ["/"] * 50
+        return await asyncio.gather(*(request(mw, p) for p in paths))
+
+    results = asyncio.run(main())
+    assert [s for s, _ in results[:2]] == [503, 503]
+    assert all(r == (200, b"2000") for r in results[2:])
+    lines = [r for r in caplog.records if "stopped" in r.getMessage()]
+    assert len(lines) == 2
+
+
+def test_child_task_charged_to_request():
+    mw = LimitMiddleware(app, held="32MiB")
+
+    async def main():
+        return await asyncio.gather(request(mw, "/child"),
+                                    *(request(mw, "/") for _ in range(10)))
+
+    results = asyncio.run(main())
+    assert results[0][0] == 503
+    assert all(r[0] == 200 for r in results[1:])
