@@ -5,11 +5,11 @@
  *   test-tree-alloc DIR NAME MIB AFTER|- NAME...
  *
  * Writes DIR/NAME.start, then waits for DIR/AFTER.done (unless AFTER is
- * -), so that the order of the allocations is fixed; says "NAME pid P: allocated" or "refused",
- * and, under a shared budget, the members' total and the limit as
- * ml_shared_usage and ml_shared_limit give them (found in the preloaded
- * library); writes DIR/NAME.done; waits for DIR/N.done of each N named;
- * exits 0 when allocated, 1 when refused.  Not linked with the library:
+ * -), so that the order of the allocations is fixed; says "NAME pid P:
+ * allocated" or "refused", and, under a shared budget, the members' total and
+ * the limit as ml_shared_usage and ml_shared_limit give them (found in the
+ * preloaded library); writes DIR/NAME.done; waits for DIR/N.done of each N
+ * named; exits 0 when allocated, 1 when refused.  Not linked with the library:
  * memlimits run preloads it. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
