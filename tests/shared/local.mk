@@ -2,7 +2,7 @@
 # another user, a corrupt table, fork, leaving.
 check_PROGRAMS += tests/shared/test-shared
 TESTS += tests/shared/test-shared
-tests_shared_test_shared_SOURCES = tests/shared/test-shared.c
+tests_shared_test_shared_SOURCES = tests/shared/test-shared.c tests/shared/pipes.h
 tests_shared_test_shared_LDADD = $(ML_TEST_LIBS)
 tests_shared_test_shared_LDFLAGS = $(ML_TEST_LINK)
 tests_shared_test_shared_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
@@ -12,7 +12,7 @@ tests_shared_test_shared_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
 # object, exec, 1100 members.
 check_PROGRAMS += tests/shared/test-shared-stop
 TESTS += tests/shared/test-shared-stop
-tests_shared_test_shared_stop_SOURCES = tests/shared/test-shared-stop.c
+tests_shared_test_shared_stop_SOURCES = tests/shared/test-shared-stop.c tests/shared/pipes.h
 tests_shared_test_shared_stop_LDADD = $(ML_TEST_LIBS)
 tests_shared_test_shared_stop_LDFLAGS = $(ML_TEST_LINK)
 tests_shared_test_shared_stop_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pipes.h"
+
 #define MiB ((uint64_t)1 << 20)
 #define LIMIT (64 * MiB)
 /* The table (lib/shared/shared.h, layout 2): a 64-byte head, slots of
@@ -51,33 +53,6 @@ static void unlink_budget(void)
 	char obj[128];
 	object(obj, sizeof obj);
 	shm_unlink(obj);
-}
-
-static void put(int fd, const void *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			_exit(90);
-		p = (const char *)p + w;
-		n -= (size_t)w;
-	}
-}
-
-static bool get(int fd, void *p, size_t n)
-{
-	while (n) {
-		ssize_t r = read(fd, p, n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return false;
-		p = (char *)p + r;
-		n -= (size_t)r;
-	}
-	return true;
 }
 
 static void reap(pid_t pid, const char *who)

@@ -24,6 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "pipes.h"
+
 #define MiB ((uint64_t)1 << 20)
 #define LIMIT (64 * MiB)
 /* The table's layout (lib/shared/shared.h, layout 2): a 64-byte head and
@@ -77,33 +79,6 @@ static void unlink_budget(void)
 	char obj[128];
 	object_path(name, geteuid(), obj, sizeof obj);
 	shm_unlink(obj);
-}
-
-static void put(int fd, const void *p, size_t n)
-{
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			_exit(90);
-		p = (const char *)p + w;
-		n -= (size_t)w;
-	}
-}
-
-static bool get(int fd, void *p, size_t n)
-{
-	while (n) {
-		ssize_t r = read(fd, p, n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return false;
-		p = (char *)p + r;
-		n -= (size_t)r;
-	}
-	return true;
 }
 
 /* What a member reports when its task ends. */
