@@ -1,6 +1,15 @@
-/* Delivery: how an interruption reaches a slice of this thread (docs/
- * internals.md §11): the jump to the outermost interrupted JUMP slice,
- * failing allocations for FAIL, the frames check, safe points and masks. */
+/* Delivery: how an interruption reaches a slice of this thread.  A slice
+ * sees its task's interruption at its own next sample or safe point (its
+ * `seen`); then, by the interrupted slices of this thread:
+ *  - the outermost interrupted JUMP slice is jumped to, when no runtime
+ *    frame (libc, loader, libstdc++, libgcc) lies between the allocation
+ *    and its runner and the thread is not masked; otherwise the jump is
+ *    pending and every later allocation comes back here;
+ *  - with an interrupted FAIL slice on the stack, allocations fail, except
+ *    while masked or inside the loader;
+ *  - FLAG slices are only flagged.
+ * While anything is pending the countdown is forced to 0, so the fast path
+ * itself never tests for it.  Safe points and masks are here too. */
 #define _GNU_SOURCE
 #include "tasks/tasks.h"
 

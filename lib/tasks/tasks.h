@@ -42,7 +42,7 @@ struct ml_task {
 	ml_delivery delivery; /* how an interruption reaches a slice    */
 	ml_token *token;      /* borrowed: the caller owns it           */
 	/* Samples that reach the allocation limit: 0 until the first sample
-	 * computes it (task.c, alloc_reached: the division is kept off
+	 * computes it (credit.c, alloc_reached: the division is kept off
 	 * ml_run's path); UINT64_MAX for none. */
 	_Atomic uint64_t k;
 	uint64_t held_limit;      /* bytes; 0 or ML_NO_LIMIT = none          */
@@ -68,7 +68,7 @@ struct ml_task {
 	/* Its own sample interval (ml_limits.interval), 0: the process's.
 	 * While it runs the thread samples at the smallest interval on its
 	 * stack and this task keeps each sample with probability
-	 * thread's / its own (thread.c, task.c). */
+	 * thread's / its own (thread.c, credit.c). */
 	uint64_t own_interval;
 	/* An exact budget (exact.c): alloc_limit counted in bytes. */
 	bool exact;
@@ -263,7 +263,7 @@ void ml__thread_init(struct ml__thread *t);
 int ml__alloc_begin(uint64_t n);
 void *ml__alloc_end(void *p, uint64_t n);
 
-/* ---- Tasks (task.c) --------------------------------------------------- */
+/* ---- Tasks (task.c, credit.c) ----------------------------------------- */
 
 /* Credit s samples of an allocation of n bytes to the thread's tasks and
  * decide, with the consumer's verdict `hook` (ML__HOOK_*): 0 = allocate,
