@@ -24,7 +24,8 @@ lib_libmlcore_la_SOURCES = \
 	lib/core/stacks.c \
 	lib/tasks/tasks.h \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/global.c \
-	lib/tasks/task.c lib/tasks/exact.c lib/tasks/guard.c lib/tasks/metrics.c \
+	lib/tasks/task.c lib/tasks/credit.c lib/tasks/slice.c lib/tasks/deliver.c \
+	lib/tasks/cleanup.c lib/tasks/exact.c lib/tasks/guard.c lib/tasks/metrics.c \
 	lib/tasks/slow.c \
 	lib/shared/shared.h lib/shared/slots.c lib/shared/table.c \
 	lib/shared/wake.c lib/shared/choice.c lib/shared/hooks.c \

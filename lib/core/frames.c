@@ -1,7 +1,7 @@
 /* Frame classification: whether the frames between an allocation and a
  * task's ml_run allow a jump (longjmp back to ml_run), and whether a
  * frame that cannot survive a failure called malloc (ml__frames_check,
- * for tasks/task.c).
+ * for tasks/deliver.c).
  *
  * Each frame is attributed to the object holding its return address; an
  * object is "runtime" when abandoning or failing inside it is unsafe: the

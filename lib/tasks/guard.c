@@ -1,6 +1,6 @@
 /* The refusal guard (ml_set_refusal_guard, since 0.3): a function the
  * embedder registers, asked on the slow path before an interrupted task's
- * allocation is refused (task.c, deliver()), so that regions where a
+ * allocation is refused (deliver.c, ml__deliver()), so that regions where a
  * failed allocation is fatal (PostgreSQL's critical sections, where an
  * ERROR becomes a PANIC) let it through.
  *

@@ -2,7 +2,7 @@
  *
  * When the countdown sends an allocation here, ml__alloc_begin works out
  * how many samples it carried, tells the hook consumer, and hands them to
- * the tasks (task.c); ml__alloc_end settles with the allocator's answer.
+ * the tasks (credit.c); ml__alloc_end settles with the allocator's answer.
  * These two are all the malloc family (api/interpose.c) calls of this
  * layer. */
 #define _GNU_SOURCE

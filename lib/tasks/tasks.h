@@ -8,6 +8,7 @@
 
 #include "core/core.h"
 
+#include <sched.h>
 #include <setjmp.h>
 
 #pragma GCC visibility push(hidden)
@@ -41,7 +42,7 @@ struct ml_task {
 	ml_delivery delivery; /* how an interruption reaches a slice    */
 	ml_token *token;      /* borrowed: the caller owns it           */
 	/* Samples that reach the allocation limit: 0 until the first sample
-	 * computes it (task.c, alloc_reached: the division is kept off
+	 * computes it (credit.c, alloc_reached: the division is kept off
 	 * ml_run's path); UINT64_MAX for none. */
 	_Atomic uint64_t k;
 	uint64_t held_limit;      /* bytes; 0 or ML_NO_LIMIT = none          */
@@ -67,7 +68,7 @@ struct ml_task {
 	/* Its own sample interval (ml_limits.interval), 0: the process's.
 	 * While it runs the thread samples at the smallest interval on its
 	 * stack and this task keeps each sample with probability
-	 * thread's / its own (thread.c, task.c). */
+	 * thread's / its own (thread.c, credit.c). */
 	uint64_t own_interval;
 	/* An exact budget (exact.c): alloc_limit counted in bytes. */
 	bool exact;
@@ -144,14 +145,14 @@ struct ml__thread {
 	struct ml__sampler sampler;
 	struct ml__slice *top;             /* innermost slice, NULL if none  */
 	struct ml__cleanup *cleanups;      /* innermost cleanup handler      */
-	struct ml__cleanup *cleanup_spare; /* records kept for reuse (task.c) */
+	struct ml__cleanup *cleanup_spare; /* kept for reuse (cleanup.c) */
 	uint32_t cleanup_nspare;
 	/* The hook consumer's own per-thread records (run mode: its root
 	 * task and statistics), NULL until it makes them. */
 	void *hook_local[2];
 	unsigned mask_depth;
 	/* Cleanup pushes that found no memory, above the top record: they
-	 * pop as no-ops, so push/pop stay paired (task.c). */
+	 * pop as no-ops, so push/pop stay paired (cleanup.c). */
 	uint32_t cleanup_holes;
 	uint32_t index;          /* creation order, 0 = first      */
 	uint32_t seed_epoch;     /* ml__seed_epoch last applied    */
@@ -177,7 +178,7 @@ struct ml__thread {
 	uint64_t armed, cut;
 	/* A task with an interval of its own is on the stack (thread.c). */
 	uint8_t own_interval;
-	/* ml_task_enter's slice records kept for reuse (task.c). */
+	/* ml_task_enter's slice records kept for reuse (slice.c). */
 	struct ml__slice *entered_spare;
 	/* Its counts for ml_write_metrics (metrics.c). */
 	struct ml__metrics metrics;
@@ -262,7 +263,7 @@ void ml__thread_init(struct ml__thread *t);
 int ml__alloc_begin(uint64_t n);
 void *ml__alloc_end(void *p, uint64_t n);
 
-/* ---- Tasks (task.c) --------------------------------------------------- */
+/* ---- Tasks (task.c, credit.c) ----------------------------------------- */
 
 /* Credit s samples of an allocation of n bytes to the thread's tasks and
  * decide, with the consumer's verdict `hook` (ML__HOOK_*): 0 = allocate,
@@ -457,6 +458,60 @@ static inline void ml__task_trip_here(struct ml_task *task, ml_status why)
 	uint32_t id = ml__stack_here(), none = 0;
 	atomic_compare_exchange_strong(&task->trip_stack, &none, id);
 }
+
+/* ---- Slices (slice.c), delivery (deliver.c), cleanups (cleanup.c) ----- */
+
+extern struct ml__pool ml__task_pool, ml__entered_pool;
+/* Recompute whether anything on t's stack waits delivery (t->pending). */
+void ml__update_pending(struct ml__thread *t);
+/* Give back what a slice owns on its thread, as at its start (cleanup.c):
+ * its cleanup records (not run), the holes above them, the mask depth. */
+void ml__slice_release(struct ml__thread *t, const struct ml__slice *slice);
+/* A slice is off the stack, however it left. */
+void ml__slice_end(struct ml__slice *slice);
+/* Entered slices above stop, left without ml_task_leave, leave now. */
+void ml__entered_abandon(struct ml__thread *t, struct ml__slice *stop);
+/* The pthread cleanup handler of a runner's frame (RUN_SLICE, task.c). */
+void ml__slice_unwound(void *arg);
+void ml__slice_exact_end(struct ml__thread *t, struct ml__slice *slice);
+/* Enter and leave out of the common path (task->slow_slice, or exact
+ * budgets or own intervals on the thread's stack). */
+void ml__slice_enter_slow(struct ml__thread *t, struct ml__slice *slice);
+void ml__slice_leave_slow(struct ml__thread *t, struct ml__slice *slice);
+/* The last reference to a task from ml_task_new went. */
+void ml__task_gone(struct ml_task *task);
+/* Drop a reference to a task from ml_task_new: the last one gives the
+ * record back.  Inline: every ml_task_run ends with one. */
+static inline __attribute__((always_inline)) void
+ml__task_unref(struct ml_task *task)
+{
+	if (atomic_fetch_sub_explicit(&task->refs, 1, memory_order_acq_rel) ==
+	    1)
+		ml__task_gone(task);
+}
+/* Slices of an ml_run's task handed to other threads (ml_task_current)
+ * end before the record goes with the ml_run's frame. */
+static inline void ml__wait_for_other_slices(struct ml_task *task)
+{
+	while (atomic_load_explicit(&task->refs, memory_order_acquire) > 1)
+		sched_yield();
+}
+/* A held limit is set: neither 0 nor ML_NO_LIMIT (one comparison). */
+static inline bool ml__held_limited(uint64_t held_limit)
+{
+	return held_limit - 1 < ML_NO_LIMIT - 1;
+}
+/* The frames check with t busy (the unwinder may allocate). */
+enum ml__frames ml__tasks_frames_check(struct ml__thread *t, uintptr_t stop);
+/* Act on the interruptions on t's stack: 0 = go on, -1 = fail; may jump. */
+int ml__deliver(struct ml__thread *t, uint64_t n, bool alloc);
+/* Each slice's view of its task's status brought up to date: true when
+ * one newly sees an interruption. */
+bool ml__refresh_seen(struct ml__thread *t);
+/* Run t's cleanup handlers down to stop (a jump's target's). */
+void ml__cleanup_run_to(struct ml__thread *t, struct ml__cleanup *stop);
+/* Thread exit: the records go back, handlers not run. */
+void ml__cleanup_thread_exit(struct ml__thread *t);
 
 /* ---- Exact budgets (exact.c) ------------------------------------------ */
 

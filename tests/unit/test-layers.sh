@@ -114,7 +114,7 @@ fi
 	echo "util lib/util/scratch.c U ml__tasks_sample"
 } >"$tmp/bad"
 check "$tmp/bad" >"$tmp/badout"
-if grep -q 'lib/util/scratch.c (layer util) uses ml__tasks_sample of lib/tasks/task.c (layer tasks)' "$tmp/badout"; then
+if grep -q 'lib/util/scratch.c (layer util) uses ml__tasks_sample of lib/tasks/credit.c (layer tasks)' "$tmp/badout"; then
 	ok "a made-up reference from util to tasks is reported"
 else
 	notok "a made-up reference from util to tasks is reported"
