@@ -700,7 +700,7 @@ CONF
 		q -c "select pg_log_backend_memory_contexts($apid)" >/dev/null
 		tries=0
 		until grep -q "\[$apid\] LOG:  Grand total: " "$log" || [ $tries -gt 600 ]; do
-			tries=$((tries + 1)); sleep 0.1 # the poll of a bounded wait
+			tries=$((tries + 1)); sleep 0.1 # not ordering: the poll of a bounded wait
 		done
 		total=$(sed -n "s/.*\[$apid\] LOG:  Grand total: \([0-9]*\) bytes.*/\1/p" "$log" | tail -n 1)
 		if [ -n "$total" ] && [ -n "$held" ] &&

@@ -795,6 +795,7 @@ static void test_exec_frees_slot(void)
 		memset(p, 1, 4096);
 		free(p);
 	}
+	/* not ordering: the message names the program, /bin/sleep */
 	tap_ok(slot_of(t, len, pid) < 0,
 	       "its slot is freed once it exec'd /bin/sleep (pid and start "
 	       "time unchanged)");

@@ -44,7 +44,7 @@ while :; do
 		notok "the $N processes started or refused within 120 s ($started, $refused)"
 		break
 	fi
-	sleep 0.05
+	sleep 0.05 # not ordering: the poll of a bounded wait
 done
 : >"$tmp/go.done"
 wait $runpid
