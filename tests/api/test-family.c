@@ -197,19 +197,23 @@ static void test_free(void)
 	errno = SENT;
 	free(p);
 	int e = errno;
-	ours_reuses = (sink = malloc(200)) == p;
+	void *again = malloc(200);
+	sink = again;
+	ours_reuses = again == p;
 	tap_ok(ours_reuses == glibc_reuses && e == SENT,
 	       "free releases the block as glibc's does (reused: ours %d, "
 	       "glibc %d; errno %d)",
 	       ours_reuses, glibc_reuses, e);
-	free(sink);
+	free(again);
 
 	p = malloc(300);
 	sink = p;
 	errno = SENT;
 	cfree(p);
 	e = errno;
-	cfree_reuses = (sink = malloc(300)) == p;
+	again = malloc(300);
+	sink = again;
+	cfree_reuses = again == p;
 	bool gl = glibc_reuses;
 	if (g.cfree) {
 		void *q = g.malloc(300);
@@ -221,7 +225,7 @@ static void test_free(void)
 	       "cfree frees like glibc's cfree%s (reused: ours %d, glibc %d)",
 	       g.cfree ? "" : " (absent: compared with free)", cfree_reuses,
 	       gl);
-	free(sink);
+	free(again);
 }
 
 /* ---- calloc ----------------------------------------------------------- */

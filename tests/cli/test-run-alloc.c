@@ -95,8 +95,9 @@ __attribute__((noinline)) void hog_until_refused(long mib)
 __attribute__((noinline)) void refused_function(void)
 {
 	for (int i = 0; i < 16; i++) {
-		sink = malloc(1 << 20);
-		free(sink);
+		void *mine = malloc(1 << 20);
+		sink = mine;
+		free(mine);
 	}
 }
 

@@ -20,8 +20,9 @@ static _Thread_local void *volatile sink;
 __attribute__((noinline)) void small_function(void)
 {
 	for (int i = 0; i < 4096; i++) {
-		sink = malloc(256);
-		free(sink);
+		void *mine = malloc(256);
+		sink = mine;
+		free(mine);
 	}
 }
 

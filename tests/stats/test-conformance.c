@@ -673,8 +673,9 @@ static void *accurate_task(void *arg)
 	uint64_t *at = arg;
 	uint64_t total = 0;
 	for (;;) {
-		sink = malloc(64);
-		free(sink);
+		void *mine = malloc(64);
+		sink = mine;
+		free(mine);
 		total += 64;
 		if (ml_is_interrupted()) {
 			*at = total;

@@ -75,8 +75,9 @@ static void test_task_object(void)
 	       "filtered");
 	/* Any number of other frees: the record stays. */
 	for (int i = 0; i < 1000; i++) {
-		sink = malloc(32);
-		free(sink);
+		void *mine = malloc(32);
+		sink = mine;
+		free(mine);
 	}
 	tap_is(recorded(), before, "other frees leave the record alone");
 	free(p);
@@ -145,8 +146,9 @@ static void drain(void)
 	uint64_t s = ml_sample_interval();
 	ml_set_sample_interval(1);
 	for (int i = 0; i < 2 * 64; i++) {
-		sink = malloc(64);
-		free(sink);
+		void *mine = malloc(64);
+		sink = mine;
+		free(mine);
 	}
 	ml_set_sample_interval(s);
 }
@@ -241,8 +243,9 @@ static void test_global_limit(void)
 	ml_set_sample_interval(1);
 	ml_set_global_limit((uint64_t)1 << 40);
 	for (int i = 0; i < 100; i++) {
-		sink = malloc(4096);
-		free(sink);
+		void *mine = malloc(4096);
+		sink = mine;
+		free(mine);
 	}
 	tap_ok(!tracking() && !filtered(),
 	       "a global limit, no task: no tracking");
