@@ -65,7 +65,8 @@ fuzz/fuzz-elf: $(FUZZ_ELF_SRC) $(top_srcdir)/fuzz/usage-jump.h \
 # The picture commands (issue 33): each compiled in whole with the SVG
 # writer.
 FUZZ_SVG_DEPS = $(top_srcdir)/tools/svg.c $(top_srcdir)/tools/svg.h \
-	$(top_srcdir)/tools/tool.h $(top_srcdir)/fuzz/usage-jump.h $(FUZZ_DEPS)
+	$(top_srcdir)/tools/tool.h $(top_srcdir)/fuzz/usage-jump.h \
+	$(top_srcdir)/fuzz/svg-target.h $(FUZZ_DEPS)
 fuzz/fuzz-plot: $(top_srcdir)/fuzz/fuzz-plot.c $(top_srcdir)/tools/cmd-plot.c \
 		$(top_srcdir)/lib/util/parse.c $(FUZZ_SVG_DEPS)
 	@$(MKDIR_P) fuzz
@@ -148,11 +149,11 @@ fuzz_replay_elf_SOURCES = fuzz/replay.c fuzz/fuzz-elf.c fuzz/usage-jump.h \
 	tools/run-elf.c tools/run-script.c lib/util/elf.c
 fuzz_replay_elf_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_plot_SOURCES = fuzz/replay.c fuzz/fuzz-plot.c fuzz/usage-jump.h \
-	tools/svg.c lib/util/parse.c
+	fuzz/svg-target.h tools/svg.c lib/util/parse.c
 fuzz_replay_plot_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_plot_LDADD = -lm
 fuzz_replay_flamegraph_SOURCES = fuzz/replay.c fuzz/fuzz-flamegraph.c \
-	fuzz/usage-jump.h tools/svg.c
+	fuzz/usage-jump.h fuzz/svg-target.h tools/svg.c
 fuzz_replay_flamegraph_CPPFLAGS = $(FUZZ_REPLAY_CPPFLAGS)
 fuzz_replay_flamegraph_LDADD = -lm
 fuzz_replay_ranges_SOURCES = fuzz/replay.c fuzz/fuzz-ranges.c lib/alloc/ranges.c
