@@ -15,9 +15,6 @@ export LC_ALL=C
 unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
 	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT
 . "$top_srcdir/tests/tap/tap.sh"
-check() { # check COND-STATUS DESCRIPTION: ok when the last command succeeded
-	if test "$1" = 0; then ok "$2"; else notok "$2"; fi
-}
 have() {
 	command -v "$1" >/dev/null 2>&1
 }

@@ -18,9 +18,6 @@ unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
 	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT \
 	MEMLIMITS_SHARED MEMLIMITS_SHARED_TREE
 . "$top_srcdir/tests/tap/tap.sh"
-check() { # check COND-STATUS DESCRIPTION
-	if test "$1" = 0; then ok "$2"; else notok "$2"; fi
-}
 ulimit -v 4000000 2>/dev/null
 test -x "$M" && test -x "$A" || {
 	echo "Bail out! $M or $A not built"

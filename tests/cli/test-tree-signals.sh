@@ -20,9 +20,6 @@ unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
 	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT \
 	MEMLIMITS_SHARED MEMLIMITS_SHARED_TREE
 . "$top_srcdir/tests/tap/tap.sh"
-check() { # check COND-STATUS DESCRIPTION
-	if test "$1" = 0; then ok "$2"; else notok "$2"; fi
-}
 test -x "$M" && test -x "$S" || {
 	echo "Bail out! $M or $S not built"
 	exit 1

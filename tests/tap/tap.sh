@@ -28,6 +28,10 @@ skip() {
 	n=$((n + 1))
 	echo "ok $n # SKIP $*"
 }
+# check STATUS DESCRIPTION: ok when STATUS (a command's $?) is 0.
+check() {
+	if test "$1" = 0; then ok "$2"; else notok "$2"; fi
+}
 # diag FILE...: the files' lines as TAP comments.
 diag() {
 	[ -z "$tap_listing" ] || return 0
