@@ -38,6 +38,28 @@ static uint64_t publish_batch(struct ml__shared_table *t)
 	return b > ML__SHARED_MIN_BATCH ? b : ML__SHARED_MIN_BATCH;
 }
 
+static uint64_t magnitude(int64_t m)
+{
+	return m < 0 ? -(uint64_t)m : (uint64_t)m;
+}
+
+/* What each hook does first, under the slot lock: obey a stop request
+ * posted to this process, else, when `due`, publish and make the choice
+ * (one a fold deferred, or the safe point's).  True when it did either. */
+static bool obey_or_choose(struct ml__shared_table *t, bool due)
+{
+	if (atomic_load(&t->slot[ml__shared_my_slot].request)) {
+		ml__shared_obey_request(t);
+		return true;
+	}
+	if (!due)
+		return false;
+	choice_due = false;
+	ml__shared_publish(t);
+	ml__shared_choose(t, false);
+	return true;
+}
+
 /* The meter's fold hook: inside malloc, atomics, a few system calls, no
  * lock waited on. */
 static void on_fold(void)
@@ -54,17 +76,10 @@ static void on_fold(void)
 		if (atomic_load_explicit(&ml__shared_wake_deferred,
 		                         memory_order_relaxed))
 			ml__shared_trip_deferred();
-		if (atomic_load_explicit(&t->slot[ml__shared_my_slot].request,
-		                         memory_order_relaxed)) {
-			ml__shared_obey_request(t);
-		} else if (choice_due) {
-			/* No held hook since the fold that found us over
-			 * (an allocation not sampled): choose now. */
-			choice_due = false;
-			ml__shared_publish(t);
-			ml__shared_choose(t, false);
-		} else if (moved >= publish_batch(t) ||
-		           ml__shared_last_stopping) {
+		/* A choice still due: no held hook since the fold that
+		 * found us over (an allocation not sampled). */
+		if (!obey_or_choose(t, choice_due) &&
+		    (moved >= publish_batch(t) || ml__shared_last_stopping)) {
 			struct ml__shared_totals v;
 			ml__shared_publish(t);
 			ml__shared_sum_table(
@@ -101,25 +116,16 @@ static void on_held_moved(int64_t d)
 	int64_t m = atomic_fetch_add_explicit(&ml__shared_held_moved, d,
 	                                      memory_order_relaxed) +
 	            d;
-	if ((!choice_due &&
-	     (m < 0 ? -(uint64_t)m : (uint64_t)m) < ML__SHARED_MIN_BATCH) ||
+	if ((!choice_due && magnitude(m) < ML__SHARED_MIN_BATCH) ||
 	    !ml__spin_trylock(&ml__shared_slot_lock))
 		return;
 	struct ml__shared_table *t = ml__shared_table_in_use();
 	m = atomic_load_explicit(&ml__shared_held_moved, memory_order_relaxed);
 	if (t && ml__shared_my_lineage == ml__lineage &&
 	    ml__shared_slot_ours(t)) {
-		if (atomic_load_explicit(&t->slot[ml__shared_my_slot].request,
-		                         memory_order_relaxed)) {
-			ml__shared_obey_request(t);
-		} else if (choice_due) {
-			choice_due = false;
+		if (!obey_or_choose(t, choice_due) &&
+		    magnitude(m) >= publish_batch(t))
 			ml__shared_publish(t);
-			ml__shared_choose(t, false);
-		} else if ((m < 0 ? -(uint64_t)m : (uint64_t)m) >=
-		           publish_batch(t)) {
-			ml__shared_publish(t);
-		}
 	}
 	ml__spin_unlock(&ml__shared_slot_lock);
 }
@@ -138,15 +144,9 @@ static void on_safe_point(void)
 		if (atomic_load_explicit(&ml__shared_wake_deferred,
 		                         memory_order_relaxed))
 			ml__shared_trip_deferred();
-		if (t && ensure_slot(t)) {
-			if (atomic_load(&t->slot[ml__shared_my_slot].request))
-				ml__shared_obey_request(t);
-			else if (ml__shared_last_stopping || choice_due) {
-				choice_due = false;
-				ml__shared_publish(t);
-				ml__shared_choose(t, false);
-			}
-		}
+		if (t && ensure_slot(t))
+			obey_or_choose(t,
+			               ml__shared_last_stopping || choice_due);
 		ml__spin_unlock(&ml__shared_slot_lock);
 	}
 	if (atomic_load_explicit(&ml__shared_pressure_due,
