@@ -131,6 +131,8 @@ static ml_status ml_slice(ngx_http_memlimits_ctx_t *ctx, void *(*fn)(void *),
 {
 	ml_ngx_frame_t frame = {ctx->frame, 0, 0};
 	ml_task *task = ctx->task;
+	/* The frame is unlinked before return, or ctx is gone with the pool. */
+	// cppcheck-suppress autoVariables
 	ctx->frame = &frame;
 	ml_status st = ml_task_run(task, fn, arg, NULL);
 	if (frame.gone) {

@@ -612,9 +612,11 @@ static PyObject *m_write_metrics(PyObject *m, PyObject *arg)
 	if (fd < 0)
 		return NULL;
 	int rc;
-	Py_BEGIN_ALLOW_THREADS rc = ml_write_metrics(fd);
-	Py_END_ALLOW_THREADS if (rc <
-	                         0) return PyErr_SetFromErrno(PyExc_OSError);
+	Py_BEGIN_ALLOW_THREADS
+	rc = ml_write_metrics(fd);
+	Py_END_ALLOW_THREADS
+	if (rc < 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
 	Py_RETURN_NONE;
 }
 static PyObject *m_capabilities(PyObject *m, PyObject *unused)
