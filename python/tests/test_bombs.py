@@ -68,18 +68,23 @@ class Bystander:
         assert self.errors == []
 
     def __enter__(self):
-        # What one parse allocates, charged to a block of its own here.
-        with memlimits.limit() as one:
-            ordinary_parse(self.doc, self.ydoc)
-        per = max(one.allocated, 1)
+        # What one parse allocates, from 20 charged to a block of their own
+        # here (about 11 MB, 140 samples, sd 8.5 %: twice too high is
+        # 11 sd away; too low only lengthens the wait below).
+        with memlimits.limit() as some:
+            for _ in range(20):
+                ordinary_parse(self.doc, self.ydoc)
+        assert some.allocated > 0
+        per = some.allocated / 20
         self.thread.start()
         self.wait_for(1)
         # Not charged: a block on this thread that only waits while the
-        # bystander allocates 32 MiB charges (nearly) nothing.  32 MiB is
-        # 420 samples: it charging under 1 MiB has probability < 1e-100;
-        # the wait itself allocates a few hundred bytes.
+        # bystander allocates about 32 MiB (over 16 MiB, 210 samples)
+        # charges (nearly) nothing: were it charged, an estimate under
+        # 1 MiB would have probability < 1e-70; the wait itself allocates
+        # a few hundred bytes.
         with memlimits.limit() as idle:
-            self.wait_for(self.count + 32 * MiB // per + 1)
+            self.wait_for(self.count + int(32 * MiB / per) + 1)
         assert idle.allocated < MiB, (idle.allocated, per)
         self.before = self.count
         return self
