@@ -101,7 +101,8 @@ async def _asgi(scope, receive, send):
                 run_away(keep)
                 if len(keep) == 100000:
                     await state.served.wait()
-                await asyncio.sleep(0)  # the loop's other requests run
+                # not ordering: a yield, the loop's other requests run
+                await asyncio.sleep(0)
         finally:
             state.growing -= 1
             state.reached[me] = len(keep)
@@ -113,7 +114,7 @@ async def _asgi(scope, receive, send):
     if growing == 2:
         state.served.set()
     assert ordinary_work() == 100
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # not ordering: a yield, as a real handler's
     await _body(send, 200, "ok %d %d\n" % (os.getpid(), growing))
 
 
