@@ -12,7 +12,8 @@ ML_PY_FILES = python/setup.py python/pyproject.toml python/src/_memlimits.c \
 	python/bench-python.py python/README.md
 ML_PY_TESTS = python/tests/conftest.py python/tests/test_limit.py \
 	python/tests/test_bombs.py python/tests/test_wsgi.py \
-	python/tests/test_asgi.py
+	python/tests/test_asgi.py python/tests/test_servers.py \
+	python/tests/servers_app.py
 EXTRA_DIST += $(ML_PY_FILES) $(ML_PY_TESTS) docs/python.md
 TESTS += tests/python/test-python.sh
 EXTRA_DIST += tests/python/test-python.sh

@@ -19,6 +19,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 (cd "$tmp" && env PYTHONPATH="$pkg" \
 	LD_LIBRARY_PATH="$top_builddir/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 	PYTHONDONTWRITEBYTECODE=1 MEMLIMITS_SEED=37 LIBC_FATAL_STDERR_=1 \
+	ML_PY_MEASURED="$tmp/measured" \
 	"$ML_PYTHON" -X faulthandler -m pytest -v -s -p no:cacheprovider --rootdir="$tmp" \
 	"$top_srcdir/python/tests") >"$tmp/out" 2>&1
 rc=$?
@@ -34,6 +35,8 @@ awk '
 	}' "$tmp/out" >"$tmp/tap"
 n=$(grep -c '^\(not \)\{0,1\}ok' "$tmp/tap")
 cat "$tmp/tap"
+# Numbers for the report (times, estimates), never checked: TAP comments.
+[ -f "$tmp/measured" ] && sed 's/^/# measured: /' "$tmp/measured"
 if [ $rc -ne 0 ]; then
 	sed 's/^/# /' "$tmp/out" | tail -n 80
 	if ! grep -q '^not ok' "$tmp/tap"; then

@@ -1,0 +1,122 @@
+"""The app test_servers.py runs under real servers: a Flask app for
+gunicorn (``make_flask_app()``) and the same two endpoints as an ASGI app for
+uvicorn (``asgi_app``), each behind memlimits' LimitMiddleware with
+held="64MiB".
+
+``/`` is an ordinary request (a little JSON work); its body is
+"ok PID GROWING": the worker's pid and, under ASGI, how many runaways
+were growing on the loop when it ran.  ``/runaway`` appends strings to
+a list forever; under ASGI, ``/reached`` says how many each stopped
+runaway had appended."""
+import asyncio
+import json
+import os
+
+import memlimits.asgi
+import memlimits.wsgi
+
+HELD = "64MiB"
+
+
+def ordinary_work():
+    doc = json.dumps({"items": [{"id": i, "name": "n%d" % i}
+                                for i in range(100)]})
+    return len(json.loads(doc)["items"])
+
+
+def run_away(keep):
+    # One step of the runaway: 2000 strings of ~40 bytes.
+    for _ in range(2000):
+        keep.append(str(len(keep)) * 8)
+
+
+def make_flask_app():
+    from flask import Flask
+
+    app = Flask(__name__)
+
+    @app.route("/")
+    def ordinary():
+        assert ordinary_work() == 100
+        return "ok %d 0\n" % os.getpid()
+
+    @app.route("/runaway")
+    def runaway():
+        keep = []
+        while True:
+            run_away(keep)
+
+    # Flask turns the view's MemoryError into its own 500: the
+    # middleware still answers 503, as the request's task was stopped.
+    app.wsgi_app = memlimits.wsgi.LimitMiddleware(app.wsgi_app, held=HELD)
+    return app
+
+
+class _Loop:
+    """The runaways' meeting points on the event loop (one process, one
+    loop under uvicorn): two runaways start together, and after 4 MiB
+    each they wait until an ordinary request has run while both grow,
+    so that the overlap is certain rather than likely."""
+
+    def __init__(self):
+        self.arrived = 0
+        self.growing = 0
+        self.both = None
+        self.served = None
+        # How many strings each runaway had when it was stopped (room
+        # made here, outside the runaways' tasks).
+        self.reached = [None] * 64
+
+    def events(self):
+        if self.both is None:
+            self.both = asyncio.Event()
+            self.served = asyncio.Event()
+
+
+state = _Loop()
+
+
+async def _body(send, status, text):
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": text.encode()})
+
+
+async def _asgi(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    state.events()
+    while (await receive()).get("more_body"):
+        pass
+    if scope["path"] == "/runaway":
+        state.arrived += 1
+        me = state.arrived - 1
+        if state.arrived % 2 == 0:
+            state.both.set()
+        await state.both.wait()
+        state.growing += 1
+        keep = []
+        try:
+            while True:
+                run_away(keep)
+                if len(keep) == 100000:
+                    await state.served.wait()
+                # not ordering: a yield, the loop's other requests run
+                await asyncio.sleep(0)
+        finally:
+            state.growing -= 1
+            state.reached[me] = len(keep)
+    if scope["path"] == "/reached":
+        await _body(send, 200, " ".join(str(n) for n in state.reached
+                                        if n is not None))
+        return
+    growing = state.growing
+    if growing == 2:
+        state.served.set()
+    assert ordinary_work() == 100
+    await asyncio.sleep(0)  # not ordering: a yield, as a real handler's
+    await _body(send, 200, "ok %d %d\n" % (os.getpid(), growing))
+
+
+asgi_app = memlimits.asgi.LimitMiddleware(_asgi, held=HELD)
+
