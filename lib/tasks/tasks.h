@@ -355,7 +355,7 @@ static inline void ml__pressure_check(void)
 		hook();
 }
 
-/* ---- Held memory (held.c) --------------------------------------------- */
+/* ---- Held memory (held.c, account.c, tracking.c) ---------------------- */
 
 struct ml__account;
 /* Held tracking is on: samples are recorded (held.c, "When held
