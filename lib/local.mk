@@ -25,7 +25,8 @@ lib_libmlcore_la_SOURCES = \
 	lib/tasks/tasks.h lib/tasks/held.h \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/account.c \
 	lib/tasks/tracking.c lib/tasks/global.c \
-	lib/tasks/task.c lib/tasks/credit.c lib/tasks/slice.c lib/tasks/deliver.c \
+	lib/tasks/task.c lib/tasks/entered.c lib/tasks/credit.c lib/tasks/slice.c \
+	lib/tasks/deliver.c \
 	lib/tasks/cleanup.c lib/tasks/exact.c lib/tasks/guard.c lib/tasks/metrics.c \
 	lib/tasks/slow.c \
 	lib/shared/shared.h lib/shared/slots.c lib/shared/table.c \

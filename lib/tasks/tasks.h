@@ -289,7 +289,7 @@ void ml__tasks_poll(struct ml__thread *t);
 /* Would an allocation of n bytes take the heap over the global limit? */
 bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
-/* ml_task_enter on a started thread (api/enter.c starts it). */
+/* ml_task_enter on a started thread (api/enter.c starts it; entered.c). */
 int ml__task_enter(ml_task *task);
 
 extern struct ml__pool ml__token_pool, ml__cleanup_pool;
@@ -407,8 +407,18 @@ void ml__held_thread_exit(void);
  * ML__NSTACKS) charged to task (NULL: every record, once); the total. */
 uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums);
 /* A task pointer from the program: one of ml_task_new, not freed, or an
- * ml_run's while it runs. */
-bool ml__task_valid(const struct ml_task *task);
+ * ml_run's (FRAME) while it runs; anything else is refused where it can
+ * be told.  Inline: ml_task_enter and ml_task_run start with it (the
+ * first is entered.c's, the second task.c's). */
+static inline bool ml__task_valid(const struct ml_task *task)
+{
+	if (!task)
+		return false;
+	uint32_t magic =
+	    atomic_load_explicit(&task->magic, memory_order_relaxed);
+	return magic == ML__TASK_LIVE ||
+	       (magic == ML__TASK_FRAME && !task->internal);
+}
 
 /* Metrics (metrics.c).  Count v events of kind i (ML__M_*) on t: in its
  * own record once it is listed (a live thread), else straight into the
@@ -457,6 +467,17 @@ static inline void ml__task_trip_here(struct ml_task *task, ml_status why)
 		return;
 	uint32_t id = ml__stack_here(), none = 0;
 	atomic_compare_exchange_strong(&task->trip_stack, &none, id);
+}
+
+/* A set token interrupts its task at once, seen from any call.  Inline:
+ * every ml_task_run and ml_task_enter starts with one. */
+static inline __attribute__((always_inline)) ml_status
+ml__task_poll(struct ml_task *task)
+{
+	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
+	if (st == ML_OK && task->token && ml__token_is_set(task->token))
+		st = ml__task_trip(task, ML_CANCELLED);
+	return (ml_status)st;
 }
 
 /* ---- Slices (slice.c), delivery (deliver.c), cleanups (cleanup.c) ----- */
