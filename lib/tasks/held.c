@@ -37,6 +37,8 @@ struct shard {
 
 ML__LOCKS(static, shard_lock, SHARDS, ML__RANK_HELD)
 static struct shard shards[SHARDS];
+/* Set and cleared by tracking.c, under the switch lock; here because the
+ * records read them under their shard's lock. */
 _Atomic bool ml__held_on;
 _Atomic bool ml__held_draining;
 

@@ -55,7 +55,7 @@ struct ml_task {
 	/* The owner's reference (until ml_task_free) plus one per slice
 	 * running now, on any thread. */
 	_Atomic uint32_t refs;
-	/* Its held memory (held.c), made at the first charge. */
+	/* Its held memory (account.c), made at the first charge. */
 	struct ml__account *_Atomic acct;
 	/* The list of live global tasks (global.c), if global. */
 	struct ml_task *gnext, *gprev;
@@ -205,11 +205,11 @@ static inline void ml__pressure_check(void)
 /* ---- Held memory (held.c, account.c, tracking.c) ---------------------- */
 
 struct ml__account;
-/* Held tracking is on: samples are recorded (held.c, "When held
+/* Held tracking is on: samples are recorded (tracking.c, "When held
  * tracking runs"). */
 extern _Atomic bool ml__held_on;
 #define ML__HELD_ON atomic_load_explicit(&ml__held_on, memory_order_relaxed)
-/* Tracking went off with the filter left on (held.c): a sample not
+/* Tracking went off with the filter left on (tracking.c): a sample not
  * recorded ticks towards switching the filter off. */
 extern _Atomic bool ml__held_draining;
 void ml__held_drain_tick(void);
