@@ -8,6 +8,8 @@
 
 #include "tasks/tasks.h"
 
+#pragma GCC visibility push(hidden)
+
 /* Distinct accounts a record charges, the innermost task first. */
 #define ML__HELD_TASKS 4
 
@@ -95,5 +97,7 @@ ml__account_charge(struct ml__account *a, uint64_t w)
 	                                      : ml__held_own.delta) >= a->batch)
 		ml__account_flush();
 }
+
+#pragma GCC visibility pop
 
 #endif
