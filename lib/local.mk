@@ -22,9 +22,11 @@ lib_libmlcore_la_SOURCES = \
 	lib/core/core.h lib/core/unwinder.h \
 	lib/core/settings.c lib/core/capture.c lib/core/frames.c \
 	lib/core/stacks.c \
-	lib/tasks/tasks.h \
-	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/global.c \
-	lib/tasks/task.c lib/tasks/credit.c lib/tasks/slice.c lib/tasks/deliver.c \
+	lib/tasks/tasks.h lib/tasks/thread.h lib/tasks/held.h \
+	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/account.c \
+	lib/tasks/tracking.c lib/tasks/global.c \
+	lib/tasks/task.c lib/tasks/entered.c lib/tasks/credit.c lib/tasks/slice.c \
+	lib/tasks/deliver.c \
 	lib/tasks/cleanup.c lib/tasks/exact.c lib/tasks/guard.c lib/tasks/metrics.c \
 	lib/tasks/slow.c \
 	lib/shared/shared.h lib/shared/slots.c lib/shared/table.c \

@@ -32,8 +32,8 @@ trap 'rm -rf "$tmp"' EXIT
 	--profile "$tmp/profile.txt" -- "$py" -c \
 	'x=[bytearray(1<<20) for _ in range(1000)]' 2>/dev/null || true
 "$M" plot -o "$tmp/timeline.svg" "$tmp/timeline.tsv"
-"$M" flamegraph --title "Bytes allocated: python3 under --heap-limit 200MiB" \
-	-o "$tmp/flamegraph.svg" "$tmp/profile.txt"
+# Titled by default: the program and "allocated over the whole run".
+"$M" flamegraph -o "$tmp/flamegraph.svg" "$tmp/profile.txt"
 "$M" flamegraph --held -o "$tmp/held.svg" "$tmp/profile.txt"
 
 # A build: 13 files of different sizes, make -j2 (make, then gcc, cc1 and

@@ -20,7 +20,11 @@
  * "stop") and "# key value" lines (pid, program, held_bytes, heap_bytes,
  * the limit that stopped it): the picture is titled from them, naming the
  * program and what the picture is.  --held PROFILE draws PROFILE.stop
- * where it exists, else PROFILE.peak. */
+ * where it exists, else PROFILE.peak.  The profile of what was allocated
+ * (FILE itself) has no comments, so that other tools read it as it is:
+ * a profile beside a held one (FILE.peak or FILE.stop that starts with
+ * our comment) is memlimits run's, and its picture is titled "PROGRAM:
+ * allocated over the whole run", the program its widest root frame. */
 #include "config.h"
 
 #define _GNU_SOURCE
@@ -31,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "svg.h"
@@ -535,8 +540,11 @@ static void help(void)
 	       "stdin)\n"
 	       "  --title TEXT       the picture's title (default: what a "
 	       "held profile's\n"
-	       "                     comments say, else \"Flame graph: "
-	       "PROFILE\")\n"
+	       "                     comments say; the program and "
+	       "\"allocated over the\n"
+	       "                     whole run\" for a profile beside a held "
+	       "one; else\n"
+	       "                     \"Flame graph: PROFILE\")\n"
 	       "  --held             draw what was held: PROFILE.stop where "
 	       "a limit stopped\n"
 	       "                     the program, else PROFILE.peak "
@@ -545,14 +553,71 @@ static void help(void)
 	       "stderr, nothing\nwritten).\n");
 }
 
+/* PROFILE is memlimits run's profile of what was allocated: a held
+ * profile of the same run lies beside it (the run removes an earlier
+ * run's two files when it starts). */
+static bool allocated;
+
+static bool beside_held(const char *in)
+{
+	static const char *const suffix[] = {".stop", ".peak"};
+	static const char head[] = "# memlimits held at the ";
+	bool found = false;
+	for (size_t i = 0; i < 2 && !found && strcmp(in, "-"); i++) {
+		char *name = NULL;
+		if (asprintf(&name, "%s%s", in, suffix[i]) < 0)
+			ml__tool_usage_error(CMD, "out of memory");
+		/* A FIFO would block the open: regular files only. */
+		struct stat st;
+		FILE *f = !stat(name, &st) && S_ISREG(st.st_mode)
+		              ? fopen(name, "re")
+		              : NULL;
+		char line[sizeof head];
+		found = f && fgets(line, sizeof line, f) &&
+		        !strncmp(line, head, sizeof head - 1);
+		if (f)
+			fclose(f);
+		free(name);
+	}
+	return found;
+}
+
+/* "cc1 and 3 other programs: allocated over the whole run, 1.2 GiB in
+ * all": memlimits run's allocation profile, its stacks under the
+ * program's name. */
+static int allocated_title(char **t, const char *all)
+{
+	uint32_t wide = NONE, roots = 0;
+	for (uint32_t id = 1; id < nnodes; id++)
+		if (nodes[id].parent == 0) {
+			roots++;
+			if (wide == NONE || nodes[id].value > nodes[wide].value)
+				wide = id;
+		}
+	const char *prog = wide != NONE ? names[nodes[wide].name].s : "?";
+	if (roots <= 1)
+		return asprintf(t,
+		                "%s: allocated over the whole run, %s in all",
+		                prog, all);
+	return asprintf(t,
+	                "%s and %" PRIu32 " other program%s: allocated over "
+	                "the whole run, %s in all",
+	                prog, roots - 1, roots == 2 ? "" : "s", all);
+}
+
 /* "python3.11 (pid 42): held at the stop, 199 MiB of the 200 MiB heap
- * limit" from a held profile's comments; "Flame graph: FILE" for any
+ * limit" from a held profile's comments; memlimits run's allocation
+ * profile by its program (allocated_title); "Flame graph: FILE" for any
  * other profile. */
 static char *default_title(const char *shown)
 {
 	char *t = NULL;
 	int n;
-	if (!held_info.n) {
+	if (!held_info.n && allocated) {
+		char all[32];
+		ml__svg_bytes(all, sizeof all, (double)total);
+		n = allocated_title(&t, all);
+	} else if (!held_info.n) {
 		n = asprintf(&t, "Flame graph: %s", shown);
 	} else {
 		const struct block *b = &held_info.big;
@@ -621,6 +686,7 @@ static void flamegraph(FILE *o, const char *title, const char *shown)
 	             "below their callees; hover a frame for its figures",
 	             nstacks, tb,
 	             held_info.n ? "held (estimated from the samples)"
+	             : allocated ? "allocated (estimated from the samples)"
 	                         : "in all");
 	draw(o);
 	ml__svg_text(o, SIDE, height - 8, "start", 11, "#666666", NULL,
@@ -653,6 +719,7 @@ static int flamegraph_main(int argc, char **argv)
 		in = held_in;
 	}
 	const char *shown = strcmp(in, "-") ? in : "stdin";
+	allocated = !held && beside_held(in);
 	FILE *f = ml__svg_open_in(CMD, in);
 	read_profile(shown, f);
 	if (f != stdin)

@@ -1,8 +1,9 @@
 /* ml_task_enter: a thread that never allocated is started first, as its
  * first allocation would start it (the slow path, tasks/slow.c), so that
  * its exit reclaims the slices it leaves entered (the thread key is set
- * there).  Here, above the tasks layer, because task.c may not call
- * slow.c (the files' references form no loop). */
+ * there).  Here, above the tasks layer: tasks/task.c, where ml__task_enter
+ * was when this was written, may not call slow.c (the files' references
+ * form no loop); it is tasks/entered.c's now. */
 #include "api/api.h"
 
 static ML__COLD void thread_start(struct ml__thread *t)

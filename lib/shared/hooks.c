@@ -212,7 +212,7 @@ int ml__shared_join_table(struct ml__shared_table *t, uint32_t n,
 	ml__shared_wake_install(ml__shared_wake_asked);
 	/* The meter runs from now on, limit or not.  The choice reads the
 	 * held estimates of global tasks, which need held tracking from
-	 * their registration on (tasks/held.c). */
+	 * their registration on (tasks/tracking.c). */
 	ml__meter_keep(true);
 	ml__spin_lock(&ml__shared_slot_lock);
 	int rc = ml__shared_claim(t, ml__shared_wake_signal());

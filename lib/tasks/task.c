@@ -1,8 +1,9 @@
 /* Tasks: the records of tasks (struct ml_task, shared by all the task's
  * slices), their creation from limits, and the runners that run them as
- * slices of this thread (ml_run, ml_task_run, ml_task_enter/leave) with
- * the public task API.  Slices are slice.c's, crediting credit.c's,
- * delivery deliver.c's, cleanup handlers cleanup.c's. */
+ * slices of this thread (ml_run and its ml_limit_* wrappers, ml_task_run)
+ * with the public task API.  Entered slices (ml_task_enter/leave) are
+ * entered.c's, slices slice.c's, crediting credit.c's, delivery
+ * deliver.c's, cleanup handlers cleanup.c's. */
 #define _GNU_SOURCE
 #include "tasks/tasks.h"
 
@@ -197,29 +198,6 @@ ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,
 }
 ML__SYMVER_DEFAULT(ml__run_0_2, ml_run, "MEMLIMITS_0.2");
 
-/* A task pointer from outside: a live task of ml_task_new, or ml_run's
- * (FRAME) while it runs; anything else is refused where it can be told. */
-bool ml__task_valid(const struct ml_task *task)
-{
-	if (!task)
-		return false;
-	uint32_t magic =
-	    atomic_load_explicit(&task->magic, memory_order_relaxed);
-	return magic == ML__TASK_LIVE ||
-	       (magic == ML__TASK_FRAME && !task->internal);
-}
-
-/* A set token interrupts its task at once, seen from any call.  Inline:
- * every ml_task_run starts with one. */
-static inline __attribute__((always_inline)) ml_status
-task_poll(struct ml_task *task)
-{
-	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
-	if (st == ML_OK && task->token && ml__token_is_set(task->token))
-		st = ml__task_trip(task, ML_CANCELLED);
-	return (ml_status)st;
-}
-
 ML_EXPORT ml_task *ml_task_new(const ml_limits *limits)
 {
 	if (!limits_valid(limits)) {
@@ -268,7 +246,7 @@ ML_EXPORT ml_status ml_task_run(ml_task *task, void *(*fn)(void *), void *arg,
 	slice.owner = false;
 	slice.entered = false;
 	slice.lost_cleanup = false;
-	if (task_poll(task) != ML_OK)
+	if (ml__task_poll(task) != ML_OK)
 		return finish(&slice, task, NULL, out);
 	struct ml__thread *t = &ml__self;
 	void *ret;
@@ -289,7 +267,7 @@ ML_EXPORT ml_status ml_task_status(const ml_task *task)
 {
 	if (!ml__task_valid(task))
 		return ML_EINVAL;
-	return task_poll((struct ml_task *)task);
+	return ml__task_poll((struct ml_task *)task);
 }
 
 ML_EXPORT uint64_t ml_task_allocated(const ml_task *task)
@@ -312,77 +290,6 @@ ML_EXPORT ml_task *ml_task_current(void)
 		if (!k->task->internal)
 			return k->task;
 	return NULL;
-}
-
-int ml__task_enter(ml_task *task)
-{
-	if (!ml__task_valid(task) || task->delivery == ML_DELIVER_JUMP)
-		return ML_EINVAL;
-	struct ml__thread *t = &ml__self;
-	/* Once per thread: entering twice would count nothing more, and
-	 * the two leaves could not be told apart. */
-	for (const struct ml__slice *k = t->top; k; k = k->outer)
-		if (k->entered && k->task == task)
-			return ML_EINVAL;
-	/* As ml_task_run: an interrupted task runs no further slice. */
-	ml_status st = task_poll(task);
-	if (st != ML_OK)
-		return st;
-	struct ml__slice *slice = t->entered_spare;
-	if (ml__likely(slice != NULL)) {
-		t->entered_spare = slice->outer;
-	} else {
-		slice = ml__pool_get(&ml__entered_pool);
-		if (!slice)
-			return ML_ENOMEM;
-	}
-	slice->task = task;
-	slice->owner = false;
-	slice->entered = true;
-	slice->outer = t->top;
-	slice->seen = ML_OK;
-	slice->mask_depth = t->mask_depth;
-	slice->cleanups = t->cleanups;
-	slice->holes = t->cleanup_holes;
-	slice->lost_cleanup = false;
-	slice->pending_bytes = 0;
-	slice->res = 0;
-	slice->credited = 0;
-	slice->frame = 0; /* never a jump's target: FAIL and FLAG only */
-	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
-	if (ml__unlikely(t->exact | t->own_interval | task->slow_slice))
-		ml__slice_enter_slow(t, slice);
-	else
-		t->top = slice;
-	return ML_OK;
-}
-
-ML_EXPORT int ml_task_leave(ml_task *task)
-{
-	struct ml__thread *t = &ml__self;
-	struct ml__slice *slice = t->top;
-	if (!task || !slice || !slice->entered || slice->task != task)
-		return ML_EINVAL;
-	/* Unbalanced pushes and masks end with the slice, as with fn's
-	 * return in ml_task_run. */
-	if (ml__unlikely(t->cleanups != slice->cleanups))
-		ml__slice_release(t, slice);
-	t->cleanup_holes = slice->holes;
-	t->mask_depth = slice->mask_depth;
-	if (ml__unlikely(t->exact | t->own_interval | task->slow_slice))
-		ml__slice_leave_slow(t, slice);
-	else
-		t->top = slice->outer;
-	if (t->pending)
-		ml__update_pending(t);
-	/* Read before the reference goes: it may be the last. */
-	ml_status st = slice->lost_cleanup
-	                   ? ML_ENOMEM
-	                   : (ml_status)atomic_load_explicit(
-	                         &task->status, memory_order_relaxed);
-	ml__slice_end(slice);
-	ml__pressure_check();
-	return st;
 }
 
 ML__VERSIONED ml_status ml__limit_allocations_0_2(uint64_t bytes,

@@ -1,12 +1,14 @@
-/* Layer 5, tasks (docs/internals.md, "Layers"): per-thread state, the
- * allocation slow path, the task stack, tokens, masks, cleanup handlers,
- * deliveries and the global limit's decision (which reads the meter
- * below).  Consumers above (run mode) see its events through one hook
- * table.  Never installed. */
+/* Layer 5, tasks (docs/internals.md, "Layers"): the task stack, tokens,
+ * masks, cleanup handlers, deliveries, held memory and the global limit's
+ * decision (which reads the meter below).  The per-thread state, the
+ * allocation slow path and the hook table through which consumers above
+ * (run mode) see its events are thread.h's, included here.  Never
+ * installed. */
 #ifndef ML_TASKS_H
 #define ML_TASKS_H
 
 #include "core/core.h"
+#include "tasks/thread.h"
 
 #include <sched.h>
 #include <setjmp.h>
@@ -53,7 +55,7 @@ struct ml_task {
 	/* The owner's reference (until ml_task_free) plus one per slice
 	 * running now, on any thread. */
 	_Atomic uint32_t refs;
-	/* Its held memory (held.c), made at the first charge. */
+	/* Its held memory (account.c), made at the first charge. */
 	struct ml__account *_Atomic acct;
 	/* The list of live global tasks (global.c), if global. */
 	struct ml_task *gnext, *gprev;
@@ -108,161 +110,6 @@ struct ml__slice {
 	sigjmp_buf jb;
 };
 
-/* ---- Metrics (metrics.c) ----------------------------------------------
- *
- * Counts for ml_write_metrics, each thread counting in its own TLS record
- * (struct ml__thread's `metrics`): a task start or a sample writes no
- * cache line that another thread writes (issue 26).  Only the owner
- * writes its record, with relaxed atomic stores; a reader sums the live
- * threads' records and the exited threads' total under a lock. */
-enum {
-	ML__M_STARTED,     /* ml_run calls and task objects      */
-	ML__M_SAMPLES,     /* samples the slow path took          */
-	ML__M_PRESSURE,    /* pressure callbacks called           */
-	ML__M_INTERRUPTED, /* + ML_ALLOC_LIMIT - 1 ... ML_HELD_LIMIT - 1 */
-	ML__M_N = ML__M_INTERRUPTED + 4
-};
-struct ml__metrics {
-	uint64_t c[ML__M_N];
-	struct ml__metrics *next; /* the live list, while listed */
-};
-#define ML__MLOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define ML__MBUMP(x, v) \
-	__atomic_store_n(&(x), ML__MLOAD(x) + (v), __ATOMIC_RELAXED)
-
-/* ---- Per-thread state (thread.c) ---------------------------------------
- *
- * Everything the allocation path touches lives in one initial-exec TLS
- * block, zero-initialised: a zero countdown sends the first allocation of
- * a thread to the slow path, which initialises the rest.  Kept small: when
- * the library is dlopen'ed its TLS must fit glibc's static TLS surplus.
- * (The meter keeps its own countdowns: alloc/alloc.h.) */
-struct ml__thread {
-	/* The fast path's countdown is the sampler's (ml__countdown,
-	 * sampler.h): the gap plus one unless `forced`, when it is 0 and
-	 * the gap plus one waits here. */
-	uint64_t saved;
-	struct ml__sampler sampler;
-	struct ml__slice *top;             /* innermost slice, NULL if none  */
-	struct ml__cleanup *cleanups;      /* innermost cleanup handler      */
-	struct ml__cleanup *cleanup_spare; /* kept for reuse (cleanup.c) */
-	uint32_t cleanup_nspare;
-	/* The hook consumer's own per-thread records (run mode: its root
-	 * task and statistics), NULL until it makes them. */
-	void *hook_local[2];
-	unsigned mask_depth;
-	/* Cleanup pushes that found no memory, above the top record: they
-	 * pop as no-ops, so push/pop stay paired (cleanup.c). */
-	uint32_t cleanup_holes;
-	uint32_t index;          /* creation order, 0 = first      */
-	uint32_t seed_epoch;     /* ml__seed_epoch last applied    */
-	uint32_t interval_epoch; /* ml__interval_epoch last applied */
-	uint8_t state;           /* ML__T_*                        */
-	uint8_t busy;            /* inside the library: no sampling */
-	uint8_t forced;          /* countdown forced to 0          */
-	uint8_t pending;         /* an interruption waits delivery */
-	/* The last slow path let its allocation through and charged it
-	 * (charged_samples samples): taken back if the allocator fails it. */
-	uint8_t charged;
-	/* The allocation being decided is a mapping (api/mmap.c): run
-	 * mode's heap limits refuse mappings before blocks (runmode.c). */
-	uint8_t mapping;
-	uint64_t charged_samples;
-	/* The interned call stack of the last sample (core/stacks.c), when
-	 * stacks are wanted; else 0. */
-	uint32_t stack;
-	/* Exact budgets on the stack (exact.c): the countdown is clipped to
-	 * the smallest reservation; armed: what it was set to; cut: what the
-	 * clip hid of the sampler's gap. */
-	uint8_t exact;
-	uint64_t armed, cut;
-	/* A task with an interval of its own is on the stack (thread.c). */
-	uint8_t own_interval;
-	/* ml_task_enter's slice records kept for reuse (slice.c). */
-	struct ml__slice *entered_spare;
-	/* Its counts for ml_write_metrics (metrics.c). */
-	struct ml__metrics metrics;
-};
-
-enum { ML__T_NEW = 0, ML__T_LIVE = 1, ML__T_EXITING = 2 };
-
-extern ML__TLS struct ml__thread ml__self;
-
-/* Force every allocation of t to the slow path, or stop doing so (unless
- * t is busy, has an interruption pending, or a consumer sees every
- * allocation). */
-void ml__force_slow(struct ml__thread *t);
-void ml__unforce(struct ml__thread *t);
-/* Apply the current seed and interval to t: its stream is (seed,
- * lineage, index).  ml__thread_refresh draws a fresh gap now. */
-void ml__thread_reseed(struct ml__thread *t);
-uint64_t ml__thread_regap(struct ml__thread *t);
-void ml__thread_refresh(struct ml__thread *t);
-/* Set the sampler's gap to c (countdown c + 1; in `saved` while forced), exact
- * budgets kept. */
-void ml__thread_set_gap(struct ml__thread *t, uint64_t c);
-/* The interval t samples at: the smallest of its stack's tasks' (the
- * process's for a task without one of its own, and with none). */
-double ml__thread_interval(const struct ml__thread *t);
-/* The stack changed under a task with an interval of its own: sample at
- * the new smallest interval from here (a fresh gap: memorylessness). */
-void ml__thread_reinterval(struct ml__thread *t);
-/* Which process of a fork tree this is (slow.c advances it in a child). */
-extern uint32_t ml__lineage;
-
-/* ---- Hooks: the events a consumer above sees ---------------------------
- *
- * The core calls these and names nothing above it; run mode installs one
- * table at start (run/runmode.c).  Each is called on the allocating
- * thread with t->busy set, so its own allocations pass through
- * unsampled; NULL members are skipped. */
-enum {
-	ML__HOOK_REFUSE = 1,  /* fail this allocation (unless masked, loader) */
-	ML__HOOK_TRIPPED = 2, /* a task's status changed: recompute pending  */
-};
-struct ml__hooks {
-	/* Every allocation that reaches the slow path, s samples (0 or
-	 * more), before any task is credited. */
-	void (*alloc)(struct ml__thread *t, uint64_t n, uint64_t s);
-	/* An allocation of n bytes carried s >= 1 samples: ML__HOOK_*. */
-	unsigned (*sample)(struct ml__thread *t, uint64_t s, uint64_t n);
-	/* The s samples of an allocation refused, or failed by the
-	 * allocator, are taken back. */
-	void (*unsample)(struct ml__thread *t, uint64_t s);
-	/* An allocation the slow path let through failed in the allocator. */
-	void (*failed)(struct ml__thread *t, uint64_t n, uint64_t s);
-	void (*thread_start)(struct ml__thread *t);
-	void (*thread_exit)(struct ml__thread *t);
-	/* In a forked child, on its one thread, after the core's reset. */
-	void (*fork_child)(struct ml__thread *t);
-	/* The consumer must see every allocation (alloc above). */
-	bool every_alloc;
-};
-extern const struct ml__hooks *_Atomic ml__hooks;
-/* Install h (static storage; once, at start). */
-void ml__hooks_install(const struct ml__hooks *h);
-static inline const struct ml__hooks *ml__hooks_get(void)
-{
-	return atomic_load_explicit(&ml__hooks, memory_order_acquire);
-}
-
-/* ---- The slow path (slow.c) ------------------------------------------- */
-
-void ml__global_init(void);
-void ml__thread_init(struct ml__thread *t);
-/* The tasks layer's whole interface to the malloc family: one pair around
- * the real allocation, called when the countdown sent an allocation of n
- * bytes to the slow path (ml__countdown_take).
- * ml__alloc_begin decides: samples, credits the thread's tasks, delivers
- * their interruptions; 0 = allocate, -1 = fail with ENOMEM; may not
- * return (JUMP delivery).
- * ml__alloc_end settles with the allocator's answer p: a block that
- * carried samples is held by the tasks that were charged (held.c); a
- * failure (p NULL) takes back what the allocation was charged.  Returns
- * p; leaves errno alone. */
-int ml__alloc_begin(uint64_t n);
-void *ml__alloc_end(void *p, uint64_t n);
-
 /* ---- Tasks (task.c, credit.c) ----------------------------------------- */
 
 /* Credit s samples of an allocation of n bytes to the thread's tasks and
@@ -289,7 +136,7 @@ void ml__tasks_poll(struct ml__thread *t);
 /* Would an allocation of n bytes take the heap over the global limit? */
 bool ml__over_global(uint64_t n);
 void ml__tasks_thread_exit(struct ml__thread *t);
-/* ml_task_enter on a started thread (api/enter.c starts it). */
+/* ml_task_enter on a started thread (api/enter.c starts it; entered.c). */
 int ml__task_enter(ml_task *task);
 
 extern struct ml__pool ml__token_pool, ml__cleanup_pool;
@@ -355,14 +202,14 @@ static inline void ml__pressure_check(void)
 		hook();
 }
 
-/* ---- Held memory (held.c) --------------------------------------------- */
+/* ---- Held memory (held.c, account.c, tracking.c) ---------------------- */
 
 struct ml__account;
-/* Held tracking is on: samples are recorded (held.c, "When held
+/* Held tracking is on: samples are recorded (tracking.c, "When held
  * tracking runs"). */
 extern _Atomic bool ml__held_on;
 #define ML__HELD_ON atomic_load_explicit(&ml__held_on, memory_order_relaxed)
-/* Tracking went off with the filter left on (held.c): a sample not
+/* Tracking went off with the filter left on (tracking.c): a sample not
  * recorded ticks towards switching the filter off. */
 extern _Atomic bool ml__held_draining;
 void ml__held_drain_tick(void);
@@ -407,27 +254,18 @@ void ml__held_thread_exit(void);
  * ML__NSTACKS) charged to task (NULL: every record, once); the total. */
 uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums);
 /* A task pointer from the program: one of ml_task_new, not freed, or an
- * ml_run's while it runs. */
-bool ml__task_valid(const struct ml_task *task);
-
-/* Metrics (metrics.c).  Count v events of kind i (ML__M_*) on t: in its
- * own record once it is listed (a live thread), else straight into the
- * exited threads' total (a thread that never allocated, or exiting). */
-void ml__metrics_unlisted(unsigned i, uint64_t v);
-static inline void ml__metrics_add(struct ml__thread *t, unsigned i, uint64_t v)
+ * ml_run's (FRAME) while it runs; anything else is refused where it can
+ * be told.  Inline: ml_task_enter and ml_task_run start with it (the
+ * first is entered.c's, the second task.c's). */
+static inline bool ml__task_valid(const struct ml_task *task)
 {
-	if (ml__likely(t->state == ML__T_LIVE))
-		ML__MBUMP(t->metrics.c[i], v);
-	else
-		ml__metrics_unlisted(i, v);
+	if (!task)
+		return false;
+	uint32_t magic =
+	    atomic_load_explicit(&task->magic, memory_order_relaxed);
+	return magic == ML__TASK_LIVE ||
+	       (magic == ML__TASK_FRAME && !task->internal);
 }
-/* The calling thread set a task's status to why. */
-void ml__metrics_tripped(ml_status why);
-void ml__metrics_thread_start(struct ml__thread *t); /* listed */
-void ml__metrics_thread_exit(struct ml__thread *t);  /* folded in */
-void ml__metrics_fork_child(struct ml__thread *t);   /* only t, emptied */
-/* The process's counts: every live thread's and the exited ones'. */
-void ml__metrics_sum(uint64_t sum[ML__M_N]);
 
 /* Interrupt task for `why`, unless it was already: its status is then
  * the first reason.  The estimates of the moment are kept
@@ -457,6 +295,17 @@ static inline void ml__task_trip_here(struct ml_task *task, ml_status why)
 		return;
 	uint32_t id = ml__stack_here(), none = 0;
 	atomic_compare_exchange_strong(&task->trip_stack, &none, id);
+}
+
+/* A set token interrupts its task at once, seen from any call.  Inline:
+ * every ml_task_run and ml_task_enter starts with one. */
+static inline __attribute__((always_inline)) ml_status
+ml__task_poll(struct ml_task *task)
+{
+	int st = atomic_load_explicit(&task->status, memory_order_relaxed);
+	if (st == ML_OK && task->token && ml__token_is_set(task->token))
+		st = ml__task_trip(task, ML_CANCELLED);
+	return (ml_status)st;
 }
 
 /* ---- Slices (slice.c), delivery (deliver.c), cleanups (cleanup.c) ----- */
