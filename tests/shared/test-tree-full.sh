@@ -8,19 +8,9 @@
 # test waits (a condition, with a hang limit as a backstop) until every
 # one of the 30 has started or said it does not; no wall-clock threshold.
 : "${top_builddir:?}" "${top_srcdir:?}"
-M=$top_builddir/tools/memlimits
 A=$top_builddir/tests/cli/test-tree-alloc
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-treefull.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT \
-	MEMLIMITS_SHARED MEMLIMITS_SHARED_TREE
-. "$top_srcdir/tests/tap/tap.sh"
-test -x "$M" && test -x "$A" || {
-	echo "Bail out! $M or $A not built"
-	exit 1
-}
+. "$top_srcdir/tests/tap/tree.sh"
+tree_setup treefull "$A"
 N=30
 MEMLIMITS_SHARED_SLOTS=4 "$M" run --tree-heap-limit 64MiB -- sh -c "
 	i=0
