@@ -220,6 +220,9 @@ extern _Atomic bool ml__shared_pressure_above, ml__shared_pressure_due;
 extern _Atomic uint64_t ml__shared_pressure_total;
 uint64_t ml__shared_heap_now(void);
 void ml__shared_publish(struct ml__shared_table *t);
+/* The same with `ahead` bytes more than the heap now: an allocation
+ * about to be made (--tree-heap-limit's check, ml__shared_overshoot). */
+void ml__shared_publish_ahead(struct ml__shared_table *t, uint64_t ahead);
 void ml__shared_sum_table(struct ml__shared_table *t, bool full, int skip,
                           bool readonly, struct ml__shared_totals *v);
 bool ml__shared_over_limit(const struct ml__shared_totals *v);

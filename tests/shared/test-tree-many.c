@@ -2,7 +2,7 @@
  * `memlimits run --tree-heap-limit` (which preloads the library; this
  * program is not linked with it):
  *
- *   test-tree-many N mix|full
+ *   test-tree-many N mix|full|small
  *
  * forks N children, which take memory (wants() below) and hold it.
  * mix: one taking 300 MiB; once it holds, N - 2 at once taking 1 to 3
@@ -12,7 +12,9 @@
  * allocation or fold); once they all hold, one asking for 600 MiB in one
  * block.  full (for a table of 1024 slots): N - 30 small forked members,
  * each with its slot, then 30 forked children with one 2 MiB block each,
- * of which the last N + 1 - 1024 find no slot.  Each child reports
+ * of which the last N + 1 - 1024 find no slot.  small: N forked children
+ * at once, each taking 15 blocks of 60 KiB (900 KiB, less than a
+ * publication batch).  Each child reports
  * through a pipe what it holds (its blocks' usable sizes) and the tree's
  * limit as it sees it, and holds until the parent closes the pipe it
  * waits on; while all hold, the parent reads the table
@@ -62,9 +64,13 @@ static void *lib(const char *name)
  * mode "full": the first n - 30 children 64 blocks of 1 KiB (a fold: each
  * claims a slot), the last 30 a block of 2 MiB (sampled, but for a
  * chance of e^-26: 2 MiB is 26 sample intervals of 80 000 bytes). */
-static int wants(int i, int n, bool full, size_t *size)
+static int wants(int i, int n, char mode, size_t *size)
 {
-	if (full) {
+	if (mode == 's') {
+		*size = 60 * 1024;
+		return 15;
+	}
+	if (mode == 'f') {
 		*size = i < n - 30 ? 1024 : 2 * MiB;
 		return i < n - 30 ? 64 : 1;
 	}
@@ -114,12 +120,12 @@ static char early_st[256];
 static int res[2], done[2], sfd;
 static sigset_t old;
 
-static void spawn(int from, int to, bool full, char **argv)
+static void spawn(int from, int to, char mode, char **argv)
 {
 	fflush(stdout);
 	for (int i = from; i < to; i++) {
-		/* mix: every other one exec'd; full: none. */
-		bool execd = !full && i % 2 == 0 && i >= 2;
+		/* mix: every other one exec'd; full, small: none. */
+		bool execd = mode == 'm' && i % 2 == 0 && i >= 2;
 		pid[i] = fork();
 		if (pid[i] < 0) {
 			printf("fork failed at %d: %s\n", i, strerror(errno));
@@ -130,7 +136,7 @@ static void spawn(int from, int to, bool full, char **argv)
 			close(done[1]);
 			sigprocmask(SIG_SETMASK, &old, NULL);
 			size_t size;
-			int want = wants(i, n, full, &size);
+			int want = wants(i, n, mode, &size);
 			if (!execd)
 				_exit(child(i, want, size, res[1], done[0]));
 			char a[3][16];
@@ -198,17 +204,18 @@ int main(int argc, char **argv)
 	if (argc == 5 && !strcmp(argv[1], "--child")) {
 		/* Exec'd: mode mix only. */
 		size_t size;
-		int i = atoi(argv[2]), want = wants(i, i + 1, false, &size);
+		int i = atoi(argv[2]), want = wants(i, i + 1, 'm', &size);
 		return child(i, want, size, atoi(argv[3]), atoi(argv[4]));
 	}
 	if (argc != 3 || atoi(argv[1]) < 40 ||
-	    (strcmp(argv[2], "mix") && strcmp(argv[2], "full"))) {
-		fprintf(stderr, "usage: %s N mix|full (N: 40 or more)\n",
+	    (strcmp(argv[2], "mix") && strcmp(argv[2], "full") &&
+	     strcmp(argv[2], "small"))) {
+		fprintf(stderr, "usage: %s N mix|full|small (N: 40 or more)\n",
 		        argv[0]);
 		return 2;
 	}
 	n = atoi(argv[1]);
-	bool full = !strcmp(argv[2], "full");
+	char mode = argv[2][0];
 	uint64_t (*usage)(void) = (uint64_t(*)(void))lib("ml_shared_usage");
 	uint64_t (*limit)(void) = (uint64_t(*)(void))lib("ml_shared_limit");
 	size_t (*members)(ml_shared_member *, size_t) =
@@ -229,20 +236,22 @@ int main(int argc, char **argv)
 	ml_shared_member *m = calloc((size_t)n + 64, sizeof *m);
 	if (sfd < 0 || !pid || !rec || !state || !m)
 		return 1;
-	if (full) {
+	if (mode == 'f') {
 		/* The small ones first, each with its slot (or not)
 		 * before the 30 larger ones try for the slots left. */
-		spawn(0, n - 30, true, argv);
+		spawn(0, n - 30, mode, argv);
 		collect(n - 30);
-		spawn(n - 30, n, true, argv);
+		spawn(n - 30, n, mode, argv);
+	} else if (mode == 's') {
+		spawn(0, n, mode, argv);
 	} else {
 		/* The large one first, then the many all at once, then the
 		 * giant against what they all hold. */
-		spawn(1, 2, false, argv);
+		spawn(1, 2, mode, argv);
 		collect(1);
-		spawn(2, n, false, argv);
+		spawn(2, n, mode, argv);
 		collect(n - 1);
-		spawn(0, 1, false, argv);
+		spawn(0, 1, mode, argv);
 	}
 	close(res[1]);
 	close(done[0]);
