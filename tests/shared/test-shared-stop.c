@@ -765,7 +765,12 @@ static void test_foreign_object(void)
 
 /* Another user makes the object of a server's name first: a join by that
  * name is refused (the server says why), and a budget with no name
- * (ml_shared_create, what servers use) cannot be squatted at all. */
+ * (ml_shared_create, what servers use) cannot be squatted at all.  The
+ * squatter's object is a table as the library would make it (magic,
+ * layout, slots), mode 0666: only its owner tells it apart.  A program
+ * started with MEMLIMITS_SHARED of that name (this one again, --squat,
+ * its stderr on a pipe) runs, out of any budget, and says why in one
+ * line. */
 static void test_squatted(void)
 {
 	if (geteuid() != 0) {
@@ -775,15 +780,53 @@ static void test_squatted(void)
 	make_name("squat");
 	char obj[128];
 	object(obj, sizeof obj);
-	int fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL, 0600);
+	int fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL, 0666);
+	uint64_t head[8] = {0x6d6c736861726502ull, 2u | (uint64_t)4096 << 32,
+	                    LIMIT};
 	tap_ok(fd >= 0 && fchown(fd, 65534, 65534) == 0 &&
-	           ftruncate(fd, HEAD + 4096 * SLOT) == 0,
-	       "nobody's object under root's budget name");
+	           fchmod(fd, 0666) == 0 &&
+	           ftruncate(fd, HEAD + 4096 * SLOT) == 0 &&
+	           pwrite(fd, head, sizeof head, 0) == sizeof head,
+	       "nobody's table, mode 0666, under root's budget name");
 	if (fd >= 0)
 		close(fd);
 	tap_is(ml_shared_join(name, LIMIT), ML_EINVAL,
 	       "a join by that name is refused");
 	tap_is(ml_shared_limit(), 0, "and nothing was joined");
+	int err[2];
+	if (pipe(err))
+		tap_bail("pipe");
+	pid_t pid = child();
+	if (pid == 0) {
+		char env[128];
+		snprintf(env, sizeof env, "MEMLIMITS_SHARED=%s:64MiB", name);
+		char *envp[] = {env, NULL};
+		char *argv[] = {self, "--squat", NULL};
+		dup2(err[1], 2);
+		execve(self, argv, envp);
+		_exit(99);
+	}
+	close(err[1]);
+	char buf[1024];
+	size_t got = 0;
+	ssize_t r;
+	while (got < sizeof buf - 1 &&
+	       (r = read(err[0], buf + got, sizeof buf - 1 - got)) > 0)
+		got += (size_t)r;
+	buf[got] = 0;
+	close(err[0]);
+	int st = -1;
+	waitpid(pid, &st, 0);
+	tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "a program started with MEMLIMITS_SHARED of that name runs, "
+	       "in no budget (status %d)",
+	       st);
+	const char *why = "MEMLIMITS_SHARED=";
+	char *nl = strchr(buf, '\n');
+	if (!tap_ok(strstr(buf, why) && strstr(buf, "not joined") && nl &&
+	                !nl[1],
+	            "and says why in one line"))
+		tap_diag("its stderr: %s", buf);
 	tap_is(ml_shared_create(LIMIT, 0), ML_OK,
 	       "a budget with no name is made all the same");
 	tap_is(ml_shared_limit(), LIMIT, "with its limit");
@@ -991,6 +1034,8 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--full"))
 		return full_mode(argv[2]);
+	if (argc == 2 && !strcmp(argv[1], "--squat"))
+		return ml_shared_limit() == 0 ? 0 : 1;
 	if (argc == 4 && !strcmp(argv[1], "--churn")) {
 		snprintf(name, sizeof name, "%s", argv[2]);
 		churn(atoi(argv[3]));
