@@ -12,13 +12,13 @@
 #    below;
 #  - full, MEMLIMITS_SHARED_SLOTS=1024: 1000 small members with a slot
 #    each, then 30 forked children taking 2 MiB each: the 7 that find no
-#    slot say so once each and hold nothing (fails closed: 0.4.0 let the
-#    first block of such a child through, its claim made after it);
+#    slot say so once each and hold nothing (fails closed; their claim
+#    once came at the fold after that block, which went through);
 #  - small: 1030 forked children at once, taking 900 KiB each in 60 KiB
 #    blocks (905 MiB together, each less than a publication batch): the
-#    total stays within the limit and the lateness (0.4.0 published a
-#    member only once its heap had moved by a batch, 1 MiB: none of them
-#    was ever seen, and all 905 MiB were taken).
+#    total stays within the limit and the lateness (a member once
+#    published only when its heap had moved by a batch, 1 MiB: none of
+#    them was ever seen, and all 905 MiB were taken).
 # The lateness (docs/shared.md, "memlimits run --tree-heap-limit"): each
 # member publishes its heap at each sampled allocation, that allocation
 # included, so what the others cannot see of it is what it took between
