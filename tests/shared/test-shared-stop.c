@@ -711,13 +711,7 @@ static void test_truncated(void)
 	}
 	/* What they wrote on stderr, to EOF (all three have exited). */
 	char buf[4096];
-	size_t got = 0;
-	ssize_t r;
-	while (got < sizeof buf - 1 &&
-	       (r = read(err[0], buf + got, sizeof buf - 1 - got)) > 0)
-		got += (size_t)r;
-	buf[got] = 0;
-	close(err[0]);
+	get_text(err[0], buf, sizeof buf);
 	int lines = 0, said = 0;
 	for (char *q = buf; *q; q++)
 		lines += *q == '\n';
@@ -808,13 +802,7 @@ static void test_squatted(void)
 	}
 	close(err[1]);
 	char buf[1024];
-	size_t got = 0;
-	ssize_t r;
-	while (got < sizeof buf - 1 &&
-	       (r = read(err[0], buf + got, sizeof buf - 1 - got)) > 0)
-		got += (size_t)r;
-	buf[got] = 0;
-	close(err[0]);
+	get_text(err[0], buf, sizeof buf);
 	int st = -1;
 	waitpid(pid, &st, 0);
 	tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,

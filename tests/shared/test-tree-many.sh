@@ -55,6 +55,27 @@ run() {
 val() {
 	sed -n "s/^$2 \([0-9]*\).*/\1/p" "$tmp/$1.out"
 }
+# Checks of the cases: every child started and reported, ran with the
+# tree's limit, is counted if it holds memory, and exited 0.
+reported() {
+	[ "$(val "$1" reported)" = $N ] && [ "$(val "$1" ended_early)" = 0 ]
+	check $? "$1: each of the $N children started and reported" ||
+		diag "$tmp/$1.out"
+}
+with_limit() {
+	[ "$(val "$1" limit)" = $L ] && [ "$(val "$1" with_limit)" = $N ]
+	check $? "$1: each child ran with the tree's limit, 512 MiB" ||
+		diag "$tmp/$1.out"
+}
+counted() {
+	[ "$(val "$1" uncounted_held)" = 0 ]
+	check $? "$1: every child holding memory is counted in the table" ||
+		diag "$tmp/$1.out"
+}
+exits() {
+	[ "$(val "$1" exits_bad)" = 0 ]
+	check $? "$1: every child exits 0" || diag "$tmp/$1.out"
+}
 # within MODE: the total held within the limit and the lateness of its
 # members (above), the program's own included.
 within() {
@@ -68,17 +89,11 @@ within() {
 
 if tap_case mix; then
 	run mix
-	[ "$(val mix reported)" = $N ] && [ "$(val mix ended_early)" = 0 ]
-	check $? "mix: each of the $N children started and reported" ||
-		diag "$tmp/mix.out"
+	reported mix
 	! grep -q 'no free slot\|does not start' "$tmp/mix.err"
 	check $? "mix: the default table has a slot for each (none refused one)"
-	[ "$(val mix limit)" = $L ] && [ "$(val mix with_limit)" = $N ]
-	check $? "mix: each child ran with the tree's limit, 512 MiB" ||
-		diag "$tmp/mix.out"
-	[ "$(val mix uncounted_held)" = 0 ]
-	check $? "mix: every child holding memory is counted in the table" ||
-		diag "$tmp/mix.out"
+	with_limit mix
+	counted mix
 	[ "$(val mix large)" = 300 ] && [ "$(val mix giant)" = 0 ]
 	check $? "mix: 300 MiB taken first, the 600 MiB block refused" ||
 		diag "$tmp/mix.out"
@@ -88,15 +103,12 @@ if tap_case mix; then
 	[ "$(val mix refused)" -ge 1 ]
 	check $? "mix: the 2 GiB asked for went over: $(val mix refused) refused"
 	within mix
-	[ "$(val mix exits_bad)" = 0 ]
-	check $? "mix: every child exits 0" || diag "$tmp/mix.out"
+	exits mix
 fi
 
 if tap_case full; then
 	run full MEMLIMITS_SHARED_SLOTS=1024
-	[ "$(val full reported)" = $N ] && [ "$(val full ended_early)" = 0 ]
-	check $? "full: each of the $N children started and reported" ||
-		diag "$tmp/full.out"
+	reported full
 	[ "$(val full members)" = 1024 ]
 	check $? "full: the table of 1024 slots is full ($(val full members) members)"
 	over=$((N + 1 - 1024))
@@ -106,20 +118,18 @@ if tap_case full; then
 		diag "$tmp/full.out" "$tmp/full.err"
 	[ "$(val full uncounted_held)" = 0 ]
 	check $? "full: and hold nothing: their 2 MiB blocks refused ($(val full uncounted_held) bytes held)"
-	[ "$(val full limit)" = $L ] && [ "$(val full with_limit)" = $N ]
-	check $? "full: each child ran with the tree's limit, 512 MiB"
-	[ "$(val full exits_bad)" = 0 ]
-	check $? "full: every child exits 0" || diag "$tmp/full.out"
+	with_limit full
+	exits full
 fi
+
 if tap_case small; then
 	run small MEMLIMITS_SEED=35
-	[ "$(val small reported)" = $N ] && [ "$(val small uncounted_held)" = 0 ]
-	check $? "small: each of the $N children reported, each counted" ||
-		diag "$tmp/small.out"
+	reported small
+	with_limit small
+	counted small
 	[ "$(val small refused)" -ge 1 ]
 	check $? "small: the 905 MiB asked for went over: $(val small refused) refused"
 	within small
-	[ "$(val small exits_bad)" = 0 ]
-	check $? "small: every child exits 0" || diag "$tmp/small.out"
+	exits small
 fi
 tap_done
