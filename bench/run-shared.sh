@@ -16,8 +16,9 @@
 # crossing allocation to V's task seen stopped (CLOCK_MONOTONIC), the
 # overshoot as the total V reads at its stop minus the limit; and with V
 # blocked in ppoll (issue 35: only the wake signal reaches it).  Then the
-# time a member with no free slot takes to allocate 256 MiB in 32 KiB
-# blocks, against one with a slot (issue 35: flat, no retry per fold).
+# time a member takes to allocate 256 MiB in 32 KiB blocks alone, with a
+# slot beside 1022 idle members, and with no free slot beside 1023
+# (issue 35: flat, no retry per fold).
 #
 # Environment: ML_BENCH (bench/ml-bench), SHARED_LATENCY
 # (bench/shared-latency; empty or missing: skipped), VALGRIND (empty or
@@ -41,10 +42,10 @@ if [ -n "$SHARED_LATENCY" ]; then
 	# Issue 35: a member that found the table full allocates as one
 	# with a slot (no claim retried per fold).
 	"$SHARED_LATENCY" full | awk '{
-		printf "\n%-44s %10s %10s\n", "256 MiB in 32 KiB blocks (issue 35)",
-		    "slot ms", "full ms"
-		printf "%-44s %10s %10s\n", "1024 slots, " $2 " taken by idle members",
-		    $3, $4 }'
+		printf "\n%-44s %10s %10s %10s\n", "256 MiB in 32 KiB blocks (issue 35)",
+		    "alone ms", "slot ms", "full ms"
+		printf "%-44s %10s %10s %10s\n", "1024 slots, " $2 " idle members at most",
+		    $3, $4, $5 }'
 fi
 if [ -z "$VALGRIND" ] || ! "$VALGRIND" --version >/dev/null 2>&1; then
 	echo "bench: valgrind not found: skipping shared budgets" >&2

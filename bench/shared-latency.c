@@ -27,9 +27,10 @@
  *
  * full (issue 35): what an allocation costs a member that found the table
  * full.  An unnamed budget of 1024 slots; a child allocates 256 MiB in 32
- * KiB blocks (a fold each) while a slot is free, then again once 1023
- * idle children hold every slot; prints both times in ms (0.3: 21 ms and
- * 62.4 s, a failed claim retried at every fold).
+ * KiB blocks (a fold each) with no other member, then with the last free
+ * slot beside 1022 idle members, then once 1023 idle members hold every
+ * slot; prints the three times in ms (0.3: 21 ms with a slot and 62.4 s
+ * without, a failed claim retried at every fold).
  *
  * Latency = V's stop - C's crossing; overshoot = the total V reads at its
  * stop - the limit.  Prints one line per run (with -v) and a summary:
@@ -242,22 +243,16 @@ static double alloc_ms(void)
 	return ms;
 }
 
-static int full(void)
+/* n more idle members, each holding a slot until hold[1] closes. */
+static int idle_members(pid_t *kids, int n, const int ready[2],
+                        const int hold[2])
 {
-	enum { SLOTS = 1024 };
-	if (ml_shared_create((uint64_t)1 << 40, SLOTS) != ML_OK)
-		return 1;
-	double free_ms = alloc_ms();
-	int ready[2], hold[2];
-	if (pipe(ready) || pipe(hold))
-		return 1;
-	static pid_t kids[SLOTS];
-	int n = 0;
-	for (; n < SLOTS - 1; n++) {
-		kids[n] = fork();
-		if (kids[n] < 0)
+	int k = 0;
+	for (; k < n; k++) {
+		kids[k] = fork();
+		if (kids[k] < 0)
 			break;
-		if (kids[n] == 0) {
+		if (kids[k] == 0) {
 			close(hold[1]);
 			ml_check(); /* claims a slot */
 			char c = 'r';
@@ -267,13 +262,34 @@ static int full(void)
 		}
 	}
 	char c;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < k; i++)
 		(void)read_all(ready[0], &c, 1);
+	return k;
+}
+
+static int full(void)
+{
+	enum { SLOTS = 1024 };
+	if (ml_shared_create((uint64_t)1 << 40, SLOTS) != ML_OK)
+		return 1;
+	/* Alone (the parent's slot only). */
+	double alone_ms = alloc_ms();
+	int ready[2], hold[2];
+	if (pipe(ready) || pipe(hold))
+		return 1;
+	static pid_t kids[SLOTS];
+	/* With a slot, the last free one, beside 1022 idle members: what
+	 * the members cost a member that has a slot (its sums). */
+	int n = idle_members(kids, SLOTS - 2, ready, hold);
+	double slot_ms = alloc_ms();
+	/* Full: one more idle member takes that slot (the measuring child
+	 * has exited: its slot is swept), then a child finds none. */
+	n += idle_members(kids + n, 1, ready, hold);
 	double full_ms = alloc_ms();
 	close(hold[1]);
 	for (int i = 0; i < n; i++)
 		waitpid(kids[i], NULL, 0);
-	printf("full %d %.1f %.1f\n", n, free_ms, full_ms);
+	printf("full %d %.1f %.1f %.1f\n", n, alone_ms, slot_ms, full_ms);
 	return 0;
 }
 

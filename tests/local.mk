@@ -12,7 +12,7 @@ AM_TESTS_ENVIRONMENT = \
 	NM='$(NM)'; export NM; VALGRIND='$(VALGRIND)'; export VALGRIND; \
 	PYTHON3='$(PYTHON3)'; export PYTHON3; NGINX_BIN='$(NGINX)'; export NGINX_BIN; \
 	PACKAGE_VERSION='$(PACKAGE_VERSION)'; export PACKAGE_VERSION;
-EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh tests/valgrind.supp \
+EXTRA_DIST += build-aux/tap-driver.sh tests/tap/tap.sh tests/tap/tree.sh tests/valgrind.supp \
 	docs/reliability.md
 
 check_LTLIBRARIES += tests/tap/libtap.la

@@ -45,6 +45,11 @@ uint64_t ml__shared_heap_now(void)
 
 void ml__shared_publish(struct ml__shared_table *t)
 {
+	ml__shared_publish_ahead(t, 0);
+}
+
+void ml__shared_publish_ahead(struct ml__shared_table *t, uint64_t ahead)
+{
 	struct ml__shared_slot *s = &t->slot[ml__shared_my_slot];
 	struct largest top = {0};
 	ml__global_visit(find_largest, &top);
@@ -58,10 +63,10 @@ void ml__shared_publish(struct ml__shared_table *t)
 	else if (!ml__shared_last_stopping || !ml__shared_stopping_since ||
 	         top.stopping < ml__shared_last_stopping)
 		ml__shared_stopping_since = ml__shared_now_ns();
-	struct ml__shared_figures v = {ml__shared_heap_now(),
-	                               top.best ? top.held : 0,
-	                               ml__shared_task_id(top.best),
-	                               top.stopping, ml__shared_stopping_since};
+	struct ml__shared_figures v = {
+	    ml__shared_add_sat(ml__shared_heap_now(), ahead),
+	    top.best ? top.held : 0, ml__shared_task_id(top.best), top.stopping,
+	    ml__shared_stopping_since};
 	ml__shared_copy_write(s, &v);
 	atomic_store_explicit(&ml__shared_held_moved, 0, memory_order_relaxed);
 	ml__shared_last_stopping = top.stopping;

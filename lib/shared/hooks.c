@@ -12,9 +12,7 @@
  * hook (its allocation's block recorded), or its next fold. */
 static __thread bool choice_due __attribute__((tls_model("initial-exec")));
 
-/* Our slot, claimed if need be (a fork child); a failed claim (a full
- * table) is said once and never retried. */
-static bool ensure_slot(struct ml__shared_table *t)
+bool ml__shared_ensure_slot(struct ml__shared_table *t)
 {
 	if (ml__shared_my_lineage == ml__lineage && ml__shared_slot_ours(t))
 		return true;
@@ -68,7 +66,8 @@ static void on_fold(void)
 	    !ml__spin_trylock(&ml__shared_slot_lock))
 		return;
 	struct ml__shared_table *t = ml__shared_table_in_use();
-	if (t && ml__shared_my_lineage == ml__lineage && ensure_slot(t)) {
+	if (t && ml__shared_my_lineage == ml__lineage &&
+	    ml__shared_ensure_slot(t)) {
 		uint64_t heap = ml__shared_heap_now();
 		uint64_t moved = heap > ml__shared_summed_heap
 		                     ? heap - ml__shared_summed_heap
@@ -144,7 +143,7 @@ static void on_safe_point(void)
 		if (atomic_load_explicit(&ml__shared_wake_deferred,
 		                         memory_order_relaxed))
 			ml__shared_trip_deferred();
-		if (t && ensure_slot(t))
+		if (t && ml__shared_ensure_slot(t))
 			obey_or_choose(t,
 			               ml__shared_last_stopping || choice_due);
 		ml__spin_unlock(&ml__shared_slot_lock);

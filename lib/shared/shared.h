@@ -45,8 +45,9 @@ void ml__shared_from_env(void);
 /* The members' total as last published, plus this process's heap now and
  * n more bytes, past the limit: 0 when within, or not a member (run
  * mode's --tree-heap-limit refuses the allocation then); a fork child
- * that found no free slot is refused every byte (it cannot be counted).
- * Atomics only: callable inside malloc. */
+ * with no slot yet claims one first, and one that finds no free slot is
+ * refused every byte (it cannot be counted).  Atomics, and that claim
+ * once: callable inside malloc. */
 uint64_t ml__shared_overshoot(uint64_t n);
 
 /* ---- Between the layer's files ------------------------------------------ */
@@ -219,6 +220,9 @@ extern _Atomic bool ml__shared_pressure_above, ml__shared_pressure_due;
 extern _Atomic uint64_t ml__shared_pressure_total;
 uint64_t ml__shared_heap_now(void);
 void ml__shared_publish(struct ml__shared_table *t);
+/* The same with `ahead` bytes more than the heap now: an allocation
+ * about to be made (--tree-heap-limit's check, ml__shared_overshoot). */
+void ml__shared_publish_ahead(struct ml__shared_table *t, uint64_t ahead);
 void ml__shared_sum_table(struct ml__shared_table *t, bool full, int skip,
                           bool readonly, struct ml__shared_totals *v);
 bool ml__shared_over_limit(const struct ml__shared_totals *v);
@@ -234,6 +238,11 @@ void ml__shared_choose(struct ml__shared_table *t, bool full);
  * installing the hooks: ML_OK, or ML_ENOMEM (no free slot), t unmapped. */
 int ml__shared_join_table(struct ml__shared_table *t, uint32_t n,
                           const char *name, bool by_name);
+/* hooks.c: this process's slot in t, claimed now if it has none yet (a
+ * fork child, at its first fold, safe point or tree-limit check); a
+ * failed claim (a full table) is said once and never retried: false from
+ * then on.  The slot lock held; inside malloc. */
+bool ml__shared_ensure_slot(struct ml__shared_table *t);
 
 #pragma GCC visibility pop
 

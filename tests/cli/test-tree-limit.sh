@@ -8,21 +8,11 @@
 # --verbose shows the budget; bad values are one line and status 2.  The
 # allocations are ordered (the second waits for the first's file) and
 # both hold until both have allocated; no wall-clock threshold.
-: "${top_builddir:?}"
-M=$top_builddir/tools/memlimits
+: "${top_builddir:?}" "${top_srcdir:?}"
 A=$top_builddir/tests/cli/test-tree-alloc
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-tree.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT \
-	MEMLIMITS_SHARED MEMLIMITS_SHARED_TREE
-. "$top_srcdir/tests/tap/tap.sh"
+. "$top_srcdir/tests/tap/tree.sh"
+tree_setup tree "$A"
 ulimit -v 4000000 2>/dev/null
-test -x "$M" && test -x "$A" || {
-	echo "Bail out! $M or $A not built"
-	exit 1
-}
 uid=$(id -u)
 MIB=1048576
 # Objects of the run whose command had pid $1.

@@ -10,20 +10,10 @@
 # once the program has written its pid file (the command has forked by
 # then); the program waits to be killed, 120 s at most, and the pid file
 # is polled for 60 s at most: backstops that fail with a message.
-: "${top_builddir:?}"
-M=$top_builddir/tools/memlimits
+: "${top_builddir:?}" "${top_srcdir:?}"
 S=$top_builddir/tests/cli/test-sig-exec
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-tsig.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT \
-	MEMLIMITS_SHARED MEMLIMITS_SHARED_TREE
-. "$top_srcdir/tests/tap/tap.sh"
-test -x "$M" && test -x "$S" || {
-	echo "Bail out! $M or $S not built"
-	exit 1
-}
+. "$top_srcdir/tests/tap/tree.sh"
+tree_setup tsig "$S"
 # Signals that dump core end the program here: no core files.
 ulimit -c 0
 uid=$(id -u)

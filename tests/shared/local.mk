@@ -20,3 +20,12 @@ tests_shared_test_shared_stop_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
 # Issue 35: --tree-heap-limit fails closed when its table is full.
 TESTS += tests/shared/test-tree-full.sh
 EXTRA_DIST += tests/shared/test-tree-full.sh
+
+# Issue 35: 1030 processes under --tree-heap-limit 512MiB, members by fork
+# and by exec, in a table of the default size and in one too small.
+check_PROGRAMS += tests/shared/test-tree-many
+TESTS += tests/shared/test-tree-many.sh
+EXTRA_DIST += tests/shared/test-tree-many.sh
+tests_shared_test_tree_many_SOURCES = tests/shared/test-tree-many.c tests/shared/pipes.h
+tests_shared_test_tree_many_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_shared_test_tree_many_LDFLAGS = -no-install

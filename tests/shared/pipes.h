@@ -1,8 +1,10 @@
 /* Whole writes and reads on the pipes the shared-budget tests order their
- * processes with (test-shared, test-shared-stop): a short write or read
- * goes on, EINTR is retried.  put() ends the process on a closed pipe (a
- * member whose parent is gone has nobody to report to); get() says
- * whether all of it came (false: the writer closed first). */
+ * processes with (test-shared, test-shared-stop, test-tree-many): a short
+ * write or read goes on, EINTR is retried.  put() ends the process on a
+ * closed pipe (a member whose parent is gone has nobody to report to);
+ * get() says whether all of it came (false: the writer closed first);
+ * get_text() reads to EOF what a child wrote (its stderr), as a string
+ * of cap - 1 bytes at most, and closes fd. */
 #ifndef TESTS_SHARED_PIPES_H
 #define TESTS_SHARED_PIPES_H
 
@@ -36,6 +38,17 @@ static inline bool get(int fd, void *p, size_t n)
 		n -= (size_t)r;
 	}
 	return true;
+}
+
+static inline void get_text(int fd, char *buf, size_t cap)
+{
+	size_t got = 0;
+	ssize_t r;
+	while (got < cap - 1 && ((r = read(fd, buf + got, cap - 1 - got)) > 0 ||
+	                         (r < 0 && errno == EINTR)))
+		got += r > 0 ? (size_t)r : 0;
+	buf[got] = 0;
+	close(fd);
 }
 
 #endif

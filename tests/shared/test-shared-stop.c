@@ -37,6 +37,7 @@
 
 static void *volatile sink;
 static char name[64];
+static char *self; /* this program, for the cases that exec it again */
 
 static void make_name(const char *what)
 {
@@ -631,6 +632,11 @@ static void test_untorn(void)
 
 /* ---- (6) A truncated object, under load ---------------------------------- */
 
+/* A member that allocates until it has left the budget (it never stops
+ * before the truncation: a case that never leaves hits tap_case's time
+ * limit), and then 2000 more times, out of it: it carries on.  This
+ * program again (--churn NAME GO), exec'd with its stderr on a pipe: the
+ * library writes its lines to the stderr the process started with. */
 static void churn(int go)
 {
 	if (ml_shared_join(name, 0) != ML_OK)
@@ -642,23 +648,28 @@ static void churn(int go)
 	put(go, "r", 1);
 	void *keep[64] = {0};
 	uint64_t x = (uint64_t)getpid();
-	for (int i = 0; i < 30000; i++) {
+	int after = -1; /* allocations since it left, -1: still a member */
+	for (uint64_t i = 0; after < 2000; i++) {
 		x = x * 6364136223846793005ull + 1442695040888963407ull;
 		int k = (int)(x >> 58);
 		free(keep[k]);
 		keep[k] = malloc((size_t)(x >> 20) % (256 * 1024) + 1);
 		if (!keep[k])
 			_exit(60);
-		if (i % 256 == 0) {
+		if (after >= 0)
+			after++;
+		else if (i % 256 == 0) {
 			ml_check();
 			ml_shared_usage();
 			ml_shared_members(NULL, 0);
+			if (ml_shared_limit() == 0)
+				after = 0;
 		}
 	}
 	for (int k = 0; k < 64; k++)
 		free(keep[k]);
 	ml_task_free(t);
-	_exit(ml_shared_limit() == 0 ? 0 : 61); /* it left the budget */
+	_exit(0);
 }
 
 static void test_truncated(void)
@@ -666,13 +677,20 @@ static void test_truncated(void)
 	make_name("trunc");
 	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "the budget is made");
 	ml_shared_leave();
-	int go[2];
-	if (pipe(go))
+	int go[2], err[2];
+	if (pipe(go) || pipe(err))
 		tap_bail("pipe");
 	pid_t pid[3];
-	for (int i = 0; i < 3; i++)
-		if ((pid[i] = child()) == 0)
-			churn(go[1]);
+	for (int i = 0; i < 3; i++) {
+		if ((pid[i] = child()) != 0)
+			continue;
+		char fd[16];
+		snprintf(fd, sizeof fd, "%d", go[1]);
+		dup2(err[1], 2);
+		execl(self, self, "--churn", name, fd, (char *)NULL);
+		_exit(99);
+	}
+	close(err[1]);
 	char c;
 	for (int i = 0; i < 3; i++)
 		get(go[0], &c, 1);
@@ -691,6 +709,21 @@ static void test_truncated(void)
 		       WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS ? ": SIGBUS"
 		                                                 : "");
 	}
+	/* What they wrote on stderr, to EOF (all three have exited). */
+	char buf[4096];
+	get_text(err[0], buf, sizeof buf);
+	int lines = 0, said = 0;
+	for (char *q = buf; *q; q++)
+		lines += *q == '\n';
+	for (char *q = buf; (q = strstr(q, "its table was truncated or "
+	                                   "overwritten; this process leaves "
+	                                   "it and keeps its own limits\n"));
+	     q++)
+		said++;
+	if (!tap_ok(said == 3 && lines == 3,
+	            "each said so in one line on stderr (%d such of %d lines)",
+	            said, lines))
+		tap_diag("their stderr: %s", buf);
 	unlink_budget();
 }
 
@@ -726,7 +759,12 @@ static void test_foreign_object(void)
 
 /* Another user makes the object of a server's name first: a join by that
  * name is refused (the server says why), and a budget with no name
- * (ml_shared_create, what servers use) cannot be squatted at all. */
+ * (ml_shared_create, what servers use) cannot be squatted at all.  The
+ * squatter's object is a table as the library would make it (magic,
+ * layout, slots), mode 0666: only its owner tells it apart.  A program
+ * started with MEMLIMITS_SHARED of that name (this one again, --squat,
+ * its stderr on a pipe) runs, out of any budget, and says why in one
+ * line. */
 static void test_squatted(void)
 {
 	if (geteuid() != 0) {
@@ -736,15 +774,47 @@ static void test_squatted(void)
 	make_name("squat");
 	char obj[128];
 	object(obj, sizeof obj);
-	int fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL, 0600);
+	int fd = shm_open(obj, O_RDWR | O_CREAT | O_EXCL, 0666);
+	uint64_t head[8] = {0x6d6c736861726502ull, 2u | (uint64_t)4096 << 32,
+	                    LIMIT};
 	tap_ok(fd >= 0 && fchown(fd, 65534, 65534) == 0 &&
-	           ftruncate(fd, HEAD + 4096 * SLOT) == 0,
-	       "nobody's object under root's budget name");
+	           fchmod(fd, 0666) == 0 &&
+	           ftruncate(fd, HEAD + 4096 * SLOT) == 0 &&
+	           pwrite(fd, head, sizeof head, 0) == sizeof head,
+	       "nobody's table, mode 0666, under root's budget name");
 	if (fd >= 0)
 		close(fd);
 	tap_is(ml_shared_join(name, LIMIT), ML_EINVAL,
 	       "a join by that name is refused");
 	tap_is(ml_shared_limit(), 0, "and nothing was joined");
+	int err[2];
+	if (pipe(err))
+		tap_bail("pipe");
+	pid_t pid = child();
+	if (pid == 0) {
+		char env[128];
+		snprintf(env, sizeof env, "MEMLIMITS_SHARED=%s:64MiB", name);
+		char *envp[] = {env, NULL};
+		char *argv[] = {self, "--squat", NULL};
+		dup2(err[1], 2);
+		execve(self, argv, envp);
+		_exit(99);
+	}
+	close(err[1]);
+	char buf[1024];
+	get_text(err[0], buf, sizeof buf);
+	int st = -1;
+	waitpid(pid, &st, 0);
+	tap_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "a program started with MEMLIMITS_SHARED of that name runs, "
+	       "in no budget (status %d)",
+	       st);
+	const char *why = "MEMLIMITS_SHARED=";
+	char *nl = strchr(buf, '\n');
+	if (!tap_ok(strstr(buf, why) && strstr(buf, "not joined") && nl &&
+	                !nl[1],
+	            "and says why in one line"))
+		tap_diag("its stderr: %s", buf);
 	tap_is(ml_shared_create(LIMIT, 0), ML_OK,
 	       "a budget with no name is made all the same");
 	tap_is(ml_shared_limit(), LIMIT, "with its limit");
@@ -788,17 +858,19 @@ static void test_exec_frees_slot(void)
 			break;
 		sched_yield();
 	}
-	/* Publications: each 2 MiB block moves our heap by a batch, so each
-	 * fold sums; every 16th sum is a full sweep. */
-	for (int i = 0; i < 40; i++) {
+	/* Publications: each 2 MiB block, taken or given back, moves our
+	 * heap by a batch (1 MiB), so each fold sums; of 16 sums in a row
+	 * one is a full sweep (ML__SHARED_FULL_EVERY): the slot is freed
+	 * within that one. */
+	for (int i = 0; i < 8; i++) {
 		void *p = malloc(2 * MiB);
 		memset(p, 1, 4096);
 		free(p);
 	}
-	/* not ordering: the message names the program, /bin/sleep */
 	tap_ok(slot_of(t, len, pid) < 0,
-	       "its slot is freed once it exec'd /bin/sleep (pid and start "
-	       "time unchanged)");
+	       "its slot is freed within one full sweep of its exec "
+	       /* not ordering: the message names the program, /bin/sleep */
+	       "of /bin/sleep (pid and start time unchanged)");
 	tap_ok(ml_shared_usage() + 15 * MiB <= with,
 	       "its 16 MiB no longer count");
 	kill(pid, SIGKILL);
@@ -891,7 +963,6 @@ static void test_many_full(void)
 
 /* A joiner by name that finds no free slot gets ML_ENOMEM, once: this
  * program again, with MEMLIMITS_SHARED_SLOTS=2 (read at start). */
-static char *self;
 
 static void test_full_by_name(void)
 {
@@ -951,6 +1022,12 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && !strcmp(argv[1], "--full"))
 		return full_mode(argv[2]);
+	if (argc == 2 && !strcmp(argv[1], "--squat"))
+		return ml_shared_limit() == 0 ? 0 : 1;
+	if (argc == 4 && !strcmp(argv[1], "--churn")) {
+		snprintf(name, sizeof name, "%s", argv[2]);
+		churn(atoi(argv[3]));
+	}
 	self = argv[0];
 	if (tap_under_valgrind()) {
 		tap_skip(1, "member processes under valgrind (test-shared.c "
