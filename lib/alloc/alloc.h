@@ -9,6 +9,8 @@
 
 #include "util/util.h"
 
+#include <string.h>
+
 /* glibc's allocator, called directly (no dlsym bootstrap). */
 void *__libc_malloc(size_t);
 void *__libc_calloc(size_t, size_t);
@@ -318,6 +320,68 @@ unsigned ml__ranges_state_at(const struct ml__ranges *R, uintptr_t x);
 /* Sorted, disjoint, states and the count consistent (tests, fuzzing). */
 bool ml__ranges_check(const struct ml__ranges *R);
 
+/* The first record of [lo, hi) (sorted) that ends after a; of them all. */
+static inline size_t ml__ranges_find_in(const struct ml__ranges *R, size_t lo,
+                                        size_t hi, uintptr_t a)
+{
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (R->r[mid].end <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+static inline size_t ml__ranges_find(const struct ml__ranges *R, uintptr_t a)
+{
+	return ml__ranges_find_in(R, 0, R->n, a);
+}
+
+/* The common case, inline in the mmap family (issue 34): a whole mapping
+ * made, later unmapped whole.  Each has ml__ranges_put's effect; the fast
+ * part is a counted [a, b) into a gap (one search, one insertion) and the
+ * unmap of exactly one record that holds no samples (one search, one
+ * removal).  Anything else (an overlap, a full array, samples to give
+ * back, a cut) is ml__ranges_put's. */
+static inline bool ml__ranges_put_counted(struct ml__ranges *R, uintptr_t a,
+                                          uintptr_t b, uintptr_t key,
+                                          uint64_t s, uint64_t unit)
+{
+	size_t n = R->n, i = ml__ranges_find(R, a);
+	struct ml__range *r = R->r + i;
+	if (ml__unlikely(a >= b || n == R->cap || (i < n && r->start < b)))
+		return ml__ranges_put(R, a, b, ML__RANGE_COUNTED, key, s, unit);
+	if (i < n)
+		memmove(r + 1, r, (n - i) * sizeof *r);
+	*r = (struct ml__range){.start = a,
+	                        .end = b,
+	                        .key = key,
+	                        .samples = s,
+	                        .unit = unit,
+	                        .state = ML__RANGE_COUNTED};
+	R->n = n + 1;
+	R->counted += b - a;
+	return true;
+}
+static inline void ml__ranges_unmap(struct ml__ranges *R, uintptr_t a,
+                                    uintptr_t b)
+{
+	size_t n = R->n, i = ml__ranges_find(R, a);
+	struct ml__range *r = R->r + i;
+	if (i == n || r->start >= b)
+		return; /* nothing tracked in [a, b) */
+	if (ml__unlikely(r->start != a || r->end != b || r->samples)) {
+		ml__ranges_put(R, a, b, 0, 0, 0, 0);
+		return;
+	}
+	if (r->state == ML__RANGE_COUNTED)
+		R->counted -= b - a;
+	R->n = --n;
+	if (i < n)
+		memmove(r, r + 1, (n - i) * sizeof *r);
+}
+
 /* The process's ranges (mapped.c), under their lock (ML__RANK_MAPPED,
  * taken with no other lock of ours held: nested ones rank after it). */
 #define ML__MAPPED_CAP ((size_t)1 << 16)
@@ -370,7 +434,18 @@ static inline bool ml__allocator_holds(uintptr_t pc)
 /* The meter's part for mappings (meter.c): counted bytes move by d; the
  * counted bytes now; the peak's split (blocks, mapped) when it was
  * reached. */
-void ml__meter_mapped(int64_t d);
+extern _Atomic int64_t ml__meter_mapped_bytes;
+void ml__meter_mapped_on(int64_t m, int64_t d); /* m: mapped bytes now */
+static inline void ml__meter_mapped(int64_t d)
+{
+	/* Inline (issue 34: the mmap pair's cost): what the meter does
+	 * while it runs (the peak, pressure, the fold hook) is a call. */
+	int64_t m = atomic_fetch_add_explicit(&ml__meter_mapped_bytes, d,
+	                                      memory_order_relaxed) +
+	            d;
+	if (ML__METER_ON)
+		ml__meter_mapped_on(m, d);
+}
 uint64_t ml__meter_mapped_now(void);
 void ml__meter_peak_split(uint64_t *blocks, uint64_t *mapped);
 

@@ -102,12 +102,16 @@ static inline bool counting(void)
 	return ML__MAPPED_ON && !ml__inside_allocator && !ml__self.busy;
 }
 
-static uintptr_t page_size(void)
+static inline uintptr_t page_size(void)
 {
+#if defined(__x86_64__)
+	return 4096; /* the only page size of x86-64 Linux */
+#else
 	static uintptr_t page;
 	if (ml__unlikely(!page))
 		page = (uintptr_t)getpagesize();
 	return page;
+#endif
 }
 
 static inline uintptr_t page_up(uintptr_t n)
@@ -136,15 +140,21 @@ static inline bool idle(const struct ml__thread *t)
 	return t->state == ML__T_LIVE && !t->top && !ml__hooks_get()->alloc;
 }
 
-/* Sample n bytes as an allocation: false when it is refused (a limit, an
- * exact budget, FAIL delivery); may jump (JUMP delivery), before anything
- * is mapped and with no lock held.  d starts empty. */
-static inline bool decide(uint64_t n, struct decision *d)
+/* Does sampling n bytes take the slow path (a borrow of the countdown)?
+ * Not on an idle thread, which skips the countdown. */
+static inline bool sampled(uint64_t n)
+{
+	return n && !idle(&ml__self) && ml__countdown_take(n);
+}
+
+/* The slow path for n bytes sampled() sent there: false when it is
+ * refused (a limit, an exact budget, FAIL delivery); may jump (JUMP
+ * delivery), before anything is mapped and with no lock held.  d starts
+ * empty. */
+static bool decide_slow(uint64_t n, struct decision *d)
 {
 	struct ml__thread *t = &ml__self;
 	d->n = n;
-	if (!n || idle(t) || !ml__countdown_take(n))
-		return true;
 	t->mapping = 1;
 	int v = ml__alloc_begin(n);
 	t->mapping = 0;
@@ -158,12 +168,18 @@ static inline bool decide(uint64_t n, struct decision *d)
 	return true;
 }
 
+/* Sample n bytes as an allocation (both of the above). */
+static inline bool decide(uint64_t n, struct decision *d)
+{
+	d->n = n;
+	return !sampled(n) || decide_slow(n, d);
+}
+
 /* After the system call: a failure takes the charges back; samples no
  * record took (a full table) are not held.  Leaves errno alone. */
-static void settle(struct decision *d, bool ok, bool recorded, uint64_t left)
+static void settle_begun(struct decision *d, bool ok, bool recorded,
+                         uint64_t left)
 {
-	if (!d->begun)
-		return;
 	if (!ok) {
 		ml__alloc_end(NULL, d->n);
 		return;
@@ -176,6 +192,13 @@ static void settle(struct decision *d, bool ok, bool recorded, uint64_t left)
 	ml__alloc_end(d->key ? (void *)d->key : (void *)d, d->n);
 	if (d->key && left)
 		ml__held_drop(d->key, left * d->unit);
+}
+
+static inline void settle(struct decision *d, bool ok, bool recorded,
+                          uint64_t left)
+{
+	if (ml__unlikely(d->begun))
+		settle_begun(d, ok, recorded, left);
 }
 
 /* The meter, after the lock; and, once, that the table filled up
@@ -222,8 +245,68 @@ static void *refused(const char *op, uint64_t n, uintptr_t pc)
 	return MAP_FAILED;
 }
 
-static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
-                 uintptr_t pc)
+/* A new counted mapping [p, p + n) at an address the kernel chose is
+ * recorded with its samples, under the lock (the munmap that freed the
+ * address updated under it); the meter told.  false: no record took it
+ * (a full table). */
+static inline __attribute__((always_inline)) bool
+record_new(uintptr_t p, uintptr_t n, uintptr_t pc, uintptr_t key, uint64_t s,
+           uint64_t unit)
+{
+	bool recorded = false;
+	int64_t delta = 0;
+	ml__spin_lock(&ml__mapped_lock);
+	struct ml__ranges *R = ml__mapped_ranges();
+	if (ml__likely(R != NULL)) {
+		uint64_t before = R->counted;
+		recorded = ml__ranges_put_counted(R, p, p + n, key, s, unit);
+		delta = (int64_t)(R->counted - before);
+	}
+	ml__spin_unlock(&ml__mapped_lock);
+	meter(delta);
+	counted_from(pc, delta);
+	return recorded;
+}
+
+/* The common mapping made while sampling takes its slow path: sampled,
+ * and refused or recorded with its samples. */
+static __attribute__((noinline)) void *map_sampled(void *addr, size_t len,
+                                                   int prot, int flags, int fd,
+                                                   off_t off, uintptr_t pc,
+                                                   uintptr_t n)
+{
+	struct decision d = {0};
+	if (!decide_slow(n, &d))
+		return refused("mmap", n, pc);
+	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
+	bool ok = p != MAP_FAILED;
+	settle(&d, ok,
+	       ok && record_new((uintptr_t)p, n, pc, d.key, d.s, d.unit), 0);
+	return p;
+}
+
+/* The common counted mapping (private, anonymous, writable, at an address
+ * of the kernel's choosing), the fast path (issue 34): no sample, one
+ * record inserted. */
+static inline __attribute__((always_inline)) void *
+map_counted(void *addr, size_t len, int prot, int flags, int fd, off_t off,
+            uintptr_t pc)
+{
+	if (ml__unlikely(!len || len > SIZE_MAX / 2 || !counting()) ||
+	    ml__allocator_holds(pc))
+		return ml__sys_mmap(addr, len, prot, flags, fd, off);
+	uintptr_t n = page_up(len);
+	if (ml__unlikely(sampled(n)))
+		return map_sampled(addr, len, prot, flags, fd, off, pc, n);
+	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
+	if (ml__likely(p != MAP_FAILED))
+		record_new((uintptr_t)p, n, pc, 0, 0, 0);
+	return p;
+}
+
+/* Reservations and MAP_FIXED (of any kind: it replaces what was there). */
+static void *map_other(void *addr, size_t len, int prot, int flags, int fd,
+                       off_t off, uintptr_t pc)
 {
 	if (!len || len > SIZE_MAX / 2 || !counting())
 		return ml__sys_mmap(addr, len, prot, flags, fd, off);
@@ -271,6 +354,25 @@ static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 	return p;
 }
 
+/* One test sorts the calls: counted at a fresh address (the fast path),
+ * never recorded (file-backed or shared, not MAP_FIXED: straight to the
+ * kernel), or the rest. */
+static inline __attribute__((always_inline)) void *map(void *addr, size_t len,
+                                                       int prot, int flags,
+                                                       int fd, off_t off,
+                                                       uintptr_t pc)
+{
+	int kind = flags & (MAP_ANONYMOUS | MAP_TYPE | MAP_FIXED);
+	if (ml__likely(kind == (MAP_ANONYMOUS | MAP_PRIVATE))) {
+		if (ml__likely(prot & PROT_WRITE))
+			return map_counted(addr, len, prot, flags, fd, off, pc);
+	} else if (!(kind & MAP_FIXED) && (kind & (MAP_ANONYMOUS | MAP_TYPE)) !=
+	                                      (MAP_ANONYMOUS | MAP_PRIVATE)) {
+		return ml__sys_mmap(addr, len, prot, flags, fd, off);
+	}
+	return map_other(addr, len, prot, flags, fd, off, pc);
+}
+
 ML__API void *mmap(void *addr, size_t len, int prot, int flags, int fd,
                    off_t off)
 {
@@ -285,18 +387,21 @@ ML__API void *mmap64(void *addr, size_t len, int prot, int flags, int fd,
 	           (uintptr_t)__builtin_return_address(0));
 }
 
+/* The kernel refuses a length of 0 or an address off a page (nothing
+ * changes then): no check before the call.  The table not made yet has
+ * n = 0. */
 ML__API int munmap(void *addr, size_t len)
 {
-	if (!len || misaligned(addr) || !counting())
+	if (!counting())
 		return ml__sys_munmap(addr, len);
 	int64_t delta = 0;
+	struct ml__ranges *R = &ml__mapped_table;
 	ml__spin_lock(&ml__mapped_lock);
 	int r = ml__sys_munmap(addr, len);
-	struct ml__ranges *R = ml__mapped_ranges();
-	if (r == 0 && R && R->n) {
+	if (r == 0 && R->n) {
 		uint64_t before = R->counted;
-		ml__ranges_put(R, (uintptr_t)addr,
-		               (uintptr_t)addr + page_up(len), 0, 0, 0, 0);
+		ml__ranges_unmap(R, (uintptr_t)addr,
+		                 (uintptr_t)addr + page_up(len));
 		delta = (int64_t)(R->counted - before);
 	}
 	ml__spin_unlock(&ml__mapped_lock);
