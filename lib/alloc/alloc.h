@@ -339,47 +339,78 @@ static inline size_t ml__ranges_find(const struct ml__ranges *R, uintptr_t a)
 }
 
 /* The common case, inline in the mmap family (issue 34): a whole mapping
- * made, later unmapped whole.  Each has ml__ranges_put's effect; the fast
- * part is a counted [a, b) into a gap (one search, one insertion) and the
- * unmap of exactly one record that holds no samples (one search, one
- * removal).  Anything else (an overlap, a full array, samples to give
- * back, a cut) is ml__ranges_put's. */
-static inline bool ml__ranges_put_counted(struct ml__ranges *R, uintptr_t a,
-                                          uintptr_t b, uintptr_t key,
-                                          uint64_t s, uint64_t unit)
+ * made, later unmapped whole.  ml__ranges_gap: where a counted [a, b)
+ * goes if it lies in a gap and there is room (SIZE_MAX: not so);
+ * ml__ranges_insert puts it there (one insertion).  ml__ranges_whole: for
+ * an unmap of [a, b), R->n when nothing is tracked there, the record's
+ * index when it is exactly one record holding no samples, else SIZE_MAX;
+ * ml__ranges_delete removes that record.  ml__ranges_add and
+ * ml__ranges_remove do what ml__ranges_put would, or return false having
+ * changed nothing (a cut, an overlap, samples to give back, a full
+ * array: ml__ranges_put's). */
+static inline size_t ml__ranges_gap(const struct ml__ranges *R, uintptr_t a,
+                                    uintptr_t b)
 {
 	size_t n = R->n, i = ml__ranges_find(R, a);
+	if (ml__unlikely(a >= b || n == R->cap || (i < n && R->r[i].start < b)))
+		return SIZE_MAX;
+	return i;
+}
+static inline void ml__ranges_insert(struct ml__ranges *R, size_t i,
+                                     uintptr_t a, uintptr_t b, uintptr_t key,
+                                     uint64_t s, uint64_t unit)
+{
 	struct ml__range *r = R->r + i;
-	if (ml__unlikely(a >= b || n == R->cap || (i < n && r->start < b)))
-		return ml__ranges_put(R, a, b, ML__RANGE_COUNTED, key, s, unit);
-	if (i < n)
-		memmove(r + 1, r, (n - i) * sizeof *r);
+	if (i < R->n)
+		memmove(r + 1, r, (R->n - i) * sizeof *r);
 	*r = (struct ml__range){.start = a,
 	                        .end = b,
 	                        .key = key,
 	                        .samples = s,
 	                        .unit = unit,
 	                        .state = ML__RANGE_COUNTED};
-	R->n = n + 1;
+	R->n++;
 	R->counted += b - a;
-	return true;
 }
-static inline void ml__ranges_unmap(struct ml__ranges *R, uintptr_t a,
-                                    uintptr_t b)
+static inline size_t ml__ranges_whole(const struct ml__ranges *R, uintptr_t a,
+                                      uintptr_t b)
 {
 	size_t n = R->n, i = ml__ranges_find(R, a);
-	struct ml__range *r = R->r + i;
+	const struct ml__range *r = R->r + i;
 	if (i == n || r->start >= b)
-		return; /* nothing tracked in [a, b) */
-	if (ml__unlikely(r->start != a || r->end != b || r->samples)) {
-		ml__ranges_put(R, a, b, 0, 0, 0, 0);
-		return;
-	}
+		return n; /* nothing tracked in [a, b) */
+	if (ml__unlikely(r->start != a || r->end != b || r->samples))
+		return SIZE_MAX;
+	return i;
+}
+static inline void ml__ranges_delete(struct ml__ranges *R, size_t i)
+{
+	struct ml__range *r = R->r + i;
 	if (r->state == ML__RANGE_COUNTED)
-		R->counted -= b - a;
-	R->n = --n;
+		R->counted -= r->end - r->start;
+	size_t n = --R->n;
 	if (i < n)
 		memmove(r, r + 1, (n - i) * sizeof *r);
+}
+static inline bool ml__ranges_add(struct ml__ranges *R, uintptr_t a,
+                                  uintptr_t b, uintptr_t key, uint64_t s,
+                                  uint64_t unit)
+{
+	size_t i = ml__ranges_gap(R, a, b);
+	if (i == SIZE_MAX)
+		return false;
+	ml__ranges_insert(R, i, a, b, key, s, unit);
+	return true;
+}
+static inline bool ml__ranges_remove(struct ml__ranges *R, uintptr_t a,
+                                     uintptr_t b)
+{
+	size_t i = ml__ranges_whole(R, a, b);
+	if (i == SIZE_MAX)
+		return false;
+	if (i < R->n)
+		ml__ranges_delete(R, i);
+	return true;
 }
 
 /* The process's ranges (mapped.c), under their lock (ML__RANK_MAPPED,
@@ -422,13 +453,18 @@ struct ml__allocator_span {
 };
 extern struct ml__allocator_span ml__allocator_span;
 bool ml__allocator_holds_slow(uintptr_t pc);
+/* Once the span is known (mmap.c's fast path checks that first). */
+static inline bool ml__allocator_holds_known(uintptr_t pc)
+{
+	return pc - ml__allocator_span.start <
+	       ml__allocator_span.end - ml__allocator_span.start;
+}
 static inline bool ml__allocator_holds(uintptr_t pc)
 {
 	if (ml__unlikely(!atomic_load_explicit(&ml__allocator_span.known,
 	                                       memory_order_acquire)))
 		return ml__allocator_holds_slow(pc);
-	return pc - ml__allocator_span.start <
-	       ml__allocator_span.end - ml__allocator_span.start;
+	return ml__allocator_holds_known(pc);
 }
 
 /* The meter's part for mappings (meter.c): counted bytes move by d; the
@@ -436,13 +472,18 @@ static inline bool ml__allocator_holds(uintptr_t pc)
  * reached. */
 extern _Atomic int64_t ml__meter_mapped_bytes;
 void ml__meter_mapped_on(int64_t m, int64_t d); /* m: mapped bytes now */
+/* Inline (issue 34: the mmap pair's cost): the mapped bytes move by d
+ * (ml__meter_mapped_add returns them after); what the meter does while it
+ * runs (the peak, pressure, the fold hook) is ml__meter_mapped_on's. */
+static inline int64_t ml__meter_mapped_add(int64_t d)
+{
+	return atomic_fetch_add_explicit(&ml__meter_mapped_bytes, d,
+	                                 memory_order_relaxed) +
+	       d;
+}
 static inline void ml__meter_mapped(int64_t d)
 {
-	/* Inline (issue 34: the mmap pair's cost): what the meter does
-	 * while it runs (the peak, pressure, the fold hook) is a call. */
-	int64_t m = atomic_fetch_add_explicit(&ml__meter_mapped_bytes, d,
-	                                      memory_order_relaxed) +
-	            d;
+	int64_t m = ml__meter_mapped_add(d);
 	if (ML__METER_ON)
 		ml__meter_mapped_on(m, d);
 }

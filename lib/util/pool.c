@@ -29,7 +29,13 @@ void ml__raw_free(void *p, size_t bytes)
 }
 
 /* The mmap family by syscall(2) where util.h has no inline instruction. */
-#if !defined(__x86_64__) || defined(ML_NO_ASM)
+#if defined(__x86_64__) && !defined(ML_NO_ASM)
+ML__COLD long ml__sys_fail(long r)
+{
+	errno = (int)-r;
+	return -1;
+}
+#else
 void *ml__sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
                    long off)
 {

@@ -11,7 +11,6 @@
 
 #include "config.h"
 
-#include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -148,6 +147,9 @@ void ml__raw_free(void *p, size_t bytes);
  * errno and returns -1 for the kernel's -4095 .. -1, which no mapping's
  * address can be. */
 #if defined(__x86_64__) && !defined(ML_NO_ASM)
+/* errno = -r, and -1 (pool.c: out of line, so that the callers' common
+ * path makes no call). */
+long ml__sys_fail(long r);
 static inline long ml__sys6(long nr, long a, long b, long c, long d, long e,
                             long f)
 {
@@ -160,10 +162,8 @@ static inline long ml__sys6(long nr, long a, long b, long c, long d, long e,
 	                 : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8),
 	                   "r"(r9)
 	                 : "rcx", "r11", "memory");
-	if (ml__unlikely((unsigned long)r > -4096ul)) {
-		errno = (int)-r;
-		return -1;
-	}
+	if (ml__unlikely((unsigned long)r > -4096ul))
+		return ml__sys_fail(r);
 	return r;
 }
 /* The x86-64 system call numbers (asm/unistd_64.h). */
