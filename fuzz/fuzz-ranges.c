@@ -7,7 +7,9 @@
  * counts less than the model, never more.
  *
  * Each operation is 4 bytes: kind, first page, pages, and a byte that is
- * the state or the destination page and the samples. */
+ * the state or the destination page and the samples.  Bit 2 of the kind
+ * byte sends a put through the inline helpers of the mmap family's fast
+ * path first (ml__ranges_add, ml__ranges_remove). */
 #include "alloc/alloc.h"
 
 #include <stdlib.h>
@@ -55,9 +57,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		key += 2;
 		uint64_t lost = R.lost;
 		switch (kind) {
-		case 0: /* mmap, MAP_FIXED, munmap (state 0) */
-			if (ml__ranges_put(&R, at(a), at(a + n), state, key, s,
-			                   7)) {
+		case 0: { /* mmap, MAP_FIXED, munmap (state 0) */
+			/* Bit 2 of the kind: the mmap family's inline
+			 * helpers first (a counted mapping into a gap, an
+			 * unmap of one whole record), ml__ranges_put where
+			 * they decline (having changed nothing). */
+			bool fast = data[i] & 4, done = false, got = false;
+			if (fast && state == ML__RANGE_COUNTED) {
+				uint64_t was = R.counted;
+				size_t nn = R.n;
+				done = got = ml__ranges_add(
+				    &R, at(a), at(a + n), key, s, 7);
+				CHECK(done ? R.n == nn + 1 &&
+				                 R.counted == was + n * PAGE
+				           : R.n == nn && R.counted == was);
+			} else if (fast && !state) {
+				uint64_t rel = R.released;
+				done = ml__ranges_remove(&R, at(a), at(a + n));
+				CHECK(R.released == rel); /* no samples there */
+			}
+			if (!done)
+				got = ml__ranges_put(&R, at(a), at(a + n),
+				                     state, key, s, 7);
+			if (got) {
 				if (state == ML__RANGE_COUNTED)
 					put_in += s;
 			} else if (state) {
@@ -65,6 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			}
 			memset(model + a, (int)state, n);
 			break;
+		}
 		case 1: { /* mprotect */
 			unsigned to = state ? state : ML__RANGE_RESERVED;
 			uint64_t left = ml__ranges_protect(&R, at(a), at(a + n),

@@ -9,6 +9,8 @@
 
 #include "util/util.h"
 
+#include <string.h>
+
 /* glibc's allocator, called directly (no dlsym bootstrap). */
 void *__libc_malloc(size_t);
 void *__libc_calloc(size_t, size_t);
@@ -318,6 +320,99 @@ unsigned ml__ranges_state_at(const struct ml__ranges *R, uintptr_t x);
 /* Sorted, disjoint, states and the count consistent (tests, fuzzing). */
 bool ml__ranges_check(const struct ml__ranges *R);
 
+/* The first record of [lo, hi) (sorted) that ends after a; of them all. */
+static inline size_t ml__ranges_find_in(const struct ml__ranges *R, size_t lo,
+                                        size_t hi, uintptr_t a)
+{
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (R->r[mid].end <= a)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+static inline size_t ml__ranges_find(const struct ml__ranges *R, uintptr_t a)
+{
+	return ml__ranges_find_in(R, 0, R->n, a);
+}
+
+/* The common case, inline in the mmap family (issue 34): a whole mapping
+ * made, later unmapped whole.  ml__ranges_gap: where a counted [a, b)
+ * goes if it lies in a gap and there is room (SIZE_MAX: not so);
+ * ml__ranges_insert puts it there (one insertion).  ml__ranges_whole: for
+ * an unmap of [a, b), R->n when nothing is tracked there, the record's
+ * index when it is exactly one record holding no samples, else SIZE_MAX;
+ * ml__ranges_delete removes that record.  ml__ranges_add and
+ * ml__ranges_remove do what ml__ranges_put would, or return false having
+ * changed nothing (a cut, an overlap, samples to give back, a full
+ * array: ml__ranges_put's). */
+static inline size_t ml__ranges_gap(const struct ml__ranges *R, uintptr_t a,
+                                    uintptr_t b)
+{
+	size_t n = R->n, i = ml__ranges_find(R, a);
+	if (ml__unlikely(a >= b || n == R->cap || (i < n && R->r[i].start < b)))
+		return SIZE_MAX;
+	return i;
+}
+static inline void ml__ranges_insert(struct ml__ranges *R, size_t i,
+                                     uintptr_t a, uintptr_t b, uintptr_t key,
+                                     uint64_t s, uint64_t unit)
+{
+	struct ml__range *r = R->r + i;
+	if (i < R->n)
+		memmove(r + 1, r, (R->n - i) * sizeof *r);
+	*r = (struct ml__range){.start = a,
+	                        .end = b,
+	                        .key = key,
+	                        .samples = s,
+	                        .unit = unit,
+	                        .state = ML__RANGE_COUNTED};
+	R->n++;
+	R->counted += b - a;
+}
+static inline size_t ml__ranges_whole(const struct ml__ranges *R, uintptr_t a,
+                                      uintptr_t b)
+{
+	size_t n = R->n, i = ml__ranges_find(R, a);
+	const struct ml__range *r = R->r + i;
+	if (i == n || r->start >= b)
+		return n; /* nothing tracked in [a, b) */
+	if (ml__unlikely(r->start != a || r->end != b || r->samples))
+		return SIZE_MAX;
+	return i;
+}
+static inline void ml__ranges_delete(struct ml__ranges *R, size_t i)
+{
+	struct ml__range *r = R->r + i;
+	if (r->state == ML__RANGE_COUNTED)
+		R->counted -= r->end - r->start;
+	size_t n = --R->n;
+	if (i < n)
+		memmove(r, r + 1, (n - i) * sizeof *r);
+}
+static inline bool ml__ranges_add(struct ml__ranges *R, uintptr_t a,
+                                  uintptr_t b, uintptr_t key, uint64_t s,
+                                  uint64_t unit)
+{
+	size_t i = ml__ranges_gap(R, a, b);
+	if (i == SIZE_MAX)
+		return false;
+	ml__ranges_insert(R, i, a, b, key, s, unit);
+	return true;
+}
+static inline bool ml__ranges_remove(struct ml__ranges *R, uintptr_t a,
+                                     uintptr_t b)
+{
+	size_t i = ml__ranges_whole(R, a, b);
+	if (i == SIZE_MAX)
+		return false;
+	if (i < R->n)
+		ml__ranges_delete(R, i);
+	return true;
+}
+
 /* The process's ranges (mapped.c), under their lock (ML__RANK_MAPPED,
  * taken with no other lock of ours held: nested ones rank after it). */
 #define ML__MAPPED_CAP ((size_t)1 << 16)
@@ -358,19 +453,40 @@ struct ml__allocator_span {
 };
 extern struct ml__allocator_span ml__allocator_span;
 bool ml__allocator_holds_slow(uintptr_t pc);
+/* Once the span is known (mmap.c's fast path checks that first). */
+static inline bool ml__allocator_holds_known(uintptr_t pc)
+{
+	return pc - ml__allocator_span.start <
+	       ml__allocator_span.end - ml__allocator_span.start;
+}
 static inline bool ml__allocator_holds(uintptr_t pc)
 {
 	if (ml__unlikely(!atomic_load_explicit(&ml__allocator_span.known,
 	                                       memory_order_acquire)))
 		return ml__allocator_holds_slow(pc);
-	return pc - ml__allocator_span.start <
-	       ml__allocator_span.end - ml__allocator_span.start;
+	return ml__allocator_holds_known(pc);
 }
 
 /* The meter's part for mappings (meter.c): counted bytes move by d; the
  * counted bytes now; the peak's split (blocks, mapped) when it was
  * reached. */
-void ml__meter_mapped(int64_t d);
+extern _Atomic int64_t ml__meter_mapped_bytes;
+void ml__meter_mapped_on(int64_t m, int64_t d); /* m: mapped bytes now */
+/* Inline (issue 34: the mmap pair's cost): the mapped bytes move by d
+ * (ml__meter_mapped_add returns them after); what the meter does while it
+ * runs (the peak, pressure, the fold hook) is ml__meter_mapped_on's. */
+static inline int64_t ml__meter_mapped_add(int64_t d)
+{
+	return atomic_fetch_add_explicit(&ml__meter_mapped_bytes, d,
+	                                 memory_order_relaxed) +
+	       d;
+}
+static inline void ml__meter_mapped(int64_t d)
+{
+	int64_t m = ml__meter_mapped_add(d);
+	if (ML__METER_ON)
+		ml__meter_mapped_on(m, d);
+}
 uint64_t ml__meter_mapped_now(void);
 void ml__meter_peak_split(uint64_t *blocks, uint64_t *mapped);
 

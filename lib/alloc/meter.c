@@ -31,7 +31,9 @@ static _Atomic int64_t peak;
  * exact (moved under the ranges' lock, not batched), part of the heap
  * whether the meter runs or not; and their part of the peak when it was
  * reached. */
-static _Atomic int64_t mapped, peak_mapped;
+_Atomic int64_t ml__meter_mapped_bytes;
+#define mapped ml__meter_mapped_bytes
+static _Atomic int64_t peak_mapped;
 ML__LOCK(, ml__meter_switch_lock, ML__RANK_METER)
 
 /* v: the heap (blocks and mappings), m: its mapped part. */
@@ -737,12 +739,8 @@ static void meter_run(bool on)
 	}
 }
 
-void ml__meter_mapped(int64_t d)
+void ml__meter_mapped_on(int64_t m, int64_t d)
 {
-	int64_t m =
-	    atomic_fetch_add_explicit(&mapped, d, memory_order_relaxed) + d;
-	if (!ML__METER_ON)
-		return;
 	/* What a fold does, for bytes that never pass a countdown. */
 	int64_t now = atomic_load_explicit(&total, memory_order_relaxed) + m;
 	if (d > 0)

@@ -68,25 +68,6 @@ static uint64_t len_of(const struct ml__range *r)
 	return r->end - r->start;
 }
 
-/* The first record of [lo, hi) (sorted) that ends after a. */
-static inline size_t first_after_in(const struct ml__ranges *R, size_t lo,
-                                    size_t hi, uintptr_t a)
-{
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (R->r[mid].end <= a)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-static size_t first_after(const struct ml__ranges *R, uintptr_t a)
-{
-	return first_after_in(R, 0, R->n, a);
-}
-
 /* Bytes [from, end) of record i stop being tracked: counted ones leave
  * the count, with their share of the samples. */
 static void truncate_at(struct ml__ranges *R, size_t i, uintptr_t from)
@@ -125,7 +106,7 @@ static void cut(struct ml__ranges *R, size_t i, uintptr_t x)
 static void cut_edges(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                       size_t *ip, size_t *jp)
 {
-	size_t i = first_after(R, a);
+	size_t i = ml__ranges_find(R, a);
 	if (i < R->n && R->r[i].start < a) {
 		cut(R, i, a);
 		i++;
@@ -159,7 +140,7 @@ bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
 {
 	if (a >= b)
 		return false;
-	size_t i = first_after(R, a);
+	size_t i = ml__ranges_find(R, a);
 	/* Something tracked in [a, b): out first (the common mmap finds
 	 * nothing there, the common munmap one whole record). */
 	if (!state && i < R->n && R->r[i].start == a && R->r[i].end == b) {
@@ -196,7 +177,8 @@ uint64_t ml__ranges_bytes(const struct ml__ranges *R, uintptr_t a, uintptr_t b,
                           unsigned state)
 {
 	uint64_t sum = 0;
-	for (size_t i = first_after(R, a); i < R->n && R->r[i].start < b; i++) {
+	for (size_t i = ml__ranges_find(R, a); i < R->n && R->r[i].start < b;
+	     i++) {
 		const struct ml__range *r = &R->r[i];
 		uintptr_t lo = r->start > a ? r->start : a;
 		uintptr_t hi = r->end < b ? r->end : b;
@@ -208,7 +190,7 @@ uint64_t ml__ranges_bytes(const struct ml__ranges *R, uintptr_t a, uintptr_t b,
 
 unsigned ml__ranges_state_at(const struct ml__ranges *R, uintptr_t x)
 {
-	size_t i = first_after(R, x);
+	size_t i = ml__ranges_find(R, x);
 	return i < R->n && R->r[i].start <= x ? R->r[i].state : 0;
 }
 
@@ -277,12 +259,12 @@ void ml__ranges_move(struct ml__ranges *R, uintptr_t from, uintptr_t len,
 	/* The other records stay sorted, and none lies in the destination:
 	 * rotate the run to its place among them. */
 	if (to < from) {
-		size_t p = first_after_in(R, 0, i, to);
+		size_t p = ml__ranges_find_in(R, 0, i, to);
 		reverse(R->r, p, i);
 		reverse(R->r, i, j);
 		reverse(R->r, p, j);
 	} else {
-		size_t q = first_after_in(R, j, R->n, to);
+		size_t q = ml__ranges_find_in(R, j, R->n, to);
 		reverse(R->r, i, j);
 		reverse(R->r, j, q);
 		reverse(R->r, i, q);

@@ -16,8 +16,13 @@
  * glibc maps through its internal __mmap, never through the exported
  * name we interpose).  docs/mapped.md says so for users.
  *
- * The system calls go through util's ml__sys_* (syscall(2)): never back
- * into these functions. */
+ * The system calls go through util's ml__sys_* (the instruction inline on
+ * x86-64, syscall(2) elsewhere): never back into these functions.
+ *
+ * The common case, a whole mapping made and later unmapped whole, is a
+ * fast path inline in mmap and munmap (map_counted, munmap): every other
+ * case leaves them by a tail call, so that the common one keeps a small
+ * frame (issue 34's cost; docs/internals.md, "The fast path"). */
 #define _GNU_SOURCE
 #include "api/api.h"
 
@@ -102,12 +107,16 @@ static inline bool counting(void)
 	return ML__MAPPED_ON && !ml__inside_allocator && !ml__self.busy;
 }
 
-static uintptr_t page_size(void)
+static inline uintptr_t page_size(void)
 {
+#if defined(__x86_64__)
+	return 4096; /* the only page size of x86-64 Linux */
+#else
 	static uintptr_t page;
 	if (ml__unlikely(!page))
 		page = (uintptr_t)getpagesize();
 	return page;
+#endif
 }
 
 static inline uintptr_t page_up(uintptr_t n)
@@ -136,15 +145,21 @@ static inline bool idle(const struct ml__thread *t)
 	return t->state == ML__T_LIVE && !t->top && !ml__hooks_get()->alloc;
 }
 
-/* Sample n bytes as an allocation: false when it is refused (a limit, an
- * exact budget, FAIL delivery); may jump (JUMP delivery), before anything
- * is mapped and with no lock held.  d starts empty. */
-static inline bool decide(uint64_t n, struct decision *d)
+/* Does sampling n bytes take the slow path (a borrow of the countdown)?
+ * Not on an idle thread, which skips the countdown. */
+static inline bool sampled(uint64_t n)
+{
+	return n && !idle(&ml__self) && ml__countdown_take(n);
+}
+
+/* The slow path for n bytes sampled() sent there: false when it is
+ * refused (a limit, an exact budget, FAIL delivery); may jump (JUMP
+ * delivery), before anything is mapped and with no lock held.  d starts
+ * empty. */
+static bool decide_slow(uint64_t n, struct decision *d)
 {
 	struct ml__thread *t = &ml__self;
 	d->n = n;
-	if (!n || idle(t) || !ml__countdown_take(n))
-		return true;
 	t->mapping = 1;
 	int v = ml__alloc_begin(n);
 	t->mapping = 0;
@@ -158,12 +173,18 @@ static inline bool decide(uint64_t n, struct decision *d)
 	return true;
 }
 
+/* Sample n bytes as an allocation (both of the above). */
+static inline bool decide(uint64_t n, struct decision *d)
+{
+	d->n = n;
+	return !sampled(n) || decide_slow(n, d);
+}
+
 /* After the system call: a failure takes the charges back; samples no
  * record took (a full table) are not held.  Leaves errno alone. */
-static void settle(struct decision *d, bool ok, bool recorded, uint64_t left)
+static void settle_begun(struct decision *d, bool ok, bool recorded,
+                         uint64_t left)
 {
-	if (!d->begun)
-		return;
 	if (!ok) {
 		ml__alloc_end(NULL, d->n);
 		return;
@@ -176,6 +197,13 @@ static void settle(struct decision *d, bool ok, bool recorded, uint64_t left)
 	ml__alloc_end(d->key ? (void *)d->key : (void *)d, d->n);
 	if (d->key && left)
 		ml__held_drop(d->key, left * d->unit);
+}
+
+static inline void settle(struct decision *d, bool ok, bool recorded,
+                          uint64_t left)
+{
+	if (ml__unlikely(d->begun))
+		settle_begun(d, ok, recorded, left);
 }
 
 /* The meter, after the lock; and, once, that the table filled up
@@ -222,9 +250,151 @@ static void *refused(const char *op, uint64_t n, uintptr_t pc)
 	return MAP_FAILED;
 }
 
-static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
-                 uintptr_t pc)
+/* prot and flags in one argument: the fast path's ways out then have six,
+ * all in registers, and leave by tail calls. */
+#define PF(prot, flags) ((long)(unsigned)(prot) | (long)(flags) << 32)
+#define PF_PROT(pf) ((int)(pf))
+#define PF_FLAGS(pf) ((int)((pf) >> 32))
+
+/* A new counted mapping [p, p + n) at an address the kernel chose is
+ * recorded with its samples, under the lock (the munmap that freed the
+ * address updated under it); the meter told.  false: no record took it
+ * (a full table). */
+static bool record_new(uintptr_t p, uintptr_t n, uintptr_t pc, uintptr_t key,
+                       uint64_t s, uint64_t unit)
 {
+	bool recorded = false;
+	int64_t delta = 0;
+	ml__spin_lock(&ml__mapped_lock);
+	struct ml__ranges *R = ml__mapped_ranges();
+	if (ml__likely(R != NULL)) {
+		uint64_t before = R->counted;
+		recorded = ml__ranges_add(R, p, p + n, key, s, unit) ||
+		           ml__ranges_put(R, p, p + n, ML__RANGE_COUNTED, key,
+		                          s, unit);
+		delta = (int64_t)(R->counted - before);
+	}
+	ml__spin_unlock(&ml__mapped_lock);
+	meter(delta);
+	counted_from(pc, delta);
+	return recorded;
+}
+
+/* The common mapping made while sampling takes its slow path: sampled,
+ * and refused or recorded with its samples. */
+static __attribute__((noinline)) void *
+map_sampled(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
+{
+	int prot = PF_PROT(pf), flags = PF_FLAGS(pf);
+	uintptr_t n = page_up(len);
+	struct decision d = {0};
+	if (!decide_slow(n, &d))
+		return refused("mmap", n, pc);
+	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
+	bool ok = p != MAP_FAILED;
+	settle(&d, ok,
+	       ok && record_new((uintptr_t)p, n, pc, d.key, d.s, d.unit), 0);
+	return p;
+}
+
+/* The fast path's way out when the lock was taken, the table is not made
+ * yet, or [p, p + n) is not a plain gap: the general recording. */
+static __attribute__((noinline)) void *map_record(void *p, uintptr_t n,
+                                                  uintptr_t pc)
+{
+	record_new((uintptr_t)p, n, pc, 0, 0, 0);
+	return p;
+}
+
+/* After the fast path counted n more bytes: the meter's work while it
+ * runs, and the report's attribution. */
+static __attribute__((noinline)) void *map_after(void *p, int64_t m, int64_t n,
+                                                 uintptr_t pc)
+{
+	if (ML__METER_ON)
+		ml__meter_mapped_on(m, n); /* errno kept */
+	counted_from(pc, n);
+	return p;
+}
+
+/* The fast path's end: [p, p + n) is recorded (the lock still held). */
+static inline __attribute__((always_inline)) void *
+map_done(void *p, uintptr_t n, uintptr_t pc)
+{
+	ml__spin_unlock(&ml__mapped_lock);
+	int64_t m = ml__meter_mapped_add((int64_t)n);
+	if (ml__unlikely(ML__METER_ON ||
+	                 atomic_load_explicit(&ml__mapped_attribute,
+	                                      memory_order_relaxed)))
+		return map_after(p, m, (int64_t)n, pc);
+	return p;
+}
+
+/* The fast path, a mapping not after the last record: a search, and one
+ * record inserted before others (they move), or the general recording. */
+static __attribute__((noinline)) void *map_insert(void *p, uintptr_t n,
+                                                  uintptr_t pc)
+{
+	struct ml__ranges *R = &ml__mapped_table;
+	uintptr_t a = (uintptr_t)p;
+	size_t i = ml__ranges_gap(R, a, a + n);
+	if (i == SIZE_MAX) {
+		ml__spin_unlock(&ml__mapped_lock);
+		return map_record(p, n, pc);
+	}
+	ml__ranges_insert(R, i, a, a + n, 0, 0, 0);
+	return map_done(p, n, pc);
+}
+
+static void *map_other(void *addr, size_t len, long pf, int fd, off_t off,
+                       uintptr_t pc);
+
+/* The common counted mapping (private, anonymous, writable, at an address
+ * of the kernel's choosing), the fast path (issue 34): no sample, one
+ * record appended after the others.  Every other case leaves by a tail
+ * call, so that the common one keeps a small frame. */
+static inline __attribute__((always_inline)) void *
+map_counted(void *addr, size_t len, int prot, int flags, int fd, off_t off,
+            uintptr_t pc)
+{
+	if (ml__unlikely(!len || len > SIZE_MAX / 2 || !counting()))
+		return ml__sys_mmap(addr, len, prot, flags, fd, off);
+	if (ml__unlikely(!atomic_load_explicit(&ml__allocator_span.known,
+	                                       memory_order_acquire)))
+		return map_other(addr, len, PF(prot, flags), fd, off, pc);
+	if (ml__allocator_holds_known(pc))
+		return ml__sys_mmap(addr, len, prot, flags, fd, off);
+	uintptr_t n = page_up(len);
+	if (ml__unlikely(sampled(n)))
+		return map_sampled(addr, len, PF(prot, flags), fd, off, pc);
+	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
+	if (ml__unlikely(p == MAP_FAILED))
+		return p;
+	struct ml__ranges *R = &ml__mapped_table;
+	if (ml__unlikely(!ml__spin_trylock(&ml__mapped_lock)))
+		return map_record(p, n, pc);
+	/* The common case: after the last record (the bench's; a kernel
+	 * handing out addresses downwards inserts before, with a search). */
+	size_t k = R->n;
+	if (ml__unlikely(!R->r || k == R->cap)) {
+		ml__spin_unlock(&ml__mapped_lock);
+		return map_record(p, n, pc);
+	}
+	if (k && R->r[k - 1].end > (uintptr_t)p)
+		return map_insert(p, n, pc);
+	R->r[k] = (struct ml__range){.start = (uintptr_t)p,
+	                             .end = (uintptr_t)p + n,
+	                             .state = ML__RANGE_COUNTED};
+	R->n = k + 1;
+	R->counted += n;
+	return map_done(p, n, pc);
+}
+
+/* Reservations and MAP_FIXED (of any kind: it replaces what was there). */
+static __attribute__((noinline)) void *
+map_other(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
+{
+	int prot = PF_PROT(pf), flags = PF_FLAGS(pf);
 	if (!len || len > SIZE_MAX / 2 || !counting())
 		return ml__sys_mmap(addr, len, prot, flags, fd, off);
 	bool fixed = flags & MAP_FIXED;
@@ -271,6 +441,25 @@ static void *map(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 	return p;
 }
 
+/* One test sorts the calls: counted at a fresh address (the fast path),
+ * never recorded (file-backed or shared, not MAP_FIXED: straight to the
+ * kernel), or the rest. */
+static inline __attribute__((always_inline)) void *map(void *addr, size_t len,
+                                                       int prot, int flags,
+                                                       int fd, off_t off,
+                                                       uintptr_t pc)
+{
+	int kind = flags & (MAP_ANONYMOUS | MAP_TYPE | MAP_FIXED);
+	if (ml__likely(kind == (MAP_ANONYMOUS | MAP_PRIVATE))) {
+		if (ml__likely(prot & PROT_WRITE))
+			return map_counted(addr, len, prot, flags, fd, off, pc);
+	} else if (!(kind & MAP_FIXED) && (kind & (MAP_ANONYMOUS | MAP_TYPE)) !=
+	                                      (MAP_ANONYMOUS | MAP_PRIVATE)) {
+		return ml__sys_mmap(addr, len, prot, flags, fd, off);
+	}
+	return map_other(addr, len, PF(prot, flags), fd, off, pc);
+}
+
 ML__API void *mmap(void *addr, size_t len, int prot, int flags, int fd,
                    off_t off)
 {
@@ -285,23 +474,68 @@ ML__API void *mmap64(void *addr, size_t len, int prot, int flags, int fd,
 	           (uintptr_t)__builtin_return_address(0));
 }
 
-ML__API int munmap(void *addr, size_t len)
+/* munmap's general update, the lock held (the system call made): r is its
+ * result, `before` the counted bytes before. */
+static __attribute__((noinline)) int unmap_rest(void *addr, size_t len, int r,
+                                                uint64_t before)
 {
-	if (!len || misaligned(addr) || !counting())
-		return ml__sys_munmap(addr, len);
-	int64_t delta = 0;
-	ml__spin_lock(&ml__mapped_lock);
-	int r = ml__sys_munmap(addr, len);
-	struct ml__ranges *R = ml__mapped_ranges();
-	if (r == 0 && R && R->n) {
-		uint64_t before = R->counted;
-		ml__ranges_put(R, (uintptr_t)addr,
-		               (uintptr_t)addr + page_up(len), 0, 0, 0, 0);
-		delta = (int64_t)(R->counted - before);
-	}
+	struct ml__ranges *R = &ml__mapped_table;
+	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
+	if (r == 0 && R->n && !ml__ranges_remove(R, a, b))
+		ml__ranges_put(R, a, b, 0, 0, 0, 0);
+	int64_t delta = (int64_t)(R->counted - before);
 	ml__spin_unlock(&ml__mapped_lock);
 	meter(delta);
 	return r;
+}
+
+/* Under a lock some other thread holds: wait for it, then as above. */
+static __attribute__((noinline)) int unmap_wait(void *addr, size_t len)
+{
+	ml__spin_wait(&ml__mapped_lock);
+	uint64_t before = ml__mapped_table.counted;
+	return unmap_rest(addr, len, ml__sys_munmap(addr, len), before);
+}
+
+/* The meter's work while it runs, after the fast path uncounted -d
+ * bytes. */
+static __attribute__((noinline)) int unmap_after(int64_t m, int64_t d)
+{
+	ml__meter_mapped_on(m, d);
+	return 0;
+}
+
+/* The fast path (issue 34): [addr, addr + len) is the last record, whole,
+ * counted, holding no samples (the mapping the fast mmap appended): it
+ * goes, with no search.  Every other case leaves by a tail call for the
+ * general update (unmap_rest).  The kernel refuses a length of 0 or an
+ * address off a page (nothing changes then): no check before the call.
+ * The table not made yet has n = 0. */
+ML__API int munmap(void *addr, size_t len)
+{
+	if (!counting())
+		return ml__sys_munmap(addr, len);
+	if (ml__unlikely(!ml__spin_trylock(&ml__mapped_lock)))
+		return unmap_wait(addr, len);
+	struct ml__ranges *R = &ml__mapped_table;
+	int r = ml__sys_munmap(addr, len);
+	size_t n = R->n;
+	if (r != 0 || !n) {
+		ml__spin_unlock(&ml__mapped_lock);
+		return r;
+	}
+	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
+	const struct ml__range *last = R->r + n - 1;
+	if (ml__unlikely(last->start != a || last->end != b || last->samples ||
+	                 last->state != ML__RANGE_COUNTED))
+		return unmap_rest(addr, len, r, R->counted);
+	R->n = n - 1;
+	R->counted -= b - a;
+	ml__spin_unlock(&ml__mapped_lock);
+	int64_t m = ml__meter_mapped_add(-(int64_t)(b - a));
+	if (ml__unlikely(ML__METER_ON))
+		return unmap_after(m, -(int64_t)(b - a));
+	return 0;
 }
 
 ML__API int mprotect(void *addr, size_t len, int prot)

@@ -22,24 +22,11 @@ static unsigned count;
  * made with ML__LOCK: the registry's own, taken first. */
 static atomic_flag registry = ATOMIC_FLAG_INIT;
 
-void ml__spin_lock(struct ml__lock *l)
+void ml__spin_wait(struct ml__lock *l)
 {
 	while (
 	    atomic_flag_test_and_set_explicit(&l->flag, memory_order_acquire))
 		sched_yield();
-}
-
-/* Issue 27: take it only if free (lib/shared's publisher: nobody waits on
- * the allocation path). */
-bool ml__spin_trylock(struct ml__lock *l)
-{
-	return !atomic_flag_test_and_set_explicit(&l->flag,
-	                                          memory_order_acquire);
-}
-
-void ml__spin_unlock(struct ml__lock *l)
-{
-	atomic_flag_clear_explicit(&l->flag, memory_order_release);
 }
 
 void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank)

@@ -28,55 +28,39 @@ void ml__raw_free(void *p, size_t bytes)
 		ml__sys_munmap(p, bytes);
 }
 
-/* The system call itself: on x86-64 the instruction (a call of
- * syscall(2) costs as much again as the rest of an idle mmap+munmap pair,
- * issue 34), else syscall(2).  Either sets errno and returns -1 for the
- * kernel's -4095 .. -1, which no mapping's address can be. */
+/* The mmap family by syscall(2) where util.h has no inline instruction. */
 #if defined(__x86_64__) && !defined(ML_NO_ASM)
-static inline long sys6(long nr, long a, long b, long c, long d, long e, long f)
+ML__COLD long ml__sys_fail(long r)
 {
-	long r;
-	register long r10 __asm__("r10") = d;
-	register long r8 __asm__("r8") = e;
-	register long r9 __asm__("r9") = f;
-	__asm__ volatile("syscall"
-	                 : "=a"(r)
-	                 : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8),
-	                   "r"(r9)
-	                 : "rcx", "r11", "memory");
-	if (ml__unlikely((unsigned long)r > -4096ul)) {
-		errno = (int)-r;
-		return -1;
-	}
-	return r;
+	errno = (int)-r;
+	return -1;
 }
 #else
-#define sys6(nr, a, b, c, d, e, f) syscall(nr, a, b, c, d, e, f)
-#endif
-
 void *ml__sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
                    long off)
 {
-	return (void *)sys6(SYS_mmap, (long)addr, (long)len, prot, flags, fd,
-	                    off);
+	return (void *)syscall(SYS_mmap, (long)addr, (long)len, prot, flags, fd,
+	                       off);
 }
 
 int ml__sys_munmap(void *addr, size_t len)
 {
-	return (int)sys6(SYS_munmap, (long)addr, (long)len, 0, 0, 0, 0);
+	return (int)syscall(SYS_munmap, (long)addr, (long)len);
 }
 
 int ml__sys_mprotect(void *addr, size_t len, int prot)
 {
-	return (int)sys6(SYS_mprotect, (long)addr, (long)len, prot, 0, 0, 0);
+	return (int)syscall(SYS_mprotect, (long)addr, (long)len, prot);
 }
 
 void *ml__sys_mremap(void *old, size_t oldlen, size_t newlen, int flags,
                      void *to)
 {
-	return (void *)sys6(SYS_mremap, (long)old, (long)oldlen, (long)newlen,
-	                    flags, (long)to, 0);
+	return (void *)syscall(SYS_mremap, (long)old, (long)oldlen,
+	                       (long)newlen, flags, (long)to);
 }
+#endif
+
 void *ml__pool_get(struct ml__pool *p)
 {
 	ml__spin_lock(&p->lock);

@@ -59,9 +59,26 @@ enum ml__lock_rank {
 struct ml__lock {
 	atomic_flag flag;
 };
-void ml__spin_lock(struct ml__lock *l);
-void ml__spin_unlock(struct ml__lock *l);
-bool ml__spin_trylock(struct ml__lock *l); /* true: taken */
+/* Inline: uncontended, taking and releasing are one atomic exchange and
+ * one store (the mmap family takes the ranges' lock on every call, issue
+ * 34); a taken lock waits in ml__spin_wait, yielding. */
+void ml__spin_wait(struct ml__lock *l);
+/* true: taken, never waits (issue 27: lib/shared's publisher; nobody
+ * waits on the allocation path). */
+static inline bool ml__spin_trylock(struct ml__lock *l)
+{
+	return !atomic_flag_test_and_set_explicit(&l->flag,
+	                                          memory_order_acquire);
+}
+static inline void ml__spin_lock(struct ml__lock *l)
+{
+	if (ml__unlikely(!ml__spin_trylock(l)))
+		ml__spin_wait(l);
+}
+static inline void ml__spin_unlock(struct ml__lock *l)
+{
+	atomic_flag_clear_explicit(&l->flag, memory_order_release);
+}
 /* Called before main by the constructors ML__LOCK and ML__POOL make. */
 void ml__fork_lock_register(struct ml__lock *l, enum ml__lock_rank rank);
 void ml__fork_locks_acquire(void); /* fork: prepare */
@@ -119,17 +136,64 @@ void *ml__pool_get(struct ml__pool *p);
 void ml__pool_put(struct ml__pool *p, void *slot);
 void *ml__raw_alloc(size_t bytes); /* mmap; NULL on failure */
 void ml__raw_free(void *p, size_t bytes);
-/* The kernel's mmap family, called with syscall(2) (pool.c): the library
- * interposes the exported names (api/mmap.c), and neither its own memory
- * nor the interposer's own calls may go through them.  glibc 2.36 exports
+/* The kernel's mmap family, called directly: the library interposes the
+ * exported names (api/mmap.c), and neither its own memory nor the
+ * interposer's own calls may go through them.  glibc 2.36 exports
  * __mmap, __munmap and __mprotect only as GLIBC_PRIVATE, and no __mremap.
- * Return values and errno as the libc functions'. */
+ * Return values and errno as the libc functions'.  On x86-64 the
+ * instruction, inline (issue 34: a call of syscall(2) cost as much again
+ * as the rest of an idle mmap+munmap pair, and a call of our own kept
+ * registers live across it); elsewhere syscall(2) (pool.c).  Either sets
+ * errno and returns -1 for the kernel's -4095 .. -1, which no mapping's
+ * address can be. */
+#if defined(__x86_64__) && !defined(ML_NO_ASM)
+/* errno = -r, and -1 (pool.c: out of line, so that the callers' common
+ * path makes no call). */
+long ml__sys_fail(long r);
+static inline long ml__sys6(long nr, long a, long b, long c, long d, long e,
+                            long f)
+{
+	long r;
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	register long r9 __asm__("r9") = f;
+	__asm__ volatile("syscall"
+	                 : "=a"(r)
+	                 : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8),
+	                   "r"(r9)
+	                 : "rcx", "r11", "memory");
+	if (ml__unlikely((unsigned long)r > -4096ul))
+		return ml__sys_fail(r);
+	return r;
+}
+/* The x86-64 system call numbers (asm/unistd_64.h). */
+static inline void *ml__sys_mmap(void *addr, size_t len, int prot, int flags,
+                                 int fd, long off)
+{
+	return (void *)ml__sys6(9, (long)addr, (long)len, prot, flags, fd, off);
+}
+static inline int ml__sys_munmap(void *addr, size_t len)
+{
+	return (int)ml__sys6(11, (long)addr, (long)len, 0, 0, 0, 0);
+}
+static inline int ml__sys_mprotect(void *addr, size_t len, int prot)
+{
+	return (int)ml__sys6(10, (long)addr, (long)len, prot, 0, 0, 0);
+}
+static inline void *ml__sys_mremap(void *old, size_t oldlen, size_t newlen,
+                                   int flags, void *to)
+{
+	return (void *)ml__sys6(25, (long)old, (long)oldlen, (long)newlen,
+	                        flags, (long)to, 0);
+}
+#else
 void *ml__sys_mmap(void *addr, size_t len, int prot, int flags, int fd,
                    long off);
 int ml__sys_munmap(void *addr, size_t len);
 int ml__sys_mprotect(void *addr, size_t len, int prot);
 void *ml__sys_mremap(void *old, size_t oldlen, size_t newlen, int flags,
                      void *to);
+#endif
 /* Fault injection (MEMLIMITS_FAULT=pool, tests only): our own page
  * allocations fail. */
 extern bool ml__fault_pool;

@@ -1,6 +1,7 @@
 /* Memory a program maps itself (issue 34): private, anonymous, writable
  * mappings count as heap while they exist and are writable, exactly:
- * partial unmaps, MAP_FIXED over counted and uncounted ranges, reserve
+ * partial unmaps, whole unmaps the fast path must leave to the general
+ * update, MAP_FIXED over counted and uncounted ranges, reserve
  * then commit, mremap (grow, shrink, move, MREMAP_FIXED), a fork child's
  * view, threads mapping and unmapping at once, a full table of ranges.
  * They are allocations too: a task's limit refuses one (FAIL delivery:
@@ -74,6 +75,76 @@ static void test_partial(void)
 	tap_is(mapped() - base, PG, "10 bytes mapped count their page");
 	munmap(q, 10);
 	tap_is(mapped() - base, 0, "and leave with it");
+}
+
+/* The fast path (api/mmap.c: a mapping after the last record, an unmap of
+ * exactly the last record, counted, holding no samples) must hand every
+ * other case to the general update: each check below is a case it must
+ * not take (issue 34's cost work). */
+static void test_whole(void)
+{
+	int64_t base = mapped();
+	char *p = map(4 * MiB, RW, PA, NULL);
+	munmap(p, MiB);
+	tap_is(mapped() - base, 3 * MiB,
+	       "the first MiB of the last record unmapped (same start, not "
+	       "its end): 3 MiB");
+	munmap(p + MiB, 3 * MiB);
+	tap_is(mapped() - base, 0, "the rest: 0");
+
+	char *r = map(2 * MiB, PROT_NONE, PA | MAP_NORESERVE, NULL);
+	munmap(r, 2 * MiB);
+	tap_is(mapped() - base, 0, "a reservation unmapped whole: still 0");
+
+	p = map(2 * MiB, RW, PA, NULL);
+	mprotect(p, MiB, PROT_READ);
+	mprotect(p, MiB, RW);
+	tap_is(mapped() - base, 2 * MiB,
+	       "2 MiB, cut in two records by mprotect: 2 MiB");
+	munmap(p, 2 * MiB);
+	tap_is(mapped() - base, 0, "one munmap over both records: 0");
+
+	p = map(2 * MiB, RW, PA, NULL);
+	mprotect(p + MiB, MiB, PROT_READ);
+	munmap(p, 2 * MiB);
+	tap_is(mapped() - base, 0, "a whole unmap after a partial mprotect: 0");
+
+	/* A record left by a raw munmap, then the kernel's same address
+	 * mapped again: the new mapping replaces the stale record. */
+	p = map(MiB, RW, PA, NULL);
+	syscall(SYS_munmap, p, MiB);
+	char *q = mmap(p, MiB, RW, PA, -1, 0);
+	tap_ok(q == p && mapped() - base == MiB,
+	       "an address mapped again over a stale record: 1 MiB (%s, "
+	       "%lld)",
+	       q == p ? "same address" : "another address",
+	       (long long)(mapped() - base));
+	munmap(q, MiB);
+	tap_is(mapped() - base, 0, "and unmapped: 0");
+}
+
+static void *whole_body(void *arg)
+{
+	*(char **)arg = map(64 * MiB, RW, PA, NULL);
+	return NULL;
+}
+
+/* A task's mapping unmapped whole: its record holds samples, which the
+ * whole unmap gives back. */
+static void test_whole_held(void)
+{
+	ml_set_seed(35);
+	ml_limits l = ML_LIMITS_INIT;
+	ml_task *t = ml_task_new(&l);
+	char *p = NULL;
+	ml_task_run(t, whole_body, &p, NULL);
+	/* 64 MiB at S = 80000: Poisson(838.9) samples; none is 0 with
+	 * probability e^-838.9 (the seed is fixed anyway). */
+	tap_ok(ml_task_held(t) > 0, "a task that mapped 64 MiB holds %lld",
+	       (long long)ml_task_held(t));
+	munmap(p, 64 * MiB);
+	tap_is(ml_task_held(t), 0, "unmapped whole at once: nothing held");
+	ml_task_free(t);
 }
 
 static void test_fixed(void)
@@ -432,6 +503,8 @@ int main(int argc, char **argv)
 		return off_main();
 	self = argv[0];
 	tap_case("test_partial", test_partial, 30);
+	tap_case("test_whole", test_whole, 30);
+	tap_case("test_whole_held", test_whole_held, 30);
 	tap_case("test_fixed", test_fixed, 30);
 	tap_case("test_reserve", test_reserve, 30);
 	tap_case("test_mremap", test_mremap, 30);

@@ -11,11 +11,14 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-locks.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 cd "$top_srcdir" || exit 1
 
-# The registry's own flag (forklock.c) and the one inside struct ml__lock.
+# The registry's own flag (forklock.c), the one inside struct ml__lock and
+# the inline ml__spin_* on it (util.h: l->flag, an ml__lock's).
 grep -nE 'atomic_flag|pthread_(mutex|spin|rwlock)_|sem_t|sem_(wait|post|init)|mtx_t|mtx_lock' \
 	lib/*/*.c lib/*/*.h |
 	grep -vE '^lib/util/forklock\.c:' |
-	grep -vE '^lib/util/util\.h:[0-9]+:	atomic_flag flag;$' >"$tmp/raw"
+	grep -vE '^lib/util/util\.h:[0-9]+:	atomic_flag flag;$' |
+	grep -vE '^lib/util/util\.h:[0-9]+:	(return !)?atomic_flag_(test_and_set|clear)_explicit\(&l->flag,' \
+	>"$tmp/raw"
 if test -s "$tmp/raw"; then
 	notok "a lock in lib/ that is not made with ML__LOCK / ML__POOL"
 	diag "$tmp/raw"
