@@ -125,8 +125,6 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (!root)
 		return 0;
 	root->tripped_here = false;
-	if (ml__run.timeline_path)
-		ml__timeline_sample();
 	/* Still counted after the trip, as the profile counts it: the
 	 * report's totals agree. */
 	uint64_t total = ml__counts_sample(
@@ -170,6 +168,15 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 		return ML__HOOK_REFUSE;
 	}
 	return 0;
+}
+
+/* The timeline's rows come after a sampled allocation is made, not at
+ * its sample: the meter counts it only then, and one large block with
+ * no sample after it (sort's buffer) would otherwise never show. */
+static void on_granted(struct ml__thread *t)
+{
+	(void)t;
+	ml__timeline_sample();
 }
 
 /* A refused or failed allocation allocated nothing. */
@@ -266,6 +273,8 @@ __attribute__((constructor(110))) static void run_start(void)
 			ml__diag("no memory for the held account: no thread's "
 			         "blocks are counted as held");
 	}
+	if (ml__run.timeline_path)
+		hooks.granted = on_granted;
 	ml__hooks_install(&hooks);
 	struct ml__thread *t = &ml__self;
 	if (t->state == ML__T_LIVE)

@@ -243,17 +243,33 @@ static inline bool held_wanted(struct ml__thread *t)
 	       ml__global_held_need(t);
 }
 
+void ml__alloc_granted(void)
+{
+	struct ml__thread *t = &ml__self;
+	const struct ml__hooks *h = ml__hooks_get();
+	if (!t->charged_samples || !h->granted || t->busy)
+		return;
+	int e = errno;
+	t->busy = 1;
+	h->granted(t);
+	t->busy = 0;
+	errno = e;
+}
+
 void *ml__alloc_end(void *p, uint64_t n)
 {
 	struct ml__thread *t = &ml__self;
-	if (ml__unlikely(p == NULL))
+	if (ml__unlikely(p == NULL)) {
 		alloc_failed(t, n);
-	else if (t->charged && t->charged_samples) {
+		return p;
+	}
+	if (t->charged && t->charged_samples) {
 		if (held_wanted(t))
 			ml__held_note(t, p, t->charged_samples);
 		else if (ml__unlikely(atomic_load_explicit(
 		             &ml__held_draining, memory_order_relaxed)))
 			ml__held_drain_tick();
 	}
+	ml__alloc_granted();
 	return p;
 }

@@ -14,6 +14,9 @@
 #    the limit and blocks only at it: a program that maps 64 KiB at a
 #    time until refused, then mallocs 2 MiB in 4 KiB blocks (a runtime's
 #    bookkeeping on its way out, which V8 never checks), gets every block;
+#  - a program whose first block is refused, then mallocs a smaller one
+#    with no allocation after it (sort's buffer) has a timeline row with
+#    that block;
 #  - with jemalloc underneath (--allocator), 64 MiB of blocks read 64 MiB
 #    with nothing mapped: jemalloc's own mappings are not counted again.
 # Probabilities: a 1 MiB mapping carries Poisson(13.1) samples at the
@@ -133,6 +136,25 @@ if tap_case headroom; then
 	else
 		notok "mappings before blocks: status $st, $(cat "$tmp/out")"
 		diag "$tmp/err"
+	fi
+fi
+
+if tap_case timeline-refused; then
+	# sort's case: its first buffer refused, then one smaller block and
+	# no sampled allocation after it.  The block's row is written once
+	# the meter counts it (the granted hook); at its sample, before the
+	# allocation, the heap had not moved and no row came.
+	"$M" run --heap-limit 200MiB --timeline "$tmp/b.tsv" -- "$P" bigmalloc 100 \
+		>"$tmp/out" 2>"$tmp/err"
+	st=$?
+	if test "$st" = 0 && grep -q '^bigmalloc$' "$tmp/out" &&
+		awk -F'\t' '$6 == "heap_limit" { refused = NR }
+			refused && NR > refused && $6 == "" && $3 >= 104857600 { ok = 1 }
+			END { exit !ok }' "$tmp/b.tsv"; then
+		ok "timeline: after a refusal, a row with the 100 MiB block that followed"
+	else
+		notok "timeline: no row with the block made after the refusal (status $st)"
+		diag "$tmp/b.tsv" "$tmp/err"
 	fi
 fi
 
