@@ -140,11 +140,12 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 		atomic_store(&root->task.status, ML_ALLOC_LIMIT);
 		return ML__HOOK_TRIPPED;
 	}
-	/* A mapping is refused a headroom before the limit, a block at it:
-	 * the runtimes that map their heaps (V8, the JVM, CPython, cc1,
-	 * Ruby) see their mapping fail first and end their own way, with
-	 * room left for the mallocs of their bookkeeping, which some never
-	 * check (V8's collector: a segfault).  docs/mapped.md. */
+	/* A mapping is refused a headroom (L/6, at most 64 MiB: settings.c)
+	 * before the limit, a block at it: the runtimes that map their heaps
+	 * (V8, the JVM, CPython, cc1, Ruby) see their mapping fail first and
+	 * end their own way, with room left for the mallocs of their
+	 * bookkeeping, which some never check (V8's collector: a segfault).
+	 * docs/mapped.md. */
 	bool map = t->mapping;
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
 	    ml__over_global(n + (map ? ml__run.heap_room : 0))) {
