@@ -117,6 +117,11 @@ extern _Atomic uint64_t ml__global_limit;
  * state above it. */
 struct ml__meter_local {
 	uint64_t up, down;
+	/* The old block's bytes while a realloc's slow path decides
+	 * (api/interpose.c sets it, tasks/slow.c takes it): a limit checks
+	 * the heap as it will be after the realloc, without the block that
+	 * it replaces. */
+	uint64_t resizing;
 };
 extern ML__TLS struct ml__meter_local ml__meter_self;
 void ml__meter_add(int64_t bytes);

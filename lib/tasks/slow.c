@@ -136,6 +136,8 @@ int ml__alloc_begin(uint64_t n)
 		return 0;
 	}
 	t->busy = 1;
+	t->resize_old = ml__meter_self.resizing;
+	ml__meter_self.resizing = 0;
 	/* Undo the fast path's subtraction to recover the countdown the
 	 * allocation started from: one more than the sampler's gap c. */
 	uint64_t v = t->forced ? t->saved : ml__countdown + n;

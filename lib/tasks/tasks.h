@@ -168,6 +168,10 @@ struct ml__thread {
 	 * mode's heap limits refuse mappings before blocks (runmode.c). */
 	uint8_t mapping;
 	uint64_t charged_samples;
+	/* The allocation being decided is a realloc of a block of this many
+	 * bytes (0: not one): the global limit's check leaves them out
+	 * (global.c).  Set at each slow path's start, read only inside it. */
+	uint64_t resize_old;
 	/* The interned call stack of the last sample (core/stacks.c), when
 	 * stacks are wanted; else 0. */
 	uint32_t stack;

@@ -11,6 +11,8 @@
  * "bigmalloc N": mallocs 4 N MiB in one block (refused under the test's
  * limit), then N MiB in one block, writes it, frees it and exits with
  * no allocation after it (sort's buffer: the timeline must show it).
+ * "regrow N": mallocs N MiB, writes it, reallocs it to 3 N / 2 MiB (git's
+ * buffer grown by half) and says whether the realloc got it.
  * "map N hold": then writes a byte to descriptor 3 and keeps what it
  * mapped until standard input ends (the tree case: both processes hold
  * until both are done). */
@@ -41,6 +43,17 @@ int main(int argc, char **argv)
 		           write(1, msg, sizeof msg - 1) != sizeof msg - 1;
 		free(p);
 		return fail;
+	}
+	if (!strcmp(argv[1], "regrow")) {
+		size_t a = (size_t)n << 20, b = a * 3 / 2;
+		char *p = malloc(a);
+		if (!p)
+			return 1;
+		memset(p, 1, a);
+		char *q = realloc(p, b);
+		printf("regrow %s\n", q ? "got" : strerror(errno));
+		free(q ? q : p);
+		return 0;
 	}
 	if (!strcmp(argv[1], "mapmalloc") || !strcmp(argv[1], "mapv8")) {
 		bool v8 = argv[1][3] == 'v';

@@ -19,6 +19,8 @@
 #    mallocs 14 MiB in blocks of 4112 bytes (V8's collector's worklists
 #    after its mapping was refused, 6 to 14 MiB measured, which V8 never
 #    checks: a segfault at L/32) gets every block too;
+#  - a realloc is checked for the heap after it (the old block replaced):
+#    60 MiB grown to 90 passes under 100 MiB, is refused under 80;
 #  - a program whose first block is refused, then mallocs a smaller one
 #    with no allocation after it (sort's buffer) has a timeline row with
 #    that block;
@@ -154,6 +156,29 @@ if tap_case v8; then
 		ok "--heap-limit 128MiB: mappings refused after $got MiB, then $k mallocs of 4112 bytes (14 MiB) got"
 	else
 		notok "V8's worklists after a refused mapping: status $st, $(cat "$tmp/out") (want $want mallocs)"
+		diag "$tmp/err"
+	fi
+fi
+
+if tap_case realloc; then
+	# A block of 60 MiB grown to 90 under a heap limit of 100 MiB: the
+	# heap after it is 90 MiB.  The check counted the old block too
+	# (150 MiB) and refused it, as it refused git's buffer at 1.5 x its
+	# peak (docs/mapped.md).
+	"$M" run --heap-limit 100MiB -- "$P" regrow 60 >"$tmp/out" 2>"$tmp/err"
+	st=$?
+	if test "$st" = 0 && grep -q '^regrow got$' "$tmp/out"; then
+		ok "--heap-limit 100MiB: realloc of 60 MiB to 90 MiB got (the old block not counted twice)"
+	else
+		notok "realloc 60 to 90 MiB under 100 MiB: status $st, $(cat "$tmp/out")"
+		diag "$tmp/err"
+	fi
+	"$M" run --heap-limit 80MiB -- "$P" regrow 60 >"$tmp/out" 2>"$tmp/err"
+	st=$?
+	if test "$st" = 0 && grep -q '^regrow Cannot allocate memory$' "$tmp/out"; then
+		ok "--heap-limit 80MiB: realloc of 60 MiB to 90 MiB refused"
+	else
+		notok "realloc 60 to 90 MiB under 80 MiB: status $st, $(cat "$tmp/out")"
 		diag "$tmp/err"
 	fi
 fi
