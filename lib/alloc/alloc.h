@@ -377,6 +377,13 @@ static inline bool ml__allocator_holds(uintptr_t pc)
  * reached. */
 void ml__meter_mapped(int64_t d);
 uint64_t ml__meter_mapped_now(void);
+/* Once run mode has refused a mapping for its heap limit: a mapping that
+ * would take the heap past this many bytes is refused whether or not it
+ * carries a sample (api/mmap.c's decide); ML_NO_LIMIT: none.  A runtime
+ * that retries a refused mapping after collecting garbage (Ruby) got one
+ * in two of its 64 KiB pages on the retry, which carries no sample with
+ * probability e^-0.8, and collected for ever instead of failing. */
+extern _Atomic uint64_t ml__map_floor;
 void ml__meter_peak_split(uint64_t *blocks, uint64_t *mapped);
 
 #pragma GCC visibility pop

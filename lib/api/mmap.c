@@ -143,7 +143,18 @@ static inline bool decide(uint64_t n, struct decision *d)
 {
 	struct ml__thread *t = &ml__self;
 	d->n = n;
-	if (!n || idle(t) || !ml__countdown_take(n))
+	if (!n)
+		return true;
+	/* Past run mode's floor once a mapping was refused: refused for
+	 * certain, as RLIMIT_DATA refuses, not by the luck of a sample. */
+	uint64_t floor =
+	    atomic_load_explicit(&ml__map_floor, memory_order_relaxed);
+	if (ml__unlikely(floor != ML_NO_LIMIT)) {
+		uint64_t u = ml__meter_usage();
+		if (u > floor || n > floor - u)
+			return false;
+	}
+	if (idle(t) || !ml__countdown_take(n))
 		return true;
 	t->mapping = 1;
 	int v = ml__alloc_begin(n);

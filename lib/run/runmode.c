@@ -149,6 +149,12 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	bool map = t->mapping;
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
 	    ml__over_global(n + (map ? ml__run.heap_room : 0))) {
+		/* From now on every mapping past the same point is refused,
+		 * sampled or not (api/mmap.c): a retry after a garbage
+		 * collection must not get through by missing a sample. */
+		if (map)
+			atomic_store(&ml__map_floor,
+			             ml__run.heap_limit - ml__run.heap_room);
 		fire(ML_GLOBAL_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE; /* this allocation only */
 	}
@@ -208,6 +214,7 @@ static void fork_child(struct ml__thread *t)
 	struct root *root = root_of(t);
 	atomic_store(&ml__run.fired, ML_OK);
 	atomic_store(&ml__run.tree_fired, false);
+	atomic_store(&ml__map_floor, ML_NO_LIMIT); /* its own budget */
 	atomic_store(&ml__run.refused_samples, 0);
 	atomic_store(&ml__run.refused_allocs, 0);
 	ml__counts_fork_child(root ? &root->counts : NULL);

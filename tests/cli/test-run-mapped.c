@@ -11,6 +11,9 @@
  * "bigmalloc N": mallocs 4 N MiB in one block (refused under the test's
  * limit), then N MiB in one block, writes it, frees it and exits with
  * no allocation after it (sort's buffer: the timeline must show it).
+ * "mapretry N": maps N MiB in mappings of 64 KiB until one fails, then
+ * tries 200 more (Ruby's heap pages, retried after each garbage
+ * collection): prints the MiB mapped and how many of the 200 it got.
  * "regrow N": mallocs N MiB, writes it, reallocs it to 3 N / 2 MiB (git's
  * buffer grown by half) and says whether the realloc got it.
  * "map N hold": then writes a byte to descriptor 3 and keeps what it
@@ -45,6 +48,23 @@ int main(int argc, char **argv)
 		    !refused || write(1, msg, sizeof msg - 1) != sizeof msg - 1;
 		free(p);
 		return fail;
+	}
+	if (!strcmp(argv[1], "mapretry")) {
+		size_t k = 0;
+		for (; k < (size_t)n * 16; k++) {
+			void *p = mmap(NULL, 64 << 10, PROT_READ | PROT_WRITE,
+			               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED)
+				break;
+			memset(p, 1, 64 << 10);
+		}
+		for (int i = 0; i < 200; i++)
+			if (mmap(NULL, 64 << 10, PROT_READ | PROT_WRITE,
+			         MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			         0) != MAP_FAILED)
+				got++;
+		printf("mapretry %zu retries got %d\n", k / 16, got);
+		return 0;
 	}
 	if (!strcmp(argv[1], "regrow")) {
 		size_t a = (size_t)n << 20, b = a * 3 / 2;

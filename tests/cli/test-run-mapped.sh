@@ -19,6 +19,8 @@
 #    mallocs 14 MiB in blocks of 4112 bytes (V8's collector's worklists
 #    after its mapping was refused, 6 to 14 MiB measured, which V8 never
 #    checks: a segfault at L/32) gets every block too;
+#  - once a mapping was refused, every retry past the same point is
+#    refused too (not only those that carry a sample);
 #  - a realloc is checked for the heap after it (the old block replaced):
 #    60 MiB grown to 90 passes under 100 MiB, is refused under 80;
 #  - a program whose first block is refused, then mallocs a smaller one
@@ -156,6 +158,24 @@ if tap_case v8; then
 		ok "--heap-limit 128MiB: mappings refused after $got MiB, then $k mallocs of 4112 bytes (14 MiB) got"
 	else
 		notok "V8's worklists after a refused mapping: status $st, $(cat "$tmp/out") (want $want mallocs)"
+		diag "$tmp/err"
+	fi
+fi
+
+if tap_case retry; then
+	# Once a mapping was refused, every mapping past the same point is:
+	# 200 retries of 64 KiB each got about 90 (those with no sample,
+	# e^-0.82 of them) before, and Ruby collected garbage for ever on
+	# such luck (docs/mapped.md).  Probability that all 200 had a sample
+	# before: 0.56^200, below 1e-50.
+	"$M" run --heap-limit 64MiB -- "$P" mapretry 256 >"$tmp/out" 2>"$tmp/err"
+	st=$?
+	read -r what got _ _ k <"$tmp/out"
+	if test "$st" = 0 && test "$what" = mapretry && test "$k" = 0 &&
+		test "$got" -ge 49 && test "$got" -le 59; then
+		ok "--heap-limit 64MiB: refused after $got MiB, then 0 of 200 retries got"
+	else
+		notok "mappings retried after a refusal: status $st, $(cat "$tmp/out")"
 		diag "$tmp/err"
 	fi
 fi
