@@ -119,6 +119,11 @@ extern _Atomic uint64_t ml__global_limit;
  * state above it. */
 struct ml__meter_local {
 	uint64_t up, down;
+	/* The old block's bytes while a realloc's slow path decides
+	 * (api/interpose.c sets it, tasks/slow.c takes it): a limit checks
+	 * the heap as it will be after the realloc, without the block that
+	 * it replaces. */
+	uint64_t resizing;
 };
 extern ML__TLS struct ml__meter_local ml__meter_self;
 void ml__meter_add(int64_t bytes);
@@ -488,6 +493,13 @@ static inline void ml__meter_mapped(int64_t d)
 		ml__meter_mapped_on(m, d);
 }
 uint64_t ml__meter_mapped_now(void);
+/* Once run mode has refused a mapping for its heap limit: a mapping that
+ * would take the heap past this many bytes is refused whether or not it
+ * carries a sample (api/mmap.c's decide); ML_NO_LIMIT: none.  A runtime
+ * that retries a refused mapping after collecting garbage (Ruby) got one
+ * in two of its 64 KiB pages on the retry, which carries no sample with
+ * probability e^-0.8, and collected for ever instead of failing. */
+extern _Atomic uint64_t ml__map_floor;
 void ml__meter_peak_split(uint64_t *blocks, uint64_t *mapped);
 
 #pragma GCC visibility pop

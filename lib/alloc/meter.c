@@ -21,6 +21,7 @@
 
 _Atomic bool ml__meter_on_;
 _Atomic uint64_t ml__global_limit = ML_NO_LIMIT;
+_Atomic uint64_t ml__map_floor = ML_NO_LIMIT;
 void (*_Atomic ml__meter_fold_hook)(void);
 static _Atomic int64_t total;
 /* The highest total seen at a fold while the meter ran: as exact as the

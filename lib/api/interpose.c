@@ -134,8 +134,18 @@ static ML__COLD void *resize_slow(void *p, size_t n, size_t a, size_t b)
 	/* realloc(p, 0) frees p: it is never refused (a refusal returns
 	 * NULL, which the caller takes for "freed"). */
 	bool unseen = true;
-	if (n && begin(n, &unseen))
-		return enomem(); /* the old block stays valid */
+	if (n) {
+		/* The heap after this realloc holds n bytes, not the old
+		 * block's plus n: the heap limit checks that (git's buffer
+		 * grown by half at 1.5 x its peak was refused for old + new,
+		 * which the meter never counts). */
+		if (p && ML__METER_ON)
+			ml__meter_self.resizing = ml__chunk_bytes(p);
+		bool no = begin(n, &unseen);
+		ml__meter_self.resizing = 0;
+		if (no)
+			return enomem(); /* the old block stays valid */
+	}
 	return end(resize_real(p, n, a, b), n, unseen);
 }
 

@@ -145,11 +145,20 @@ static inline bool idle(const struct ml__thread *t)
 	return t->state == ML__T_LIVE && !t->top && !ml__hooks_get()->alloc;
 }
 
-/* Does sampling n bytes take the slow path (a borrow of the countdown)?
- * Not on an idle thread, which skips the countdown. */
+/* Run mode's floor (ml__map_floor, runmode.c): once a mapping was
+ * refused for the heap limit, every mapping past the same point is. */
+static inline bool floor_set(void)
+{
+	return atomic_load_explicit(&ml__map_floor, memory_order_relaxed) !=
+	       ML_NO_LIMIT;
+}
+
+/* Does sampling n bytes take the slow path (a borrow of the countdown, or
+ * the floor to test)?  Not on an idle thread, which skips the countdown. */
 static inline bool sampled(uint64_t n)
 {
-	return n && !idle(&ml__self) && ml__countdown_take(n);
+	return n && (ml__unlikely(floor_set()) ||
+	             (!idle(&ml__self) && ml__countdown_take(n)));
 }
 
 /* The slow path for n bytes sampled() sent there: false when it is
@@ -160,6 +169,18 @@ static bool decide_slow(uint64_t n, struct decision *d)
 {
 	struct ml__thread *t = &ml__self;
 	d->n = n;
+	if (floor_set()) {
+		/* Past the floor: refused for certain, as RLIMIT_DATA
+		 * refuses, not by the luck of a sample.  Else the countdown
+		 * sampled() did not take. */
+		uint64_t floor =
+		    atomic_load_explicit(&ml__map_floor, memory_order_relaxed);
+		uint64_t u = ml__meter_usage();
+		if (u > floor || n > floor - u)
+			return false;
+		if (idle(t) || !ml__countdown_take(n))
+			return true;
+	}
 	t->mapping = 1;
 	int v = ml__alloc_begin(n);
 	t->mapping = 0;

@@ -24,6 +24,10 @@ ML__API bool ml_note_alloc(size_t bytes)
 			return note_impossible(bytes);
 		if (ml__alloc_begin(bytes))
 			return false;
+		if (ml__unlikely(ML__METER_ON))
+			ml__meter_add((int64_t)bytes);
+		ml__alloc_granted(); /* after the meter: a timeline row */
+		return true;
 	}
 	if (ml__unlikely(ML__METER_ON))
 		ml__meter_add((int64_t)bytes);
@@ -50,8 +54,12 @@ ML__API bool ml_note_alloc_block(void *p, size_t bytes)
 			return note_impossible(bytes);
 		if (ml__alloc_begin(bytes))
 			return false;
-		/* A sample: p is held by the tasks it was charged to. */
+		/* A sample: p is held by the tasks it was charged to (after
+		 * the meter, which the granted hook reads). */
+		if (ml__unlikely(ML__METER_ON))
+			ml__meter_add((int64_t)bytes);
 		ml__alloc_end(p, bytes);
+		return true;
 	}
 	if (ml__unlikely(ML__METER_ON))
 		ml__meter_add((int64_t)bytes);

@@ -131,7 +131,7 @@ bool ml__run_expand(const char *path, char *buf, size_t cap, const char *what);
 /* The file, its header, the first row; held(): run mode's held memory
  * now (ML_NO_LIMIT when not tracked). */
 void ml__timeline_start(uint64_t (*held)(void));
-void ml__timeline_sample(void);         /* at a sample: a row if due */
+void ml__timeline_sample(void);         /* a sampled block made: a row if due */
 void ml__timeline_event(ml_status why); /* a limit reached */
 void ml__timeline_exit(void);
 void ml__timeline_fork_child(void);

@@ -125,8 +125,6 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (!root)
 		return 0;
 	root->tripped_here = false;
-	if (ml__run.timeline_path)
-		ml__timeline_sample();
 	/* Still counted after the trip, as the profile counts it: the
 	 * report's totals agree. */
 	uint64_t total = ml__counts_sample(
@@ -142,14 +140,21 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 		atomic_store(&root->task.status, ML_ALLOC_LIMIT);
 		return ML__HOOK_TRIPPED;
 	}
-	/* A mapping is refused a headroom before the limit, a block at it:
-	 * the runtimes that map their heaps (V8, the JVM, CPython, cc1,
-	 * Ruby) see their mapping fail first and end their own way, with
-	 * room left for the mallocs of their bookkeeping, which some never
-	 * check (V8's collector: a segfault).  docs/mapped.md. */
+	/* A mapping is refused a headroom (L/6, at most 64 MiB: settings.c)
+	 * before the limit, a block at it: the runtimes that map their heaps
+	 * (V8, the JVM, CPython, cc1, Ruby) see their mapping fail first and
+	 * end their own way, with room left for the mallocs of their
+	 * bookkeeping, which some never check (V8's collector: a segfault).
+	 * docs/mapped.md. */
 	bool map = t->mapping;
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
 	    ml__over_global(n + (map ? ml__run.heap_room : 0))) {
+		/* From now on every mapping past the same point is refused,
+		 * sampled or not (api/mmap.c): a retry after a garbage
+		 * collection must not get through by missing a sample. */
+		if (map)
+			atomic_store(&ml__map_floor,
+			             ml__run.heap_limit - ml__run.heap_room);
 		fire(ML_GLOBAL_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE; /* this allocation only */
 	}
@@ -170,6 +175,15 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 		return ML__HOOK_REFUSE;
 	}
 	return 0;
+}
+
+/* The timeline's rows come after a sampled allocation is made, not at
+ * its sample: the meter counts it only then, and one large block with
+ * no sample after it (sort's buffer) would otherwise never show. */
+static void on_granted(struct ml__thread *t)
+{
+	(void)t;
+	ml__timeline_sample();
 }
 
 /* A refused or failed allocation allocated nothing. */
@@ -200,6 +214,7 @@ static void fork_child(struct ml__thread *t)
 	struct root *root = root_of(t);
 	atomic_store(&ml__run.fired, ML_OK);
 	atomic_store(&ml__run.tree_fired, false);
+	atomic_store(&ml__map_floor, ML_NO_LIMIT); /* its own budget */
 	atomic_store(&ml__run.refused_samples, 0);
 	atomic_store(&ml__run.refused_allocs, 0);
 	ml__counts_fork_child(root ? &root->counts : NULL);
@@ -266,6 +281,8 @@ __attribute__((constructor(110))) static void run_start(void)
 			ml__diag("no memory for the held account: no thread's "
 			         "blocks are counted as held");
 	}
+	if (ml__run.timeline_path)
+		hooks.granted = on_granted;
 	ml__hooks_install(&hooks);
 	struct ml__thread *t = &ml__self;
 	if (t->state == ML__T_LIVE)

@@ -85,15 +85,19 @@ static const char *read_path(const char *name, char *buf)
 	return buf;
 }
 
-/* How far before a heap limit L mappings are refused (runmode.c): L/32,
- * at most 64 MiB.  Enough for hundreds of sampling intervals (the
- * mapping refused is the first sampled past L - room: 80 KB late on
- * average at the default interval) and for the mallocs a runtime makes
- * on its way out; small next to L, so that a program whose heap is
- * mapped stops within about 3 % below the limit. */
+/* How far before a heap limit L mappings are refused (runmode.c): L/6,
+ * at most 64 MiB.  Room for the mallocs a runtime makes on its way out
+ * after its mapping was refused, which some never check: V8's collector
+ * takes 6 to 20 MiB of worklists then, and writes through a NULL one
+ * (a segfault).  Measured with node at L = 262 MiB, ten runs each
+ * (docs/mapped.md): L/32 segfaulted in 3 of 3, L/8 ended with V8's own
+ * abort in 10 of 10 but one run's RSS reached 1.154 L, L/6 aborted in 10
+ * of 10 at 1.05-1.11 L; letting blocks past L once a mapping was refused
+ * aborted too, at 1.21-1.23 L.  Capped: beyond 64 MiB the room buys
+ * nothing more, and a large limit stays within 64 MiB of its word. */
 static uint64_t map_room(uint64_t limit)
 {
-	uint64_t r = limit / 32, cap = (uint64_t)64 << 20;
+	uint64_t r = limit / 6, cap = (uint64_t)64 << 20;
 	return r < cap ? r : cap;
 }
 

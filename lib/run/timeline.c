@@ -21,20 +21,21 @@
  * labels each line with its program; readers that do not know the key
  * skip it, as they skip any comment.
  *
- * Written from the slow path, with no thread of its own: a row at a
- * sample when the process's heap has moved by 1/256 of the last row's
- * heap (of the heap limit, when one is set) since the last row, and no
- * sooner than 10 ms after it unless it is a new peak (by that much over
- * the largest heap a row showed); a row whenever a limit is reached (at most
- * one per limit per 10 ms); a row at start, at fork in the child and at
- * exit.  The monotonic clock is read at samples only (vDSO, no system
- * call); a row is formatted on the stack and written with one write(2) on
- * an O_APPEND descriptor, so that the rows of the program's processes,
- * all appending to the one file, never interleave.  The descriptor is
- * close-on-exec and above 9; a program that closes it (daemons close
- * everything) is noticed (fstat before each row: another file there is
- * left alone) and the file opened again (once it cannot be, the rows
- * stop, said once).
+ * Written from the slow path, with no thread of its own: a row after a
+ * sampled allocation is made (runmode.c's on_granted: the meter counts it
+ * then, not at its sample) when the process's heap has moved by 1/256 of
+ * the last row's heap (of the heap limit, when one is set) since the last
+ * row, and no sooner than 10 ms after it unless it is a new peak (by that
+ * much over the largest heap a row showed); a row whenever a limit is
+ * reached (at most one per limit per 10 ms); a row at start, at fork in
+ * the child and at exit.  The monotonic clock is read at samples only
+ * (vDSO, no system call); a row is formatted on the stack and written
+ * with one write(2) on an O_APPEND descriptor, so that the rows of the
+ * program's processes, all appending to the one file, never
+ * interleave.  The descriptor is close-on-exec and above 9; a program that
+ * closes it (daemons close everything) is noticed (fstat before each row:
+ * another file there is left alone) and the file opened again (once it
+ * cannot be, the rows stop, said once).
  *
  * The origin is MEMLIMITS_TIMELINE_START (set by memlimits run when it
  * starts, so that the program and its children share it); without it,

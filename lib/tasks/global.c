@@ -58,7 +58,8 @@ void ml__global_unregister(struct ml_task *task)
 }
 
 /* How far an allocation of n bytes would take usage past the global
- * limit: 0 when it stays within (or no limit is set).  Saturates. */
+ * limit: 0 when it stays within (or no limit is set).  Saturates.  For
+ * a realloc, n replaces the old block (t->resize_old). */
 uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp)
 {
 	uint64_t limit =
@@ -66,7 +67,10 @@ uint64_t ml__global_overshoot(uint64_t n, uint64_t *limitp)
 	*limitp = limit;
 	if (limit == ML_NO_LIMIT)
 		return 0;
-	uint64_t usage = ml__meter_usage();
+	/* A realloc's old block goes when the new one comes: the heap after
+	 * it is usage - old + n (called inside the slow path only). */
+	uint64_t usage = ml__meter_usage(), old = ml__self.resize_old;
+	usage = usage > old ? usage - old : 0;
 	if (usage <= limit)
 		return n > limit - usage ? n - (limit - usage) : 0;
 	uint64_t over = usage - limit;

@@ -136,6 +136,8 @@ int ml__alloc_begin(uint64_t n)
 		return 0;
 	}
 	t->busy = 1;
+	t->resize_old = ml__meter_self.resizing;
+	ml__meter_self.resizing = 0;
 	/* Undo the fast path's subtraction to recover the countdown the
 	 * allocation started from: one more than the sampler's gap c. */
 	uint64_t v = t->forced ? t->saved : ml__countdown + n;
@@ -243,17 +245,33 @@ static inline bool held_wanted(struct ml__thread *t)
 	       ml__global_held_need(t);
 }
 
+void ml__alloc_granted(void)
+{
+	struct ml__thread *t = &ml__self;
+	const struct ml__hooks *h = ml__hooks_get();
+	if (!t->charged_samples || !h->granted || t->busy)
+		return;
+	int e = errno;
+	t->busy = 1;
+	h->granted(t);
+	t->busy = 0;
+	errno = e;
+}
+
 void *ml__alloc_end(void *p, uint64_t n)
 {
 	struct ml__thread *t = &ml__self;
-	if (ml__unlikely(p == NULL))
+	if (ml__unlikely(p == NULL)) {
 		alloc_failed(t, n);
-	else if (t->charged && t->charged_samples) {
+		return p;
+	}
+	if (t->charged && t->charged_samples) {
 		if (held_wanted(t))
 			ml__held_note(t, p, t->charged_samples);
 		else if (ml__unlikely(atomic_load_explicit(
 		             &ml__held_draining, memory_order_relaxed)))
 			ml__held_drain_tick();
 	}
+	ml__alloc_granted();
 	return p;
 }

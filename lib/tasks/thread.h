@@ -74,6 +74,10 @@ struct ml__thread {
 	 * mode's heap limits refuse mappings before blocks (runmode.c). */
 	uint8_t mapping;
 	uint64_t charged_samples;
+	/* The allocation being decided is a realloc of a block of this many
+	 * bytes (0: not one): the global limit's check leaves them out
+	 * (global.c).  Set at each slow path's start, read only inside it. */
+	uint64_t resize_old;
 	/* The interned call stack of the last sample (core/stacks.c), when
 	 * stacks are wanted; else 0. */
 	uint32_t stack;
@@ -156,6 +160,9 @@ struct ml__hooks {
 	void (*unsample)(struct ml__thread *t, uint64_t s);
 	/* An allocation the slow path let through failed in the allocator. */
 	void (*failed)(struct ml__thread *t, uint64_t n, uint64_t s);
+	/* An allocation that carried samples was made: the meter counts it
+	 * now (at sample, before the allocation, it did not). */
+	void (*granted)(struct ml__thread *t);
 	void (*thread_start)(struct ml__thread *t);
 	void (*thread_exit)(struct ml__thread *t);
 	/* In a forked child, on its one thread, after the core's reset. */
@@ -187,6 +194,10 @@ void ml__thread_init(struct ml__thread *t);
  * p; leaves errno alone. */
 int ml__alloc_begin(uint64_t n);
 void *ml__alloc_end(void *p, uint64_t n);
+/* The allocation ml__alloc_begin let through was made and the meter
+ * counts it: tells the granted hook if it carried samples (ml__alloc_end
+ * calls it; ml_note_alloc, which has no block to settle, too). */
+void ml__alloc_granted(void);
 
 #pragma GCC visibility pop
 

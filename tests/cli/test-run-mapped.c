@@ -5,10 +5,22 @@
  * "mapmalloc N" maps N MiB in mappings of 64 KiB until one fails, then
  * mallocs 2 MiB in blocks of 4 KiB, as a runtime's bookkeeping does on
  * its way out: prints the MiB mapped, the errno and the blocks got.
+ * "mapv8 N": the same, then mallocs 14 MiB in blocks of 4112 bytes, as
+ * V8's scavenger does for its worklists after its mapping was refused
+ * (6 to 14 MiB measured, docs/mapped.md), never checking for NULL.
+ * "bigmalloc N": mallocs 4 N MiB in one block (refused under the test's
+ * limit), then N MiB in one block, writes it, frees it and exits with
+ * no allocation after it (sort's buffer: the timeline must show it).
+ * "mapretry N": maps N MiB in mappings of 64 KiB until one fails, then
+ * tries 200 more (Ruby's heap pages, retried after each garbage
+ * collection): prints the MiB mapped and how many of the 200 it got.
+ * "regrow N": mallocs N MiB, writes it, reallocs it to 3 N / 2 MiB (git's
+ * buffer grown by half) and says whether the realloc got it.
  * "map N hold": then writes a byte to descriptor 3 and keeps what it
  * mapped until standard input ends (the tree case: both processes hold
  * until both are done). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +32,57 @@ int main(int argc, char **argv)
 	if (argc != 3 && !(argc == 4 && !strcmp(argv[3], "hold")))
 		return 2;
 	int n = atoi(argv[2]), got = 0, err = 0;
-	if (!strcmp(argv[1], "mapmalloc")) {
+	if (!strcmp(argv[1], "bigmalloc")) {
+		size_t big = (size_t)n << 20;
+		char *volatile no = malloc(4 * big); /* not elided */
+		int refused = no == NULL;
+		free(no);
+		char *p = malloc(big);
+		if (!p)
+			return 1;
+		memset(p, 1, big);
+		/* No allocation after the block (printf's buffer could be
+		 * sampled): the row must come from the block itself. */
+		static const char msg[] = "bigmalloc\n";
+		int fail =
+		    !refused || write(1, msg, sizeof msg - 1) != sizeof msg - 1;
+		free(p);
+		return fail;
+	}
+	if (!strcmp(argv[1], "mapretry")) {
+		size_t k = 0;
+		for (; k < (size_t)n * 16; k++) {
+			void *p = mmap(NULL, 64 << 10, PROT_READ | PROT_WRITE,
+			               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (p == MAP_FAILED)
+				break;
+			memset(p, 1, 64 << 10);
+		}
+		for (int i = 0; i < 200; i++)
+			if (mmap(NULL, 64 << 10, PROT_READ | PROT_WRITE,
+			         MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			         0) != MAP_FAILED)
+				got++;
+		printf("mapretry %zu retries got %d\n", k / 16, got);
+		return 0;
+	}
+	if (!strcmp(argv[1], "regrow")) {
+		size_t a = (size_t)n << 20, b = a * 3 / 2;
+		char *p = malloc(a);
+		if (!p)
+			return 1;
+		memset(p, 1, a);
+		char *q = realloc(p, b);
+		printf("regrow %s\n", q ? "got" : strerror(errno));
+		if (q)
+			free(q);
+		else
+			free(p);
+		return 0;
+	}
+	if (!strcmp(argv[1], "mapmalloc") || !strcmp(argv[1], "mapv8")) {
+		bool v8 = argv[1][3] == 'v';
+		int blocks = v8 ? (14 << 20) / 4112 : 512;
 		size_t k = 0;
 		for (; k < (size_t)n * 16; k++) {
 			void *p = mmap(NULL, 64 << 10, PROT_READ | PROT_WRITE,
@@ -31,13 +93,14 @@ int main(int argc, char **argv)
 			}
 			memset(p, 1, 64 << 10);
 		}
-		for (; got < 512; got++) {
-			char *volatile p = malloc(4096);
+		for (; got < blocks; got++) {
+			size_t b = v8 ? 4112 : 4096;
+			char *volatile p = malloc(b);
 			if (!p)
 				break;
-			memset(p, 1, 4096);
+			memset(p, 1, b);
 		}
-		printf("mapmalloc %zu errno %s mallocs %d\n", k / 16,
+		printf("%s %zu errno %s mallocs %d\n", argv[1], k / 16,
 		       err ? strerror(err) : "0", got);
 		return 0;
 	}

@@ -8,6 +8,8 @@
 #                                     memory.max, where it can be written)
 # and under --heap-limit 1.5 x peak (must complete with its normal output
 # and status; its report's and timeline's peaks are compared with RSS).
+# The JVM's peak is what it commits, by its own Native Memory Tracking,
+# not its RSS (below, and docs/mapped.md, "The JVM").  CI stage o.
 # Prints a TAP stream (the must-show checks of issue 34) with the table as
 # comments; writes the table to OUTDIR/runtimes.tsv too.
 #
@@ -252,8 +254,35 @@ for w in "${W[@]}"; do
 		sed 's/^/# /' "$tmp/$name.plain.err" | tail -n 5
 		continue
 	fi
-	L=$((plain_rss * 1024 / 2))
-	Lk=$((plain_rss / 2))
+	# The peak the limits are taken from and the reports are compared
+	# with (KiB): the peak RSS; for the JVM, what it commits.  The JVM
+	# commits (makes writable) 2.3 x what it touches, and committed
+	# writable memory is what the heap limit counts, as RLIMIT_DATA and
+	# overcommit accounting count it: half its RSS stops it at start,
+	# 1.5 x its RSS refuses its heap's growth, and no count of committed
+	# bytes is within 15 % of its RSS.  Issue 34's criteria for it are
+	# restated on its own Native Memory Tracking's committed total (a
+	# plain run; G1 gives nothing back in this run, so at exit is its
+	# peak): L is half of that, the 1.5 x run 1.5 x that, and the
+	# report's and timeline's peaks are compared with it.  Its peak RSS
+	# under L is still checked against 1.15 x L (docs/mapped.md, "The
+	# JVM").
+	base=$plain_rss base_what="peak RSS"
+	if [ "$name" = java ]; then
+		(cd "$tmp" && java -Xmx2g -XX:NativeMemoryTracking=summary \
+			-XX:+UnlockDiagnosticVMOptions -XX:+PrintNMTStatistics \
+			Objs.java 10000000 >"$tmp/nmt.txt" 2>&1)
+		nmt=$(sed -n 's/^Total: reserved=[0-9]*, committed=\([0-9]*\).*/\1/p' "$tmp/nmt.txt" | head -n 1)
+		if [ -z "$nmt" ]; then
+			notok "java: no Native Memory Tracking total"
+			tail -n 5 "$tmp/nmt.txt" | sed 's/^/# /'
+			continue
+		fi
+		base=$((nmt / 1024)) base_what="the JVM's committed (NMT)"
+		echo "# java alone: peak RSS $((plain_rss >> 10)) MiB, committed (NMT) $((nmt >> 20)) MiB"
+	fi
+	L=$((base * 1024 / 2))
+	Lk=$((base / 2))
 
 	# memlimits, half the peak.
 	measure "$name.half" "$ML" run --heap-limit "$L" \
@@ -282,7 +311,7 @@ for w in "${W[@]}"; do
 	fi
 
 	# memlimits, 1.5 x the peak: completes; report and timeline vs RSS.
-	L15=$((plain_rss * 1024 * 3 / 2))
+	L15=$((base * 1024 * 3 / 2))
 	measure "$name.over" "$ML" run --heap-limit "$L15" \
 		--report "$tmp/$name.over.report.%p" --report-all \
 		--timeline "$tmp/$name.over.tsv" --
@@ -297,43 +326,24 @@ for w in "${W[@]}"; do
 		sed -n 's/^ *peak heap: \([0-9]*\) bytes.*/\1/p' | sort -n | tail -n 1)
 	tpeak=$(awk -F'\t' '$1 ~ /^[0-9]+$/ && $3 > m { m = $3 } END { print m + 0 }' \
 		"$tmp/$name.over.tsv" 2>/dev/null)
-	rr=$(ratio "$((${rpeak:-0} / 1024))" "$over_rss")
+	# Against the peak RSS of this run (the JVM: its committed total).
+	[ "$name" = java ] || base=$over_rss
+	rr=$(ratio "$((${rpeak:-0} / 1024))" "$base")
 	# No report: a process that leaves by _exit(2) writes none (the JVM
 	# after a refusal; memlimits(1)).
 	[ -n "$rpeak" ] || rr="none"
-	tr=$(ratio "$((${tpeak:-0} / 1024))" "$over_rss")
+	tr=$(ratio "$((${tpeak:-0} / 1024))" "$base")
 	if [ "$rss15" = 1 ]; then
 		for k in "report's:$rr" "timeline's:$tr"; do
 			r=${k#*:}
 			if [ "$r" = none ]; then
 				notok "$name ${k%%:*} peak: no report written ($over_end)"
 			elif awk -v r="$r" 'BEGIN { exit !(r >= 0.85 && r <= 1.15) }'; then
-				ok "$name ${k%%:*} peak = $r x peak RSS (within 15 %)"
+				ok "$name ${k%%:*} peak = $r x $base_what (within 15 %)"
 			else
-				notok "$name ${k%%:*} peak = $r x peak RSS (within 15 %)"
+				notok "$name ${k%%:*} peak = $r x $base_what (within 15 %)"
 			fi
 		done
-	fi
-
-	# The JVM commits (makes writable) far more than it touches: its own
-	# account of what it committed, next to the report's peak.
-	# Compared with the JVM's own Native Memory Tracking (committed bytes,
-	# a plain run) against the timeline's peak of a run with no limit.
-	if [ "$name" = java ]; then
-		(cd "$tmp" && java -Xmx2g -XX:NativeMemoryTracking=summary \
-			-XX:+UnlockDiagnosticVMOptions -XX:+PrintNMTStatistics \
-			Objs.java 10000000 >"$tmp/nmt.txt" 2>&1)
-		nmt=$(sed -n 's/^Total: reserved=[0-9]*, committed=\([0-9]*\).*/\1/p' "$tmp/nmt.txt" | head -n 1)
-		measure java.free "$ML" run --timeline "$tmp/java.free.tsv" --
-		fpeak=$(awk -F'\t' '$1 ~ /^[0-9]+$/ && $3 > m { m = $3 } END { print m + 0 }' \
-			"$tmp/java.free.tsv" 2>/dev/null)
-		nr=$(ratio "$fpeak" "${nmt:-0}")
-		echo "# java, no limit: timeline's peak $((fpeak >> 20)) MiB, peak RSS $((rss >> 10)) MiB, the JVM's NMT committed $((${nmt:-0} >> 20)) MiB"
-		if awk -v r="$nr" 'BEGIN { exit !(r >= 0.85 && r <= 1.15) }'; then
-			ok "java timeline's peak = $nr x the JVM's own committed bytes (NMT; within 15 %)"
-		else
-			notok "java timeline's peak = $nr x the JVM's own committed bytes (NMT; within 15 %)"
-		fi
 	fi
 
 	# prlimit --data=L.

@@ -3,7 +3,7 @@
 # at half and 1.5 x their peak RSS, under prlimit --data and a cgroup of
 # the same limit: a TAP stream, the table in runtimes-results/.  A few
 # minutes of 2 cores and about 1.3 GB at a time, so outside make check: CI
-# runs it in one stage (docs/reliability.md, docs/mapped.md).
+# runs it in stage o (.ci/run, docs/reliability.md, docs/mapped.md).
 EXTRA_DIST += tests/runtimes/compare.sh
 check-runtimes: tools/memlimits$(EXEEXT) lib/libmemlimits.la
 	MEMLIMITS='$(abs_top_builddir)/tools/memlimits' top_srcdir='$(abs_top_srcdir)' \
