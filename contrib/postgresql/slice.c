@@ -29,6 +29,7 @@ ml_task *mlpg_current_task;
 int mlpg_open_tasks;
 
 static void reap_retired(void);
+static ml_task *task_new(const ml_limits *l);
 
 ml_task *mlpg_statement_task_new(void)
 {
@@ -49,7 +50,22 @@ ml_task *mlpg_statement_task_new(void)
 	l.held_bytes = kb_bytes(mlpg_statement_limit_kb);
 	l.alloc_bytes = kb_bytes(mlpg_statement_alloc_limit_kb);
 	l.global = mlpg_cluster_limit_kb > 0;
-	ml_task *task = ml_task_new(&l);
+	return task_new(&l);
+}
+
+/* A cursor's portal task: the cluster limit only (the statements that
+ * run the cursor keep the statement limits). */
+ml_task *mlpg_portal_task_new(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.delivery = ML_DELIVER_FAIL;
+	l.global = true;
+	return task_new(&l);
+}
+
+static ml_task *task_new(const ml_limits *l)
+{
+	ml_task *task = ml_task_new(l);
 	if (task) { /* NULL (no memory): the statement runs free, uncounted */
 		mlpg_count(C_STARTED);
 		mlpg_open_tasks++;
