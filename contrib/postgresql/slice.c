@@ -256,6 +256,36 @@ static void limit_error(ml_task *task, const ErrorData *cause)
 	         errdetail_internal("%s", detail)));
 }
 
+/* The cancel the budget's wake asked for reached a statement that it
+ * did not stop: the task stopped is an open cursor's (its portal task,
+ * chosen while the session ran another statement).  The statement's
+ * error is then the limit's, with the cursor's figures (the transaction's
+ * abort frees the cursor); the statement's own task ends here, the
+ * portal's with its entry.  Returns when the error is not our cancel. */
+static void portal_stop_error(ml_task *task, MemoryContext cxt)
+{
+	ml_task *portal = mlpg_stopped_portal();
+	if (!portal || portal == task)
+		return;
+	MemoryContextSwitchTo(cxt);
+	ErrorData *cause = CopyErrorData();
+	if (cause->sqlerrcode != ERRCODE_QUERY_CANCELED) {
+		FreeErrorData(cause);
+		return;
+	}
+	FlushErrorState();
+	char *message, *detail;
+	mlpg_limit_text(portal, NULL, &message, &detail);
+	mlpg_task_end(task);
+	QueryCancelPending = false;
+	mlpg_stop_pending = 0;
+	ereport(ERROR,
+	        (errcode(ERRCODE_OUT_OF_MEMORY), errmsg_internal("%s", message),
+	         errdetail_internal("%s", detail),
+	         errhint("The memory was held by an open cursor of this "
+	                 "transaction.")));
+}
+
 /* Run fn(arg) as a slice of the task *owner holds (NULL: plainly).  On
  * an ERROR the task is freed (the statement ends there), *owner set to
  * NULL first, and the error thrown again, or replaced by the limit's when
@@ -313,6 +343,8 @@ void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 				                 refused */
 			limit_error(task, cause);
 		}
+		if (st == ML_OK && mlpg_stop_pending)
+			portal_stop_error(task, cxt);
 		mlpg_task_end(task);
 		PG_RE_THROW();
 	}

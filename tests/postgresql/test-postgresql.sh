@@ -648,10 +648,10 @@ CONF
 	arr="(select array_agg(g) a from generate_series(1, 20000000) g) s"
 	b_sql="set work_mem = '1GB'; select count(*) from (select distinct md5(g::text) from generate_series(1, 2000000) g) s"
 	now() { date +%s.%N; }
-	# fatal_time PID: when the server logged PID's FATAL (log_line_prefix's
-	# %m), else now.
+	# fatal_time PID [LEVEL]: when the server logged PID's FATAL (or
+	# LEVEL) (log_line_prefix's %m), else now.
 	fatal_time() {
-		t=$(sed -n "s/^\(.*\) UTC \[$1\] FATAL: .*/\1/p" "$log" | head -n 1)
+		t=$(sed -n "s/^\(.*\) UTC \[$1\] ${2:-FATAL}: .*/\1/p" "$log" | head -n 1)
 		if [ -n "$t" ] && date -d "$t UTC" +%s.%N 2>/dev/null; then :; else now; fi
 	}
 	# wait_for WHAT SQL: polls until SQL says t (backstop 300 s).
@@ -776,6 +776,37 @@ CONF
 			ok "A in a cursor its client stops reading: its session ended, as idle_in_transaction_session_timeout ends one, with the HINT"
 		else
 			notok "A in a cursor its client stops reading: its session not ended ($gone left) or no HINT"
+		fi
+	else
+		exec 7>&-
+		wait "$a"
+	fi
+
+	# ---- A's cursor while its session runs another statement
+	# The cursor (its portal task) holds the most; the session sleeps in
+	# another statement: that statement ends with the 53200 error, its
+	# HINT naming the cursor, and the transaction's abort frees it.
+	rm -f "$tmp/a.fifo"
+	mkfifo "$tmp/a.fifo"
+	(q <"$tmp/a.fifo" >"$tmp/a.out"; now >"$tmp/a.end") &
+	a=$!
+	exec 7>"$tmp/a.fifo"
+	printf '%s\n' "$a_sql;" "begin;" "declare c cursor for select cardinality(a), g2 from $arr, generate_series(1, 3) g2;" \
+		"fetch 1 from c;" "select pg_sleep(301);" >&7
+	if wait_for "A's cursor holding 300 MB, its session in pg_sleep" "select exists (select from pg_stat_activity where state = 'active' and query like 'select pg_sleep(301)%') and ($held_sql)"; then
+		apid=$(q -c "select pid from pg_stat_activity where state = 'active' and query like 'select pg_sleep(301)%'")
+		sampler_start
+		b_start=$(now)
+		q -c "$b_sql" >"$tmp/b.out"
+		a_end=$(fatal_time "$apid" ERROR)
+		sampler_stop
+		exec 7>&-
+		wait "$a"
+		check_case "A's cursor while its session sleeps" "$tmp/a.out" "$a_end" '^ERROR:  53200: memlimits: cluster memory limit reached'
+		if grep -q '^HINT:  The memory was held by an open cursor of this transaction' "$tmp/a.out"; then
+			ok "A's cursor while its session sleeps: the sleeping statement's error names the cursor (HINT)"
+		else
+			notok "A's cursor while its session sleeps: no HINT naming the cursor"
 		fi
 	else
 		exec 7>&-
