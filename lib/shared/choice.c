@@ -123,8 +123,9 @@ void ml__shared_sum_table(struct ml__shared_table *t, bool full, int skip,
 			    heap; /* the fold's reference (on_fold) */
 		v->total = ml__shared_add_sat(v->total, heap);
 		/* Memory on its way back counts as such for the deadline
-		 * from its last progress only: then it is memory like any
-		 * other, and the next largest holder is chosen. */
+		 * from its member's last progress only (ml__shared_publish):
+		 * then it is memory like any other, and the next largest
+		 * holder is chosen. */
 		if (within_deadline(p.stop_since, now))
 			v->stopping = ml__shared_add_sat(
 			    v->stopping, ml__shared_clamp(p.stopping));
