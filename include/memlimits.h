@@ -460,11 +460,12 @@ ML_EXPORT uint64_t ml_shared_limit(void);
 
 /* Slots of a table made without a count: members at once. */
 #define ML_SHARED_DEFAULT_SLOTS 4096u
-/* A target that has not given its task's memory back this long after it
- * was asked (or since its stopped task last gave some back) counts as
- * memory again, and the next largest holder is chosen.  One second: a
- * PostgreSQL statement's abort on a loaded machine took longer than
- * 250 ms, and a waiting bystander was stopped for it. */
+/* A target that has not obeyed this long after it was asked (or, once
+ * stopped, has not run its hooks with its stopped tasks not growing:
+ * blocked, or growing) counts as memory again, and the next largest
+ * holder is chosen.  One second: a PostgreSQL statement's abort on a
+ * loaded machine took longer than 250 ms, and a waiting bystander was
+ * stopped for it. */
 #define ML_SHARED_DEADLINE_MS 1000
 /* Make a new budget with no name and join it: its table is shared with
  * the children this process forks from now on (members from their first

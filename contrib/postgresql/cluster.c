@@ -10,15 +10,17 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/backend_status.h"
+#include "utils/wait_event.h"
 
 /* The stop the cluster's budget asked for with its wake (wake below):
  * set in the signal handler, with QueryCancelPending (the statement's
  * ERROR is then PostgreSQL's cancel, replaced by ours in mlpg_run_slice) or,
  * for a backend idle in a transaction whose open portal holds the
- * memory, ProcDiePending (PostgreSQL's only way to end a transaction
- * while it waits for its client: the session ends, with our error in
- * place of "terminating connection due to administrator command",
- * rewritten by rewrite_fatal). */
+ * memory (STOP_IDLE), or blocked writing to a client that does not read
+ * (STOP_WRITE), ProcDiePending (PostgreSQL's only way to end a
+ * transaction while it waits for its client: the session ends, with our
+ * error in place of "terminating connection due to administrator
+ * command", rewritten by rewrite_fatal). */
 volatile sig_atomic_t mlpg_stop_pending;
 volatile sig_atomic_t mlpg_stop_terminates;
 
@@ -33,13 +35,23 @@ volatile sig_atomic_t mlpg_stop_terminates;
  * cancel while it reads a command: only ending the session frees what the
  * portal holds, as idle_in_transaction_session_timeout does; its FATAL
  * says why (rewrite_fatal).  Async-signal-safe: stores and SetLatch. */
+enum { STOP_IDLE = 1, STOP_WRITE = 2 };
+
 static void wake(void *arg)
 {
 	int save_errno = errno;
 	(void)arg;
 	mlpg_stop_pending = 1;
+	/* Where PostgreSQL takes no cancel: reading a command (idle in a
+	 * transaction: ProcessClientReadInterrupt runs a cancel only as an
+	 * error of a statement, and there is none), and blocked writing
+	 * (ProcessClientWriteInterrupt takes ProcDiePending only). */
 	if (MyBEEntry && MyBEEntry->st_state == STATE_IDLEINTRANSACTION) {
-		mlpg_stop_terminates = 1;
+		mlpg_stop_terminates = STOP_IDLE;
+		ProcDiePending = true;
+	} else if (MyProc &&
+	           MyProc->wait_event_info == WAIT_EVENT_CLIENT_WRITE) {
+		mlpg_stop_terminates = STOP_WRITE;
 		ProcDiePending = true;
 	} else
 		QueryCancelPending = true;
@@ -59,16 +71,21 @@ static void rewrite_fatal(ErrorData *edata)
 	if (mlpg_stop_terminates && edata->elevel == FATAL &&
 	    edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN) {
 		ml_task *task = mlpg_stopped_portal();
+		bool idle = mlpg_stop_terminates == STOP_IDLE;
 		mlpg_stop_terminates = 0;
 		if (task) {
 			mlpg_limit_text(task, NULL, &edata->message,
 			                &edata->detail);
 			edata->sqlerrcode = ERRCODE_OUT_OF_MEMORY;
-			edata->hint =
-			    pstrdup("The session was idle in a transaction "
-			            "whose open cursor held the memory: "
-			            "ending the session was the only way "
-			            "to free it.");
+			edata->hint = pstrdup(
+			    idle ? "The session was idle in a transaction "
+			           "whose open cursor held the memory: "
+			           "ending the session was the only way "
+			           "to free it."
+			         : "The session was blocked writing to a "
+			           "client that did not read: ending the "
+			           "session was the only way to free its "
+			           "statement's memory.");
 		}
 	}
 	if (prev_emit_log)

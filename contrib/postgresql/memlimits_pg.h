@@ -62,6 +62,8 @@ extern ml_task *mlpg_current_task;
 /* Tasks made and not ended (memlimits_tasks_open). */
 extern int mlpg_open_tasks;
 ml_task *mlpg_statement_task_new(void);
+/* A cursor's portal task (statement.c): global, no limit of its own. */
+ml_task *mlpg_portal_task_new(void);
 void mlpg_task_end(ml_task *task);
 void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends);
 void mlpg_limit_text(ml_task *task, const ErrorData *cause, char **message,

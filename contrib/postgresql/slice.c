@@ -29,6 +29,7 @@ ml_task *mlpg_current_task;
 int mlpg_open_tasks;
 
 static void reap_retired(void);
+static ml_task *task_new(const ml_limits *l);
 
 ml_task *mlpg_statement_task_new(void)
 {
@@ -49,7 +50,22 @@ ml_task *mlpg_statement_task_new(void)
 	l.held_bytes = kb_bytes(mlpg_statement_limit_kb);
 	l.alloc_bytes = kb_bytes(mlpg_statement_alloc_limit_kb);
 	l.global = mlpg_cluster_limit_kb > 0;
-	ml_task *task = ml_task_new(&l);
+	return task_new(&l);
+}
+
+/* A cursor's portal task: the cluster limit only (the statements that
+ * run the cursor keep the statement limits). */
+ml_task *mlpg_portal_task_new(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.delivery = ML_DELIVER_FAIL;
+	l.global = true;
+	return task_new(&l);
+}
+
+static ml_task *task_new(const ml_limits *l)
+{
+	ml_task *task = ml_task_new(l);
 	if (task) { /* NULL (no memory): the statement runs free, uncounted */
 		mlpg_count(C_STARTED);
 		mlpg_open_tasks++;
@@ -240,6 +256,36 @@ static void limit_error(ml_task *task, const ErrorData *cause)
 	         errdetail_internal("%s", detail)));
 }
 
+/* The cancel the budget's wake asked for reached a statement that it
+ * did not stop: the task stopped is an open cursor's (its portal task,
+ * chosen while the session ran another statement).  The statement's
+ * error is then the limit's, with the cursor's figures (the transaction's
+ * abort frees the cursor); the statement's own task ends here, the
+ * portal's with its entry.  Returns when the error is not our cancel. */
+static void portal_stop_error(ml_task *task, MemoryContext cxt)
+{
+	ml_task *portal = mlpg_stopped_portal();
+	if (!portal || portal == task)
+		return;
+	MemoryContextSwitchTo(cxt);
+	ErrorData *cause = CopyErrorData();
+	if (cause->sqlerrcode != ERRCODE_QUERY_CANCELED) {
+		FreeErrorData(cause);
+		return;
+	}
+	FlushErrorState();
+	char *message, *detail;
+	mlpg_limit_text(portal, NULL, &message, &detail);
+	mlpg_task_end(task);
+	QueryCancelPending = false;
+	mlpg_stop_pending = 0;
+	ereport(ERROR,
+	        (errcode(ERRCODE_OUT_OF_MEMORY), errmsg_internal("%s", message),
+	         errdetail_internal("%s", detail),
+	         errhint("The memory was held by an open cursor of this "
+	                 "transaction.")));
+}
+
 /* Run fn(arg) as a slice of the task *owner holds (NULL: plainly).  On
  * an ERROR the task is freed (the statement ends there), *owner set to
  * NULL first, and the error thrown again, or replaced by the limit's when
@@ -297,6 +343,8 @@ void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 				                 refused */
 			limit_error(task, cause);
 		}
+		if (st == ML_OK && mlpg_stop_pending)
+			portal_stop_error(task, cxt);
 		mlpg_task_end(task);
 		PG_RE_THROW();
 	}

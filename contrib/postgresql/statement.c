@@ -30,8 +30,21 @@ typedef struct stmt_entry {
 	QueryDesc *qd;
 	ml_task *task;
 	SubTransactionId subid; /* the subtransaction of its ExecutorStart */
+	bool portal;            /* a cursor's executor (below) */
 } stmt_entry;
 static stmt_entry *stmts;
+
+/* Under the cluster limit, the executor of a cursor that DECLARE opens
+ * (not WITH HOLD) gets a task of its own, a *portal task*, from its
+ * ExecutorStart to its ExecutorEnd (CLOSE, the transaction's end): its
+ * calls run as slices of it, nested in the DECLARE's or FETCH's own
+ * statement task (which keep their limits and meaning).  What the
+ * cursor holds between FETCHes is then held by a live global task, which
+ * the cluster's budget can choose while the session is idle in its
+ * transaction (each FETCH's task has ended by then); the wake ends that
+ * session (cluster.c).  Set by the DECLARE's ProcessUtility until the
+ * cursor's ExecutorStart (one level down) takes it. */
+static bool declaring;
 
 static planner_hook_type prev_planner;
 static ExecutorStart_hook_type prev_ExecutorStart;
@@ -75,6 +88,7 @@ static void xact_end(XactEvent event, void *arg)
 		return;
 	while (stmts)
 		forget_stmt(stmts->qd, NULL);
+	declaring = false;
 	mlpg_task_end(pending_task);
 	pending_task = NULL;
 	mlpg_task_end(ending_task);
@@ -93,6 +107,7 @@ static void subxact_end(SubXactEvent event, SubTransactionId mySubid,
 {
 	if (event != SUBXACT_EVENT_ABORT_SUB)
 		return;
+	declaring = false;
 	for (stmt_entry **p = &stmts; *p;) {
 		stmt_entry *e = *p;
 		if (e->subid >= mySubid) {
@@ -208,9 +223,33 @@ static void executor_slice(QueryDesc *qd, void (*fn)(void *), executor_call *c)
 	mlpg_run_slice(&e->task, fn, c, false);
 }
 
+/* Record qd's entry with its task. */
+static stmt_entry *stmt_add(QueryDesc *qd, ml_task *task, bool portal)
+{
+	forget_stmt(qd, NULL); /* a stale entry at a reused address */
+	stmt_entry *e = MemoryContextAlloc(TopMemoryContext, sizeof(*e));
+	e->qd = qd;
+	e->task = task;
+	e->subid = GetCurrentSubTransactionId();
+	e->portal = portal;
+	e->next = stmts;
+	stmts = e;
+	return e;
+}
+
 static void ml_ExecutorStart(QueryDesc *qd, int eflags)
 {
 	executor_call c = {qd, eflags};
+	if (mlpg_nesting_level == 1 && declaring) {
+		/* The cursor DECLARE opens: its portal task. */
+		declaring = false;
+		ml_task *task = mlpg_portal_task_new();
+		if (task) {
+			stmt_add(qd, task, true);
+			executor_slice(qd, call_start, &c);
+			return;
+		}
+	}
 	if (mlpg_nesting_level > 0 || !statements_limited()) {
 		call_start(&c);
 		return;
@@ -221,21 +260,24 @@ static void ml_ExecutorStart(QueryDesc *qd, int eflags)
 		call_start(&c);
 		return;
 	}
-	forget_stmt(qd, NULL); /* a stale entry at a reused address */
-	stmt_entry *e = MemoryContextAlloc(TopMemoryContext, sizeof(*e));
-	e->qd = qd;
-	e->task = task;
-	e->subid = GetCurrentSubTransactionId();
-	e->next = stmts;
-	stmts = e;
+	stmt_add(qd, task, false);
 	executor_slice(qd, call_start, &c);
+}
+
+/* A cursor's executor called from inside a statement (FETCH, MOVE):
+ * its portal task's entry, NULL for any other. */
+static stmt_entry *portal_entry(QueryDesc *qd)
+{
+	stmt_entry *e =
+	    mlpg_nesting_level > 0 && stmts ? stmt_entry_of(qd) : NULL;
+	return e && e->portal ? e : NULL;
 }
 
 static void ml_ExecutorRun(QueryDesc *qd, ScanDirection direction, uint64 count,
                            bool execute_once)
 {
 	executor_call c = {qd, 0, direction, count, execute_once};
-	if (mlpg_nesting_level > 0) {
+	if (mlpg_nesting_level > 0 && !portal_entry(qd)) {
 		call_run(&c);
 	} else
 		executor_slice(qd, call_run, &c);
@@ -264,7 +306,13 @@ static void ml_ExecutorEnd(QueryDesc *qd)
 {
 	executor_call c = {qd};
 	if (mlpg_nesting_level > 0) {
+		/* A cursor's (CLOSE, the COMMIT's portal cleanup): its
+		 * portal task ends after it. */
+		ml_task *task = NULL;
+		bool portal = portal_entry(qd) && forget_stmt(qd, &task);
 		call_end(&c);
+		if (portal)
+			mlpg_task_end(task);
 		return;
 	}
 	/* ExecutorEnd frees (what it allocates is a few bytes): no slice.
@@ -327,11 +375,18 @@ static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
 	 * slice, and end the transaction inside it). */
 	ml_task *task = pending_task ? pending_task : mlpg_statement_task_new();
 	pending_task = NULL;
+	declaring = mlpg_cluster_limit_kb > 0 && pstmt->utilityStmt &&
+	            IsA(pstmt->utilityStmt, DeclareCursorStmt) &&
+	            !(((DeclareCursorStmt *)pstmt->utilityStmt)->options &
+	              CURSOR_OPT_HOLD);
 	mlpg_run_slice(&task, call_utility, &c, true);
+	declaring = false;
 }
 
 /* The task of an open portal that the cluster's budget stopped (the
- * session ended by the wake while idle in a transaction: cluster.c). */
+ * session ended by the wake while idle in a transaction or blocked
+ * writing to its client: cluster.c): a cursor's portal task, or a
+ * statement's. */
 ml_task *mlpg_stopped_portal(void)
 {
 	for (stmt_entry *e = stmts; e; e = e->next)

@@ -53,15 +53,18 @@ void ml__shared_publish_ahead(struct ml__shared_table *t, uint64_t ahead)
 	struct ml__shared_slot *s = &t->slot[ml__shared_my_slot];
 	struct largest top = {0};
 	ml__global_visit(find_largest, &top);
-	/* The deadline of memory on its way back runs from its last
-	 * progress: a stopped task that is still giving memory back (a
-	 * PostgreSQL abort freeing its contexts, slow under load) is on its
-	 * way back and not passed over for a bystander; one that gave
-	 * nothing back for the deadline counts as memory again. */
+	/* The deadline of memory on its way back runs from the last
+	 * publication at which it had not grown: a member publishes at its
+	 * folds and safe points, so one that runs is working its way back
+	 * (a PostgreSQL backend writing its out-of-memory report and
+	 * aborting, which frees nothing for over a second under load, was
+	 * passed over by its own sum and a waiting bystander stopped); one
+	 * that is blocked, or whose stopped tasks keep growing, counts as
+	 * memory again after the deadline. */
 	if (!top.stopping)
 		ml__shared_stopping_since = 0;
 	else if (!ml__shared_last_stopping || !ml__shared_stopping_since ||
-	         top.stopping < ml__shared_last_stopping)
+	         top.stopping <= ml__shared_last_stopping)
 		ml__shared_stopping_since = ml__shared_now_ns();
 	struct ml__shared_figures v = {
 	    ml__shared_add_sat(ml__shared_heap_now(), ahead),
@@ -125,8 +128,9 @@ void ml__shared_sum_table(struct ml__shared_table *t, bool full, int skip,
 			    heap; /* the fold's reference (on_fold) */
 		v->total = ml__shared_add_sat(v->total, heap);
 		/* Memory on its way back counts as such for the deadline
-		 * from its last progress only: then it is memory like any
-		 * other, and the next largest holder is chosen. */
+		 * from its member's last progress only (ml__shared_publish):
+		 * then it is memory like any other, and the next largest
+		 * holder is chosen. */
 		if (within_deadline(p.stop_since, now))
 			v->stopping = ml__shared_add_sat(
 			    v->stopping, ml__shared_clamp(p.stopping));
@@ -183,8 +187,10 @@ static void request_clear(struct ml__shared_slot *s, uint64_t req)
 
 /* A stop request in our slot: interrupt the task it names if it still
  * runs and the total is still over, publish (what it holds now counts as
- * stopping) and clear the request. */
-void ml__shared_obey_request(struct ml__shared_table *t)
+ * stopping) and clear the request.  `wake`: the request is another
+ * member's, and the program's wake callback is told of the stop (a
+ * server that blocks next without allocating must still end it). */
+void ml__shared_obey_request(struct ml__shared_table *t, bool wake)
 {
 	struct ml__shared_slot *s = &t->slot[ml__shared_my_slot];
 	uint64_t req = atomic_load_explicit(&s->request, memory_order_acquire);
@@ -199,6 +205,8 @@ void ml__shared_obey_request(struct ml__shared_table *t)
 		if (a.tripped)
 			ml__shared_publish(
 			    t); /* its estimate now counts as stopping */
+		if (a.tripped && wake)
+			ml__shared_wake_callback();
 	}
 	request_clear(s, req);
 }
@@ -241,7 +249,7 @@ void ml__shared_choose(struct ml__shared_table *t, bool full)
 		return;
 	atomic_store(&s->req_time, ml__shared_now_ns());
 	if (v.best == ml__shared_my_slot)
-		ml__shared_obey_request(t);
+		ml__shared_obey_request(t, false);
 	else
 		ml__shared_wake_target(t, v.best, v.best_id);
 }

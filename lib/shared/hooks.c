@@ -47,7 +47,7 @@ static uint64_t magnitude(int64_t m)
 static bool obey_or_choose(struct ml__shared_table *t, bool due)
 {
 	if (atomic_load(&t->slot[ml__shared_my_slot].request)) {
-		ml__shared_obey_request(t);
+		ml__shared_obey_request(t, true);
 		return true;
 	}
 	if (!due)
@@ -72,9 +72,7 @@ static void on_fold(void)
 		uint64_t moved = heap > ml__shared_summed_heap
 		                     ? heap - ml__shared_summed_heap
 		                     : ml__shared_summed_heap - heap;
-		if (atomic_load_explicit(&ml__shared_wake_deferred,
-		                         memory_order_relaxed))
-			ml__shared_trip_deferred();
+		ml__shared_trip_deferred(t);
 		/* A choice still due: no held hook since the fold that
 		 * found us over (an allocation not sampled). */
 		if (!obey_or_choose(t, choice_due) &&
@@ -95,6 +93,8 @@ static void on_fold(void)
 				ml__shared_drop_requests(t, &v);
 			}
 		}
+		/* A wake that came while this hook held the lock. */
+		ml__shared_trip_deferred(t);
 	}
 	ml__spin_unlock(&ml__shared_slot_lock);
 }
@@ -125,6 +125,7 @@ static void on_held_moved(int64_t d)
 		if (!obey_or_choose(t, choice_due) &&
 		    magnitude(m) >= publish_batch(t))
 			ml__shared_publish(t);
+		ml__shared_trip_deferred(t);
 	}
 	ml__spin_unlock(&ml__shared_slot_lock);
 }
@@ -140,12 +141,11 @@ static void on_safe_point(void)
 	/* The table is read only under the slot lock: a leave unmaps it. */
 	if (ml__spin_trylock(&ml__shared_slot_lock)) {
 		struct ml__shared_table *t = ml__shared_table_in_use();
-		if (atomic_load_explicit(&ml__shared_wake_deferred,
-		                         memory_order_relaxed))
-			ml__shared_trip_deferred();
+		ml__shared_trip_deferred(t);
 		if (t && ml__shared_ensure_slot(t))
 			obey_or_choose(t,
 			               ml__shared_last_stopping || choice_due);
+		ml__shared_trip_deferred(t);
 		ml__spin_unlock(&ml__shared_slot_lock);
 	}
 	if (atomic_load_explicit(&ml__shared_pressure_due,

@@ -209,7 +209,13 @@ extern _Atomic uint64_t ml__shared_wake_deferred;
 int ml__shared_wake_signal(void); /* what our slot advertises, 0: none */
 uint64_t ml__shared_task_id(const struct ml_task *task);
 void ml__shared_trip_named(struct ml_task *task, void *arg);
-void ml__shared_trip_deferred(void);
+/* A wake deferred (its handler found the slot lock or the global list
+ * taken): carried out now if its request still stands in our slot (t:
+ * the table, the slot lock held; NULL drops it). */
+void ml__shared_trip_deferred(struct ml__shared_table *t);
+/* The program's wake callback (ml_shared_set_wake), if any: a task of
+ * ours was just interrupted for another member's request. */
+void ml__shared_wake_callback(void);
 void ml__shared_wake_target(struct ml__shared_table *t, int i, uint64_t id);
 void ml__shared_wake_install(bool asked);
 
@@ -227,7 +233,7 @@ void ml__shared_sum_table(struct ml__shared_table *t, bool full, int skip,
                           bool readonly, struct ml__shared_totals *v);
 bool ml__shared_over_limit(const struct ml__shared_totals *v);
 void ml__shared_pressure_note(const struct ml__shared_totals *v);
-void ml__shared_obey_request(struct ml__shared_table *t);
+void ml__shared_obey_request(struct ml__shared_table *t, bool wake);
 void ml__shared_drop_requests(struct ml__shared_table *t,
                               const struct ml__shared_totals *v);
 /* Sum; over the limit, post a stop request to the largest holder and wake

@@ -51,14 +51,36 @@ void ml__shared_trip_named(struct ml_task *task, void *arg)
 		a->tripped = true;
 }
 
-/* The handler could not take the global list: trip now. */
-void ml__shared_trip_deferred(void)
+/* Whether the request `id` still stands in our slot (the slot lock
+ * held): a request dropped meanwhile (the total is back under) or
+ * cleared (obeyed at a fold) is moot, and a wake for it stops nothing. */
+static bool request_stands(struct ml__shared_table *t, uint64_t id)
 {
+	return t && !atomic_load(&ml__shared_map_lost) &&
+	       ml__shared_my_lineage == ml__lineage &&
+	       ml__shared_slot_ours(t) &&
+	       atomic_load(&t->slot[ml__shared_my_slot].request) == id;
+}
+
+void ml__shared_wake_callback(void)
+{
+	ml_wake_fn fn = atomic_load(&wake_fn);
+	if (fn)
+		fn(atomic_load(&wake_arg));
+}
+
+void ml__shared_trip_deferred(struct ml__shared_table *t)
+{
+	if (!atomic_load_explicit(&ml__shared_wake_deferred,
+	                          memory_order_relaxed))
+		return;
 	uint64_t id = atomic_exchange(&ml__shared_wake_deferred, 0);
-	if (id) {
-		struct ml__shared_trip_arg a = {id, false, false};
-		ml__global_visit(ml__shared_trip_named, &a);
-	}
+	if (!id || !request_stands(t, id))
+		return;
+	struct ml__shared_trip_arg a = {id, false, false};
+	ml__global_visit(ml__shared_trip_named, &a);
+	if (a.tripped)
+		ml__shared_wake_callback();
 }
 
 /* ---- Waking the target -------------------------------------------------- */
@@ -112,9 +134,16 @@ void ml__shared_wake_target(struct ml__shared_table *t, int i, uint64_t id)
 }
 
 /* The wake signal's handler: a request sent by ml__shared_wake_target
- * (SI_QUEUE, the identity of one of our live tasks) interrupts that task and
- * calls the program's callback.  Async-signal-safe: atomics, a try-lock, no
- * table access (a leave may be unmapping it). */
+ * (SI_QUEUE, the identity of one of our live tasks) interrupts that task
+ * and calls the program's callback, when it acts: only while the request
+ * still stands in our slot and the task still runs (a wake that arrives
+ * after the request was dropped, or obeyed at a fold, stops nothing: the
+ * signal can take longer than the request lives on a loaded machine).
+ * The slot lock, taken with a try-lock, keeps the table mapped (a leave
+ * takes it before unmapping); taken (a hook of ours runs, on this thread
+ * or another) or the global list taken, the wake is deferred to the
+ * hook's end or the next fold or safe point, which checks the same.
+ * Async-signal-safe: atomics and try-locks. */
 static void wake_handler(int sig, siginfo_t *si, void *uc)
 {
 	(void)sig;
@@ -124,16 +153,17 @@ static void wake_handler(int sig, siginfo_t *si, void *uc)
 	int saved = errno;
 	uint64_t id = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
 	struct ml__shared_trip_arg a = {id, false, false};
-	if (!ml__global_try_visit(ml__shared_trip_named, &a))
-		atomic_store(&ml__shared_wake_deferred,
-		             id); /* the next safe point */
-	else if (!a.found) {
+	if (!ml__spin_trylock(&ml__shared_slot_lock)) {
+		atomic_store(&ml__shared_wake_deferred, id);
 		errno = saved;
-		return; /* not a task of ours (any more) */
+		return;
 	}
-	ml_wake_fn fn = atomic_load(&wake_fn);
-	if (fn)
-		fn(atomic_load(&wake_arg));
+	if (request_stands(atomic_load(&ml__shared_joined), id) &&
+	    !ml__global_try_visit(ml__shared_trip_named, &a))
+		atomic_store(&ml__shared_wake_deferred, id);
+	ml__spin_unlock(&ml__shared_slot_lock);
+	if (a.tripped)
+		ml__shared_wake_callback();
 	errno = saved;
 }
 
@@ -159,6 +189,9 @@ void ml__shared_wake_install(bool asked)
 	sa.sa_sigaction = wake_handler;
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigfillset(&sa.sa_mask);
+	/* The handler reads our slot: a truncated object's fault there is
+	 * the SIGBUS guard's to turn into zeros (blocked, it would kill). */
+	sigdelset(&sa.sa_mask, SIGBUS);
 	if (sigaction(want, NULL, &old) != 0)
 		return;
 	bool ours =

@@ -478,6 +478,7 @@ CONF
 		-c "create function ml_hold(mb int) returns int language plpgsql as \$\$
 declare s text := repeat('x', mb * 1048576);
 begin
+	perform set_config('application_name', 'ml_holding', false);
 	for i in 1..6000 loop
 		exit when exists (select from ml_flag);
 		perform pg_sleep(0.05);
@@ -488,11 +489,16 @@ end \$\$" >/dev/null
 		q -c "select ml_hold($hold_mb)" >"$tmp/hold$i.out" &
 		eval "hold$i=\$!"
 		# Each holder is seen holding before the next one starts, past
-		# the copy on assignment that doubles it for a moment (0.4's
-		# activity reads the members' current estimates, so the
-		# doubling shows: a holder counts once it is back under 200 MB).
+		# the copy on assignment that doubles it for a moment: its
+		# body has begun (application_name, set after the DECLARE's
+		# copy and the free of repeat's result), and its published
+		# heap and estimate are back under 200 MB.  (The estimate alone
+		# is also 180 MB before the copy: a holder slowed down by a
+		# loaded machine then made its copy while the next ones made
+		# theirs, three at 370 MB over the 1 GB limit, and one was
+		# rightly stopped: the flake of issue 35's first CI runs.)
 		tries=0
-		until [ "$(q -c "select count(*) from memlimits_activity() where statement_held_bytes between 160 * 1048576 and 200 * 1048576")" = "$i" ]; do
+		until [ "$(q -c "select count(*) from memlimits_activity() a join pg_stat_activity s using (pid) where s.application_name = 'ml_holding' and a.heap_bytes < 200 * 1048576 and a.statement_held_bytes between 160 * 1048576 and 200 * 1048576")" = "$i" ]; do
 			tries=$((tries + 1))
 			[ $tries -gt 600 ] && break
 			sleep 0.1 # not ordering: the poll of a bounded wait
@@ -593,10 +599,11 @@ fi
 # sizes: A builds a 20-million-element array (its contexts ~388 MB) and
 # then waits; B, a DISTINCT over 2 million md5s under work_mem = '1GB'
 # (~200 MB), takes the total over.  A holds the most: its statement is
-# stopped with 53200 while it waits, B finishes.  Three waits: pg_sleep, a
-# row lock held by a third session, and a cursor whose client sends
-# nothing (the session, idle in its transaction, can only be ended: one
-# FATAL with the same 53200 message).  Every wait is a poll on a state
+# stopped with 53200 while it waits, B finishes.  Four waits: pg_sleep, a
+# row lock held by a third session, a cursor whose client sends nothing
+# (the session, idle in its transaction, can only be ended: one FATAL
+# with the same 53200 message), and a statement blocked writing rows to
+# a client that reads nothing (ended too: the FATAL in the log).  Every wait is a poll on a state
 # with a generous backstop, never a verdict on time: the time from B's
 # start to A's stop is measured and printed.  A sampler reads the total
 # (the members' published heaps) all along: its maximum over the limit is
@@ -641,6 +648,12 @@ CONF
 	arr="(select array_agg(g) a from generate_series(1, 20000000) g) s"
 	b_sql="set work_mem = '1GB'; select count(*) from (select distinct md5(g::text) from generate_series(1, 2000000) g) s"
 	now() { date +%s.%N; }
+	# fatal_time PID [LEVEL]: when the server logged PID's FATAL (or
+	# LEVEL) (log_line_prefix's %m), else now.
+	fatal_time() {
+		t=$(sed -n "s/^\(.*\) UTC \[$1\] ${2:-FATAL}: .*/\1/p" "$log" | head -n 1)
+		if [ -n "$t" ] && date -d "$t UTC" +%s.%N 2>/dev/null; then :; else now; fi
+	}
 	# wait_for WHAT SQL: polls until SQL says t (backstop 300 s).
 	wait_for() {
 		tries=0
@@ -746,23 +759,135 @@ CONF
 	printf '%s\n' "$a_sql;" "begin;" "declare c cursor for select cardinality(a), g2 from $arr, generate_series(1, 3) g2;" \
 		"fetch 1 from c;" >&7
 	if wait_for "A's cursor holding 300 MB, its client silent" "select exists (select from pg_stat_activity where state = 'idle in transaction' and query like 'fetch 1 from c%') and ($held_sql)"; then
+		apid=$(q -c "select pid from pg_stat_activity where state = 'idle in transaction' and query like 'fetch 1 from c%'")
 		sampler_start
 		b_start=$(now)
 		q -c "$b_sql" >"$tmp/b.out"
-		# A's end: its backend gone (the client learns it when it next
-		# speaks), by the time B has finished.
-		a_end=$(now)
-		q -c "select pid, state, query from pg_stat_activity where query like 'fetch 1 from c%'" | sed 's/^/# still there: /'
-		todo=" # TODO the wake of a backend idle in a transaction: its session is not ended yet (docs/postgresql.md)"
+		# A's end: its backend's FATAL in the log (the client learns it
+		# when it next speaks).
+		a_end=$(fatal_time "$apid")
 		sampler_stop
+		gone=$(q -c "select count(*) from pg_stat_activity where query like 'fetch 1 from c%'")
 		printf '%s\n' "fetch 1 from c;" >&7
 		exec 7>&-
 		wait "$a"
 		check_case "A in a cursor its client stops reading" "$tmp/a.out" "$a_end" 'FATAL:  53200: memlimits: cluster memory limit reached'
-		todo=
+		if [ "$gone" = 0 ] && grep -q '^HINT:  The session was idle in a transaction whose open cursor held the memory' "$tmp/a.out"; then
+			ok "A in a cursor its client stops reading: its session ended, as idle_in_transaction_session_timeout ends one, with the HINT"
+		else
+			notok "A in a cursor its client stops reading: its session not ended ($gone left) or no HINT"
+		fi
 	else
 		exec 7>&-
 		wait "$a"
+	fi
+
+	# ---- A's cursor while its session runs another statement
+	# The cursor (its portal task) holds the most; the session sleeps in
+	# another statement: that statement ends with the 53200 error, its
+	# HINT naming the cursor, and the transaction's abort frees it.
+	rm -f "$tmp/a.fifo"
+	mkfifo "$tmp/a.fifo"
+	(q <"$tmp/a.fifo" >"$tmp/a.out"; now >"$tmp/a.end") &
+	a=$!
+	exec 7>"$tmp/a.fifo"
+	printf '%s\n' "$a_sql;" "begin;" "declare c cursor for select cardinality(a), g2 from $arr, generate_series(1, 3) g2;" \
+		"fetch 1 from c;" "select pg_sleep(301);" >&7
+	if wait_for "A's cursor holding 300 MB, its session in pg_sleep" "select exists (select from pg_stat_activity where state = 'active' and query like 'select pg_sleep(301)%') and ($held_sql)"; then
+		apid=$(q -c "select pid from pg_stat_activity where state = 'active' and query like 'select pg_sleep(301)%'")
+		sampler_start
+		b_start=$(now)
+		q -c "$b_sql" >"$tmp/b.out"
+		a_end=$(fatal_time "$apid" ERROR)
+		sampler_stop
+		exec 7>&-
+		wait "$a"
+		check_case "A's cursor while its session sleeps" "$tmp/a.out" "$a_end" '^ERROR:  53200: memlimits: cluster memory limit reached'
+		if grep -q '^HINT:  The memory was held by an open cursor of this transaction' "$tmp/a.out"; then
+			ok "A's cursor while its session sleeps: the sleeping statement's error names the cursor (HINT)"
+		else
+			notok "A's cursor while its session sleeps: no HINT naming the cursor"
+		fi
+	else
+		exec 7>&-
+		wait "$a"
+	fi
+
+	# ---- A blocked writing to a client that does not read
+	# A client of our own (the protocol's start-up and one Query, in
+	# Python) asks for A's array and then 100 million rows, and reads
+	# nothing: A's backend blocks in ClientWrite, where PostgreSQL takes
+	# no cancel (ProcessClientWriteInterrupt: only a termination).  The
+	# session ends with our FATAL in the log (the client, whose socket is
+	# full, is sent nothing: PostgreSQL's own rule there).
+	if ! command -v "${PYTHON3:-python3}" >/dev/null 2>&1; then
+		skip "A blocked writing to its client: no python3 for the client that stops reading"
+	else
+		cat >"$tmp/stall.py" <<'PY'
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+p = b'user\0postgres\0database\0postgres\0\0'
+s.sendall(struct.pack('!ii', 8 + len(p), 196608) + p)
+buf = b''
+while True:  # the start-up's messages, up to ReadyForQuery
+    d = s.recv(65536)
+    if not d:
+        sys.exit('closed during start-up')
+    buf += d
+    while len(buf) >= 5:
+        n = struct.unpack('!i', buf[1:5])[0]
+        if len(buf) < 1 + n:
+            break
+        kind, buf = buf[:1], buf[1 + n:]
+        if kind == b'E':
+            sys.exit('refused at start-up')
+        if kind == b'Z':
+            break
+    else:
+        continue
+    if kind == b'Z':
+        break
+q = sys.argv[2].encode() + b'\0'
+s.sendall(b'Q' + struct.pack('!i', 4 + len(q)) + q)
+sys.stdin.read()  # reads nothing until the test says
+n = 0
+try:
+    while True:
+        d = s.recv(1 << 20)
+        if not d:
+            break
+        n += len(d)
+except OSError:
+    pass
+print('closed after %d bytes' % n)
+PY
+		rm -f "$tmp/w.fifo"
+		mkfifo "$tmp/w.fifo"
+		"${PYTHON3:-python3}" "$tmp/stall.py" "$tmp/sock/.s.PGSQL.$port" \
+			"$a_sql; select cardinality(a), g2 from $arr, generate_series(1, 100000000) g2" <"$tmp/w.fifo" >"$tmp/w.out" 2>&1 &
+		a=$!
+		exec 7>"$tmp/w.fifo"
+		if wait_for "A holding 300 MB, blocked writing to its client" "select exists (select from pg_stat_activity where wait_event = 'ClientWrite' and query like '%generate_series(1, 100000000)%') and ($held_sql)"; then
+			apid=$(q -c "select pid from pg_stat_activity where wait_event = 'ClientWrite' and query like '%generate_series(1, 100000000)%'")
+			sampler_start
+			b_start=$(now)
+			q -c "$b_sql" >"$tmp/b.out"
+			a_end=$(fatal_time "$apid")
+			sampler_stop
+			gone=$(q -c "select count(*) from pg_stat_activity where pid = $apid")
+			grep "\[$apid\] \(FATAL\|DETAIL\|HINT\)" "$log" | sed "s/^.*\[$apid\] //" >"$tmp/wlog.out"
+			check_case "A blocked writing to its client" "$tmp/wlog.out" "$a_end" '^FATAL:  memlimits: cluster memory limit reached'
+			if [ "$gone" = 0 ] && grep -q '^HINT:  The session was blocked writing to a client that did not read' "$tmp/wlog.out"; then
+				ok "A blocked writing to its client: its session ended, as pg_terminate_backend ends one, with the HINT in the log"
+			else
+				notok "A blocked writing to its client: its session not ended ($gone left) or no HINT"
+				sed 's/^/# /' "$tmp/wlog.out"
+			fi
+		fi
+		exec 7>&-
+		wait "$a"
+		sed 's/^/# the client: /' "$tmp/w.out"
 	fi
 	grep -c 'memlimits: cluster memory limit reached' "$log" | sed 's/^/# stops in the log: /'
 }
@@ -836,13 +961,15 @@ fi
 # The waiting cases end their own clients (A's psql killed after the
 # row-lock case, the cursor's psql closed): a backend that then writes to
 # its gone client ends with "connection to client lost", PostgreSQL's own
-# FATAL, not a stop (seen once in CI).
+# FATAL, not a stop (seen once in CI).  The sessions that the cluster
+# limit ends (idle in a transaction, blocked writing) end with its FATAL,
+# checked above.
 if grep 'FATAL' "$log" | grep -v -e 'terminating background worker "parallel worker" due to administrator command' \
-	-e 'FATAL:  connection to client lost$' >"$tmp/fatal"; then
+	-e 'FATAL:  connection to client lost$' -e 'FATAL:  memlimits: cluster memory limit reached$' >"$tmp/fatal"; then
 	notok "the server log shows a FATAL error"
 	head "$tmp/fatal" | sed 's/^/# /'
 else
-	ok "no backend exited with FATAL (but a parallel worker ended by its leader, or a backend whose client the test ended)"
+	ok "no backend exited with FATAL (but a parallel worker ended by its leader, a backend whose client the test ended, or a session the cluster limit ended: $(grep -c 'FATAL:  memlimits: cluster memory limit reached$' "$log"), idle in its transaction or blocked writing)"
 fi
 stop_server
 
