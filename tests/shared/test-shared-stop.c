@@ -1044,7 +1044,7 @@ static void test_exec_frees_slot(void)
 	 * exec token; /proc/PID/exe names sleep a moment before, and while
 	 * the token is unknown the library keeps the slot: 1 run in 15 on a
 	 * loaded machine was inside that window). */
-	while (code_fields(pid) == before)
+	while (before && code_fields(pid) == before)
 		sched_yield();
 	/* Publications: each 2 MiB block, taken or given back, moves our
 	 * heap by a batch (1 MiB), so each fold sums; of 16 sums in a row
