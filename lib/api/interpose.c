@@ -134,8 +134,17 @@ static ML__COLD void *resize_slow(void *p, size_t n, size_t a, size_t b)
 	/* realloc(p, 0) frees p: it is never refused (a refusal returns
 	 * NULL, which the caller takes for "freed"). */
 	bool unseen = true;
-	if (n && begin(n, &unseen))
-		return enomem(); /* the old block stays valid */
+	if (n) {
+		/* The held limits see what realloc changes: the new block
+		 * comes as the old one goes (tasks/held.c, ml__held_after),
+		 * so p's record is not counted with the new block's. */
+		struct ml__thread *t = &ml__self;
+		t->replacing = p;
+		bool refused = begin(n, &unseen);
+		t->replacing = NULL;
+		if (refused)
+			return enomem(); /* the old block stays valid */
+	}
 	return end(resize_real(p, n, a, b), n, unseen);
 }
 
