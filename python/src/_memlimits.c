@@ -187,8 +187,26 @@ static inline size_t block_class(const void *p)
 
 static PyMemAllocatorEx prev_mem, prev_obj, prev_raw;
 
+/* Objects are noted where something reads them: on a thread inside a
+ * task of this module (`entered`, its slices open here), or everywhere
+ * while a global limit is set or under the preload (`count_all`: the
+ * heap, run mode's process task).  Elsewhere an allocation is
+ * CPython's alone after one test: no task would be charged, and the
+ * sampler's Poisson process over the bytes it does see stays one
+ * (memorylessness).  Frees are always noted: a block allocated inside a
+ * task may be held and freed anywhere. */
+static __thread __attribute__((tls_model("initial-exec"))) unsigned entered;
+static int count_all;
+
+static inline int noting(void)
+{
+	return entered || count_all;
+}
+
 static inline void *noted(PyMemAllocatorEx *prev, void *p)
 {
+	if (!noting())
+		return p;
 	if (p && in_arena(p) && !ml_note_alloc_block(p, block_class(p))) {
 		prev->free(prev->ctx, p);
 		return NULL;
@@ -216,7 +234,7 @@ static void *pm_realloc(void *ctx, void *p, size_t n)
 		ml_note_free_block(p, old);
 	/* Moved into an arena: the old block is gone already, so a refusal
 	 * cannot be undone; it counts nothing (ml_note_alloc_block). */
-	if (in_arena(q))
+	if (noting() && in_arena(q))
 		(void)ml_note_alloc_block(q, block_class(q));
 	return q;
 }
@@ -307,8 +325,10 @@ static int install_hooks(void)
 	counting = preloaded ? "preloaded" : "hooks";
 	ml_set_refusal_guard(refusal_guard, NULL);
 	hooked = 1;
-	if (preloaded)
+	if (preloaded) {
+		count_all = 1;
 		wrap();
+	}
 	return 0;
 }
 
@@ -424,7 +444,10 @@ static PyObject *task_enter(PyObject *self_, PyObject *unused)
 	if (!live(self))
 		return NULL;
 	wrap();
-	return PyLong_FromLong(ml_task_enter(self->task));
+	int rc = ml_task_enter(self->task);
+	if (rc == 0)
+		entered++;
+	return PyLong_FromLong(rc);
 }
 
 static PyObject *task_leave(PyObject *self_, PyObject *unused)
@@ -433,7 +456,10 @@ static PyObject *task_leave(PyObject *self_, PyObject *unused)
 	TaskObject *self = (TaskObject *)self_;
 	if (!live(self))
 		return NULL;
-	return PyLong_FromLong(ml_task_leave(self->task));
+	int rc = ml_task_leave(self->task);
+	if (rc >= 0)
+		entered--;
+	return PyLong_FromLong(rc);
 }
 
 static PyObject *task_status(PyObject *self_, void *c)
@@ -519,6 +545,7 @@ static PyObject *task_cm_enter(PyObject *self_, PyObject *unused)
 		                "already");
 		return NULL;
 	}
+	entered++;
 	Py_INCREF(self_);
 	return self_;
 }
@@ -530,6 +557,8 @@ static PyObject *task_cm_exit(PyObject *self_, PyObject *const *args,
 	if (!live(self))
 		return NULL;
 	int rc = ml_task_leave(self->task);
+	if (rc >= 0)
+		entered--;
 	if (rc < 0) {
 		PyErr_SetString(
 		    PyExc_RuntimeError,
@@ -566,10 +595,11 @@ static PyObject *task_step(PyObject *self_, PyObject *const *args,
 	}
 	wrap();
 	int rc = ml_task_enter(self->task);
+	entered += rc == 0;
 	PyObject *r =
 	    PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
-	if (rc == 0)
-		ml_task_leave(self->task);
+	if (rc == 0 && ml_task_leave(self->task) >= 0)
+		entered--;
 	return r;
 }
 
@@ -633,10 +663,14 @@ static PyObject *m_set_global_limit(PyObject *m, PyObject *arg)
 	unsigned long long v;
 	if (parse_limit(arg, &v))
 		return NULL;
-	/* The heap the limit reads counts objects from now on. */
-	if (v != ML_NO_LIMIT)
+	/* The heap the limit reads counts objects from now on, on every
+	 * thread. */
+	int rc = ml_set_global_limit(v);
+	if (rc == 0 && v != ML_NO_LIMIT)
 		wrap();
-	return PyLong_FromLong(ml_set_global_limit(v));
+	if (rc == 0)
+		count_all = preloaded || v != ML_NO_LIMIT;
+	return PyLong_FromLong(rc);
 }
 static PyObject *m_write_metrics(PyObject *m, PyObject *arg)
 {

@@ -305,6 +305,25 @@ def test_global_limit_roundtrip():
         memlimits.set_global_limit(old)
 
 
+def test_global_limit_counts_every_thread():
+    # Outside any task, objects are noted only while a global limit is
+    # set (the heap it reads): then 300 000 strs (64 bytes each, 19 MB,
+    # and the list's 2.4 MB) made on a thread in no task count in heap().
+    # The meter is exact up to its batches (32 KiB a thread).
+    old = memlimits.global_limit()
+    try:
+        with memlimits.limit():
+            pass  # the wrappers are in
+        memlimits.set_global_limit("64GiB")
+        h0 = memlimits.heap()
+        x = [str(i) for i in range(300000)]
+        grown = memlimits.heap() - h0
+        assert grown >= 300000 * 64, grown
+        del x
+    finally:
+        memlimits.set_global_limit(old)
+
+
 def test_heap_and_metrics(tmp_path):
     assert memlimits.heap() >= 0
     p = tmp_path / "m.txt"
