@@ -146,7 +146,7 @@ static inline bool decide(uint64_t n, struct decision *d)
 	if (!n || idle(t) || !ml__countdown_take(n))
 		return true;
 	t->mapping = 1;
-	int v = ml__alloc_begin(n);
+	int v = ml__alloc_begin(n, NULL);
 	t->mapping = 0;
 	if (v != 0)
 		return false;

@@ -22,7 +22,7 @@ ML__API bool ml_note_alloc(size_t bytes)
 	if (ml__unlikely(ml__countdown_take(bytes))) {
 		if (ml__unlikely(bytes > (size_t)INT64_MAX))
 			return note_impossible(bytes);
-		if (ml__alloc_begin(bytes))
+		if (ml__alloc_begin(bytes, NULL))
 			return false;
 	}
 	if (ml__unlikely(ML__METER_ON))
@@ -55,7 +55,7 @@ ML__API bool ml_note_alloc_block(void *p, size_t bytes)
 	if (ml__unlikely(ml__countdown_take(bytes))) {
 		if (ml__unlikely(bytes > (size_t)INT64_MAX))
 			return note_impossible(bytes);
-		if (ml__alloc_begin(bytes))
+		if (ml__alloc_begin(bytes, NULL))
 			return false;
 		/* A sample: p is held by the tasks it was charged to. */
 		ml__alloc_end(p, bytes);

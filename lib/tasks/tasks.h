@@ -168,8 +168,8 @@ struct ml__thread {
 	 * mode's heap limits refuse mappings before blocks (runmode.c). */
 	uint8_t mapping;
 	/* The allocation being decided is realloc's new block for this old
-	 * one (api/interpose.c): held checks count the old block's record
-	 * as gone (ml__held_after).  NULL otherwise. */
+	 * one (ml__alloc_begin's `replacing`): held checks count the old
+	 * block's record as gone (ml__held_after).  NULL otherwise. */
 	const void *replacing;
 	uint64_t charged_samples;
 	/* The interned call stack of the last sample (core/stacks.c), when
@@ -259,12 +259,13 @@ void ml__thread_init(struct ml__thread *t);
  * bytes to the slow path (ml__countdown_take).
  * ml__alloc_begin decides: samples, credits the thread's tasks, delivers
  * their interruptions; 0 = allocate, -1 = fail with ENOMEM; may not
- * return (JUMP delivery).
+ * return (JUMP delivery).  `replacing`: realloc's old block, whose record
+ * the held checks count as gone (t->replacing), or NULL.
  * ml__alloc_end settles with the allocator's answer p: a block that
  * carried samples is held by the tasks that were charged (held.c); a
  * failure (p NULL) takes back what the allocation was charged.  Returns
  * p; leaves errno alone. */
-int ml__alloc_begin(uint64_t n);
+int ml__alloc_begin(uint64_t n, const void *replacing);
 void *ml__alloc_end(void *p, uint64_t n);
 
 /* ---- Tasks (task.c, credit.c) ----------------------------------------- */
