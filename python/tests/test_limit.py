@@ -111,10 +111,10 @@ def test_held_limit_list_of_str(examples):
     # block's samples less the old one's: lib/tasks/held.c).  Below 45 MiB
     # only when the storage's growth carries 66 samples more than the
     # estimate's distance to the limit: with H' the samples of the strs
-    # (64 bytes each), Y the old storage's and X the new one's
-    # (independent Poisson), P(H' + Y <= 589 and H' + X >= 656) summed
-    # over the list's reallocs is 3.1e-8 a seed (1.8e-7 for 56-byte
-    # objects), 5e-7 (2.9e-6) for 16 seeds.  With the old block counted
+    # (55 bytes or less: pymalloc's 64-byte class), Y the old storage's
+    # and X the new one's (independent Poisson), P(H' + Y <= 589 and
+    # H' + X >= 656) summed over the list's reallocs is 3.1e-8 a seed,
+    # 5e-7 for the 16 seeds.  With the old block counted
     # too (before the fix), these seeds gave 44.2 to 50.0 MiB (102: 44.2).
     lim = 50 * MiB
     for seed, out in examples.items():
