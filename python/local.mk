@@ -41,7 +41,20 @@ install-exec-local: python/build/pkg/.built
 		'$(DESTDIR)$(PYTHON_SITEDIR)/memlimits/'
 uninstall-hook:
 	rm -rf '$(DESTDIR)$(PYTHON_SITEDIR)/memlimits'
+# What the module costs: json, a regex loop, dict and list churn and
+# test_json + test_re, plain / imported / in a limit block, as callgrind
+# instruction ratios (python/bench-python.py; docs/python.md, "Numbers").
+# Its own target, not part of make bench: minutes under callgrind.
+bench-python: python/build/pkg/.built
+	PYTHONPATH='$(abs_top_builddir)/python/build/pkg' \
+	LD_LIBRARY_PATH='$(abs_top_builddir)/lib/.libs' \
+	VALGRIND='$(VALGRIND)' $(ML_PYTHON) \
+		$(top_srcdir)/python/bench-python.py $(BENCH_PYTHON)
+else
+bench-python:
+	@echo "bench-python: configured without the Python module"
 endif
+.PHONY: bench-python
 mostlyclean-local: mostlyclean-python
 mostlyclean-python:
 	rm -rf python/build

@@ -3,7 +3,7 @@
  *  - the sampler's countdown (ml__countdown_take, sampler.h): the fast
  *    path, one subtraction and one branch;
  *  - when that sends an allocation to the slow path, the tasks layer's
- *    one pair around the real allocation: ml__alloc_begin(n) decides,
+ *    one pair around the real allocation: ml__alloc_begin(n, old) decides,
  *    ml__alloc_end(p, n) settles (tasks/slow.c);
  *  - the allocator underneath through alloc/alloc.h: ml__real, the
  *    meter's tails and hooks, ml__sampled_lose for realloc's old block.
@@ -21,7 +21,7 @@
  * countdown gets its n back (modulo 2^64, like the subtraction) and the
  * request goes on unseen, settled by nobody (*unseen).  Everything else is
  * the tasks layer's to decide. */
-static inline bool begin(size_t n, bool *unseen)
+static inline bool begin(size_t n, const void *replacing, bool *unseen)
 {
 	if (n >= ML__PROBE_MIN && ml__refused_anyway(n)) {
 		ml__countdown += n;
@@ -29,7 +29,7 @@ static inline bool begin(size_t n, bool *unseen)
 		return false;
 	}
 	*unseen = false;
-	return ml__alloc_begin(n) != 0;
+	return ml__alloc_begin(n, replacing) != 0;
 }
 
 /* After the real allocator, on the slow path. */
@@ -53,7 +53,7 @@ static inline void *malloc_tail_call(size_t n)
 static ML__COLD void *malloc_slow(size_t n)
 {
 	bool unseen;
-	if (begin(n, &unseen))
+	if (begin(n, NULL, &unseen))
 		return enomem();
 	return end(malloc_tail_call(n), n, unseen);
 }
@@ -90,7 +90,7 @@ static inline void *calloc_real(size_t a, size_t b)
 static ML__COLD void *calloc_slow(size_t a, size_t b, size_t n)
 {
 	bool unseen;
-	if (begin(n, &unseen))
+	if (begin(n, NULL, &unseen))
 		return enomem();
 	return end(calloc_real(a, b), n, unseen);
 }
@@ -138,10 +138,12 @@ static ML__COLD void *resize_slow(void *p, size_t n, size_t a, size_t b)
 		/* The heap after this realloc holds n bytes, not the old
 		 * block's plus n: the heap limit checks that (git's buffer
 		 * grown by half at 1.5 x its peak was refused for old + new,
-		 * which the meter never counts). */
+		 * which the meter never counts).  The held limits likewise
+		 * see what realloc changes: the new block comes as the old
+		 * one goes (tasks/held.c, ml__held_after). */
 		if (p && ML__METER_ON)
 			ml__meter_self.resizing = ml__chunk_bytes(p);
-		bool no = begin(n, &unseen);
+		bool no = begin(n, p, &unseen);
 		ml__meter_self.resizing = 0;
 		if (no)
 			return enomem(); /* the old block stays valid */
@@ -180,7 +182,7 @@ static inline void *aligned_real(size_t align, size_t n)
 static ML__COLD void *aligned_slow(size_t align, size_t n)
 {
 	bool unseen;
-	if (begin(n, &unseen))
+	if (begin(n, NULL, &unseen))
 		return enomem();
 	return end(aligned_real(align, n), n, unseen);
 }
@@ -211,7 +213,7 @@ static inline void *aligned_alloc_real(size_t align, size_t n)
 static ML__COLD void *aligned_alloc_slow(size_t align, size_t n)
 {
 	bool unseen;
-	if (begin(n, &unseen))
+	if (begin(n, NULL, &unseen))
 		return enomem();
 	return end(aligned_alloc_real(align, n), n, unseen);
 }
@@ -234,7 +236,7 @@ static inline int posix_memalign_real(void **out, size_t align, size_t n)
 static ML__COLD int posix_memalign_slow(void **out, size_t align, size_t n)
 {
 	bool unseen;
-	if (begin(n, &unseen))
+	if (begin(n, NULL, &unseen))
 		return ENOMEM; /* errno left alone, as the allocators' own */
 	int rc = posix_memalign_real(out, align, n);
 	end(rc == 0 ? *out : NULL, n, unseen);
@@ -259,7 +261,7 @@ static inline void *valloc_real(size_t n)
 static ML__COLD void *valloc_slow(size_t n)
 {
 	bool unseen;
-	if (begin(n, &unseen))
+	if (begin(n, NULL, &unseen))
 		return enomem();
 	return end(valloc_real(n), n, unseen);
 }
@@ -282,7 +284,7 @@ static inline void *pvalloc_real(size_t n)
 static ML__COLD void *pvalloc_slow(size_t n, size_t rounded)
 {
 	bool unseen;
-	if (begin(rounded, &unseen))
+	if (begin(rounded, NULL, &unseen))
 		return enomem();
 	return end(pvalloc_real(n), rounded, unseen);
 }

@@ -182,7 +182,7 @@ static bool decide_slow(uint64_t n, struct decision *d)
 			return true;
 	}
 	t->mapping = 1;
-	int v = ml__alloc_begin(n);
+	int v = ml__alloc_begin(n, NULL);
 	t->mapping = 0;
 	if (v != 0)
 		return false;

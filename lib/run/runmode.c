@@ -169,7 +169,7 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	/* As the core checks a task's held limit (tasks/credit.c), but not
 	 * sticky: the program may free and go on. */
 	if (ml__run.held_limit != ML_NO_LIMIT &&
-	    ml__held_bytes(&process) + s * (uint64_t)t->sampler.interval >=
+	    ml__held_after(t, &process, s * (uint64_t)t->sampler.interval) >=
 	        ml__run.held_limit) {
 		fire(ML_HELD_LIMIT, n, s, 0);
 		return ML__HOOK_REFUSE;

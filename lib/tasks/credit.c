@@ -110,7 +110,7 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 		    alloc_reached(task, total))
 			ml__task_trip_here(task, ML_ALLOC_LIMIT);
 		else if (ml__held_limited(task->held_limit) &&
-		         ml__held_bytes(task) + w >= task->held_limit)
+		         ml__held_after(t, task, w) >= task->held_limit)
 			ml__task_trip_here(task, ML_HELD_LIMIT);
 		else if (task->token && ml__token_is_set(task->token))
 			ml__task_trip_here(task, ML_CANCELLED);

@@ -256,6 +256,36 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 		held_moved((int64_t)r.weight);
 }
 
+/* The weight of p's record where the account a is charged with it; 0
+ * when p carries none (the filter says so in five instructions) or a
+ * is not among its accounts. */
+static uint64_t weight_in(const void *p, const struct ml__account *a)
+{
+	if (!ml__sampled_marked(p))
+		return 0;
+	uint64_t w = 0;
+	unsigned k = shard_of((uintptr_t)p);
+	ml__spin_lock(&shard_lock[k].lock);
+	const struct record *r = find(&shards[k], (uintptr_t)p);
+	for (int i = 0; r && i < ML__HELD_TASKS && r->acct[i]; i++)
+		if (r->acct[i] == a)
+			w = r->weight;
+	ml__spin_unlock(&shard_lock[k].lock);
+	return w;
+}
+
+uint64_t ml__held_after(const struct ml__thread *t, const struct ml_task *task,
+                        uint64_t w)
+{
+	uint64_t h = ml__held_bytes(task) + w;
+	if (ml__likely(!t->replacing))
+		return h;
+	const struct ml__account *a =
+	    atomic_load_explicit(&task->acct, memory_order_acquire);
+	uint64_t old = a ? weight_in(t->replacing, a) : 0;
+	return h > old ? h - old : 0;
+}
+
 uint64_t ml__held_by_stack(const struct ml_task *task, uint64_t *sums)
 {
 	const struct ml__account *a =

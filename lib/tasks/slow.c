@@ -126,7 +126,7 @@ void ml__thread_init(struct ml__thread *t)
 	}
 }
 
-int ml__alloc_begin(uint64_t n)
+int ml__alloc_begin(uint64_t n, const void *replacing)
 {
 	struct ml__thread *t = &ml__self;
 	if (t->busy) {
@@ -188,8 +188,10 @@ int ml__alloc_begin(uint64_t n)
 		               &ml__stacks_wanted, memory_order_relaxed))
 		               ? ml__stack_here()
 		               : 0;
+		t->replacing = replacing;
 		unsigned hv = h->sample ? h->sample(t, s, n) : 0;
 		verdict = ml__tasks_sample(t, s, n, hv);
+		t->replacing = NULL;
 		/* A refused allocation allocated nothing. */
 		if (verdict != 0 && h->unsample)
 			h->unsample(t, s);

@@ -235,6 +235,13 @@ extern void (*_Atomic ml__held_moved_hook)(int64_t delta);
 /* A task's held estimate and its peak, in bytes. */
 uint64_t ml__held_bytes(const struct ml_task *task);
 uint64_t ml__held_peak(const struct ml_task *task);
+/* The task's held estimate once the allocation t is deciding, of weight
+ * w (its samples times the interval), is made: the estimate plus w, less
+ * the weight of realloc's old block (t->replacing) where the task holds
+ * it, since that block goes as the new one comes.  For the held limits'
+ * checks (credit.c, run mode). */
+uint64_t ml__held_after(const struct ml__thread *t, const struct ml_task *task,
+                        uint64_t w);
 /* The task ends: it gives up its account (its records keep it alive). */
 void ml__held_task_end(struct ml_task *task);
 /* `to` holds its blocks in from's account (made now if need be): run

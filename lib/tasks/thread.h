@@ -73,6 +73,10 @@ struct ml__thread {
 	/* The allocation being decided is a mapping (api/mmap.c): run
 	 * mode's heap limits refuse mappings before blocks (runmode.c). */
 	uint8_t mapping;
+	/* The allocation being decided is realloc's new block for this old
+	 * one (ml__alloc_begin's `replacing`): held checks count the old
+	 * block's record as gone (ml__held_after).  NULL otherwise. */
+	const void *replacing;
 	uint64_t charged_samples;
 	/* The allocation being decided is a realloc of a block of this many
 	 * bytes (0: not one): the global limit's check leaves them out
@@ -187,12 +191,13 @@ void ml__thread_init(struct ml__thread *t);
  * bytes to the slow path (ml__countdown_take).
  * ml__alloc_begin decides: samples, credits the thread's tasks, delivers
  * their interruptions; 0 = allocate, -1 = fail with ENOMEM; may not
- * return (JUMP delivery).
+ * return (JUMP delivery).  `replacing`: realloc's old block, whose record
+ * the held checks count as gone (t->replacing), or NULL.
  * ml__alloc_end settles with the allocator's answer p: a block that
  * carried samples is held by the tasks that were charged (held.c); a
  * failure (p NULL) takes back what the allocation was charged.  Returns
  * p; leaves errno alone. */
-int ml__alloc_begin(uint64_t n);
+int ml__alloc_begin(uint64_t n, const void *replacing);
 void *ml__alloc_end(void *p, uint64_t n);
 /* The allocation ml__alloc_begin let through was made and the meter
  * counts it: tells the granted hook if it carried samples (ml__alloc_end

@@ -19,6 +19,12 @@
  *       counting does not see: objects count, arenas do not.  Aligned to
  *       1 MiB, so that a bitmap of arenas tells an arena's object from a
  *       RAW block in one load.
+ *     The domains' wrappers go in at the first task entered or global
+ *     limit set (wrap), not at import: a process that never sets a
+ *     limit runs CPython's own allocators, with nothing in between (a
+ *     wrapper, however cheap, costs CPython its inlined pymalloc: 6 %
+ *     of CPU in bench-python.py).  Under the preload (run mode: the
+ *     process is a task) they go in at import.
  *  2. Tasks: ml_task objects entered and left on the calling thread
  *     (ml_task_enter / ml_task_leave), with FAIL delivery.
  * The rest (sizes, the with blocks, the exceptions) is Python
@@ -181,8 +187,26 @@ static inline size_t block_class(const void *p)
 
 static PyMemAllocatorEx prev_mem, prev_obj, prev_raw;
 
+/* Objects are noted where something reads them: on a thread inside a
+ * task of this module (`entered`, its slices open here), or everywhere
+ * while a global limit is set or under the preload (`count_all`: the
+ * heap, run mode's process task).  Elsewhere an allocation is
+ * CPython's alone after one test: no task would be charged, and the
+ * sampler's Poisson process over the bytes it does see stays one
+ * (memorylessness).  Frees are always noted: a block allocated inside a
+ * task may be held and freed anywhere. */
+static __thread __attribute__((tls_model("initial-exec"))) unsigned entered;
+static int count_all;
+
+static inline int noting(void)
+{
+	return entered || count_all;
+}
+
 static inline void *noted(PyMemAllocatorEx *prev, void *p)
 {
+	if (!noting())
+		return p;
 	if (p && in_arena(p) && !ml_note_alloc_block(p, block_class(p))) {
 		prev->free(prev->ctx, p);
 		return NULL;
@@ -210,7 +234,7 @@ static void *pm_realloc(void *ctx, void *p, size_t n)
 		ml_note_free_block(p, old);
 	/* Moved into an arena: the old block is gone already, so a refusal
 	 * cannot be undone; it counts nothing (ml_note_alloc_block). */
-	if (in_arena(q))
+	if (noting() && in_arena(q))
 		(void)ml_note_alloc_block(q, block_class(q));
 	return q;
 }
@@ -240,6 +264,39 @@ static int validate_classes(void)
 
 static bool refusal_guard(void *arg);
 
+/* The domains' wrappers, from the first limit on (never taken out: a
+ * block noted as held must be seen when it is freed).  Under the GIL,
+ * which every MEM and OBJ call holds, so that none runs while they
+ * change.  Blocks made before are pymalloc's and glibc's own: pm_free
+ * and the library's free take them (no record: nothing held to give
+ * back), as they take arenas' objects made before the import. */
+static int wrapped;
+
+static void wrap(void)
+{
+	if (wrapped || !hooked)
+		return;
+	wrapped = 1;
+	PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &prev_mem);
+	PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &prev_obj);
+	PyMemAllocatorEx mem = {&prev_mem, pm_malloc, pm_calloc, pm_realloc,
+	                        pm_free};
+	PyMemAllocatorEx obj = {&prev_obj, pm_malloc, pm_calloc, pm_realloc,
+	                        pm_free};
+	PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &mem);
+	PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &obj);
+	if (!preloaded) {
+		/* RAW runs without the GIL too: a call that reads the domain
+		 * while it changes gets glibc's function or the library's,
+		 * either with a NULL context, and each frees what the other
+		 * made (the library's family forwards to glibc). */
+		PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &prev_raw);
+		PyMemAllocatorEx raw = {NULL, raw_malloc, raw_calloc,
+		                        raw_realloc, raw_free};
+		PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &raw);
+	}
+}
+
 static int install_hooks(void)
 {
 	const char *pm = getenv("PYTHONMALLOC");
@@ -261,27 +318,17 @@ static int install_hooks(void)
 		counting = "off: no memory for the arena map";
 		return 0;
 	}
+	/* The arenas are ours from the import on, so that objects in the
+	 * arenas pymalloc makes before the first limit count from then. */
 	PyObjectArenaAllocator arenas = {NULL, arena_alloc, arena_free};
 	PyObject_SetArenaAllocator(&arenas);
-	PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &prev_mem);
-	PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &prev_obj);
-	PyMemAllocatorEx mem = {&prev_mem, pm_malloc, pm_calloc, pm_realloc,
-	                        pm_free};
-	PyMemAllocatorEx obj = {&prev_obj, pm_malloc, pm_calloc, pm_realloc,
-	                        pm_free};
-	PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &mem);
-	PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &obj);
-	if (!preloaded) {
-		PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &prev_raw);
-		PyMemAllocatorEx raw = {NULL, raw_malloc, raw_calloc,
-		                        raw_realloc, raw_free};
-		PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &raw);
-		counting = "hooks";
-	} else {
-		counting = "preloaded";
-	}
+	counting = preloaded ? "preloaded" : "hooks";
 	ml_set_refusal_guard(refusal_guard, NULL);
 	hooked = 1;
+	if (preloaded) {
+		count_all = 1;
+		wrap();
+	}
 	return 0;
 }
 
@@ -396,7 +443,11 @@ static PyObject *task_enter(PyObject *self_, PyObject *unused)
 	TaskObject *self = (TaskObject *)self_;
 	if (!live(self))
 		return NULL;
-	return PyLong_FromLong(ml_task_enter(self->task));
+	wrap();
+	int rc = ml_task_enter(self->task);
+	if (rc == 0)
+		entered++;
+	return PyLong_FromLong(rc);
 }
 
 static PyObject *task_leave(PyObject *self_, PyObject *unused)
@@ -405,7 +456,10 @@ static PyObject *task_leave(PyObject *self_, PyObject *unused)
 	TaskObject *self = (TaskObject *)self_;
 	if (!live(self))
 		return NULL;
-	return PyLong_FromLong(ml_task_leave(self->task));
+	int rc = ml_task_leave(self->task);
+	if (rc >= 0)
+		entered--;
+	return PyLong_FromLong(rc);
 }
 
 static PyObject *task_status(PyObject *self_, void *c)
@@ -481,6 +535,7 @@ static PyObject *task_cm_enter(PyObject *self_, PyObject *unused)
 	TaskObject *self = (TaskObject *)self_;
 	if (!live(self))
 		return NULL;
+	wrap();
 	int rc = ml_task_enter(self->task);
 	if (rc > 0)
 		return raise_exceeded(self_, rc);
@@ -490,6 +545,7 @@ static PyObject *task_cm_enter(PyObject *self_, PyObject *unused)
 		                "already");
 		return NULL;
 	}
+	entered++;
 	Py_INCREF(self_);
 	return self_;
 }
@@ -501,6 +557,8 @@ static PyObject *task_cm_exit(PyObject *self_, PyObject *const *args,
 	if (!live(self))
 		return NULL;
 	int rc = ml_task_leave(self->task);
+	if (rc >= 0)
+		entered--;
 	if (rc < 0) {
 		PyErr_SetString(
 		    PyExc_RuntimeError,
@@ -535,11 +593,13 @@ static PyObject *task_step(PyObject *self_, PyObject *const *args,
 		PyErr_SetString(PyExc_TypeError, "step(fn, *args)");
 		return NULL;
 	}
+	wrap();
 	int rc = ml_task_enter(self->task);
+	entered += rc == 0;
 	PyObject *r =
 	    PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
-	if (rc == 0)
-		ml_task_leave(self->task);
+	if (rc == 0 && ml_task_leave(self->task) >= 0)
+		entered--;
 	return r;
 }
 
@@ -603,7 +663,14 @@ static PyObject *m_set_global_limit(PyObject *m, PyObject *arg)
 	unsigned long long v;
 	if (parse_limit(arg, &v))
 		return NULL;
-	return PyLong_FromLong(ml_set_global_limit(v));
+	/* The heap the limit reads counts objects from now on, on every
+	 * thread. */
+	int rc = ml_set_global_limit(v);
+	if (rc == 0 && v != ML_NO_LIMIT)
+		wrap();
+	if (rc == 0)
+		count_all = preloaded || v != ML_NO_LIMIT;
+	return PyLong_FromLong(rc);
 }
 static PyObject *m_write_metrics(PyObject *m, PyObject *arg)
 {
@@ -623,9 +690,10 @@ static PyObject *m_capabilities(PyObject *m, PyObject *unused)
 {
 	(void)m, (void)unused;
 	unsigned c = ml_capabilities();
-	return Py_BuildValue("{s:I,s:s,s:s,s:O,s:K}", "mask", c, "counting",
+	return Py_BuildValue("{s:I,s:s,s:s,s:O,s:O,s:K}", "mask", c, "counting",
 	                     counting, "library", ml_version(), "preloaded",
-	                     preloaded ? Py_True : Py_False, "interval",
+	                     preloaded ? Py_True : Py_False, "wrapped",
+	                     wrapped ? Py_True : Py_False, "interval",
 	                     (unsigned long long)ml_sample_interval());
 }
 static PyObject *m_interrupted(PyObject *m, PyObject *unused)
@@ -645,7 +713,8 @@ static PyMethodDef module_methods[] = {
      "write_metrics(file) -> None: Prometheus text to a file or fd."},
     {"capabilities", m_capabilities, METH_NOARGS,
      "capabilities() -> dict: ml_capabilities and how Python's allocations "
-     "are counted."},
+     "are counted (wrapped: the domains' wrappers are in, from the first "
+     "limit on)."},
     {"is_interrupted", m_interrupted, METH_NOARGS,
      "is_interrupted() -> bool: ml_is_interrupted."},
     {NULL, NULL, 0, NULL}};

@@ -248,6 +248,90 @@ static void test_realloc_memalign(void)
 	ml_task_free(t);
 }
 
+/* ---- realloc under a held limit: charged as what it changes -----------
+ *
+ * realloc's new block comes as its old one goes: the held check at its
+ * sample counts the old block's record as gone.  Checked with a 10 MiB
+ * block resized 100 times under a 16 MiB held limit (k = 210 samples):
+ * the task holds one block of about 10 MiB (131 samples on average), so
+ * a resize is stopped only if the new block alone carries 210 samples,
+ * P(Poisson(131.07) >= 210) = 1.4e-10 each, 1.4e-8 for all.  Counted
+ * with the old block (the new one's samples and the old one's, Poisson
+ * 262 together), the first resize was stopped with P = 1 - 3.9e-4. */
+
+#define RESIZES 100
+static int resized;
+
+static void *resize_in_place(void *arg)
+{
+	char **p = arg;
+	for (resized = 0; resized < RESIZES; resized++) {
+		size_t n = (10u << 20) + (resized % 2 ? 65536 : 0);
+		char *q = realloc(*p, n);
+		if (!q)
+			break; /* FAIL delivery: *p stays valid */
+		q[n - 1] = 1;
+		*p = q;
+	}
+	return NULL;
+}
+
+/* Grows a block by 1 MiB at a time up to 64 MiB: stopped on the way. */
+static void *grow_past(void *arg)
+{
+	char **p = arg;
+	for (resized = 1; resized <= 64; resized++) {
+		char *q = realloc(*p, (size_t)resized << 20);
+		if (!q)
+			break;
+		q[0] = 1;
+		*p = q;
+	}
+	return NULL;
+}
+
+static void test_realloc_held_limit(void)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.held_bytes = 16 << 20;
+	l.delivery = ML_DELIVER_FAIL;
+	ml_outcome out;
+	for (uint64_t seed = 31; seed < 34; seed++) {
+		ml_set_seed(seed);
+		char *p = NULL;
+		ml_task *t = ml_task_new(&l);
+		ml_task_run(t, grow_past, &p, &out);
+		/* 16 MiB = 210 samples: a block of 8 MiB carries them with
+		 * P(Poisson(104.9) >= 210) < 1e-17, one of 32 MiB fails to
+		 * with P(Poisson(419.4) < 210) < 1e-30. */
+		tap_ok(out.status == ML_HELD_LIMIT && resized > 8 &&
+		           resized <= 32 && p && p[0] == 1,
+		       "seed %llu: a block grown by realloc is stopped at "
+		       "%d MiB by a 16 MiB held limit (status %d), the old "
+		       "block kept",
+		       (unsigned long long)seed, resized, (int)out.status);
+		free(p);
+		ml_task_free(t);
+
+		p = malloc(10u << 20);
+		t = ml_task_new(&l);
+		ml_task_run(t, resize_in_place, &p, &out);
+		tap_ok(out.status == ML_OK && resized == RESIZES,
+		       "seed %llu: a 10 MiB block resized %d times under a "
+		       "16 MiB held limit is not stopped (status %d, %d "
+		       "resizes)",
+		       (unsigned long long)seed, RESIZES, (int)out.status,
+		       resized);
+		/* Held: the last block, 10 MiB + 64 KiB or 10 MiB, within
+		 * 5.5 sd (P < 4e-8). */
+		tap_ok(near_estimate((double)out.held, 10u << 20),
+		       "its held estimate %llu for 10 MiB",
+		       (unsigned long long)out.held);
+		free(p);
+		ml_task_free(t);
+	}
+}
+
 /* ---- The global limit stops the largest holder, not a bystander -------- */
 
 #define SMALL_THREADS 12
@@ -528,6 +612,7 @@ int main(void)
 	TAP_RUN(test_held_limits);
 	TAP_RUN(test_other_thread_frees);
 	TAP_RUN(test_realloc_memalign);
+	TAP_RUN(test_realloc_held_limit);
 	tap_case("test_largest_holder", test_largest_holder, 60);
 	tap_case("test_margin", test_margin, 120);
 	return tap_done();
