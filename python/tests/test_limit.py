@@ -103,6 +103,16 @@ def examples():
     return res
 
 
+def stopped(seed, out, kind, lim):
+    # out[kind]'s stop: by the kind's limit of lim, a MemoryError; its
+    # (held, allocated) estimates.
+    reason, limit, held, allocated, status, is_mem = out[kind]
+    want = kind + "_limit"
+    assert (reason, limit, status, is_mem) == \
+        (want, lim, want, True), (seed, out)
+    return held, allocated
+
+
 def test_held_limit_list_of_str(examples):
     # The issue's example: stopped by the held limit, the estimate at the
     # stop within 10 % of 50 MiB, for each seed.  It is below the limit by
@@ -118,9 +128,7 @@ def test_held_limit_list_of_str(examples):
     # too (before the fix), these seeds gave 44.2 to 50.0 MiB (102: 44.2).
     lim = 50 * MiB
     for seed, out in examples.items():
-        reason, limit, held, _, status, is_mem = out["held"]
-        assert (reason, limit, status, is_mem) == \
-            ("held_limit", lim, "held_limit", True), (seed, out)
+        held, _ = stopped(seed, out, "held", lim)
         assert abs(held - lim) <= 0.1 * lim, \
             "seed %d: held %.1f MiB at the stop" % (seed, held / MiB)
         # The interpreter carries on: a small block works, outside it.
@@ -136,9 +144,7 @@ def test_alloc_limit_not_held(examples):
     # samples on average): within 10 % of 256 MiB for every seed.
     lim = 256 * MiB
     for seed, out in examples.items():
-        reason, limit, held, allocated, status, is_mem = out["alloc"]
-        assert (reason, limit, status, is_mem) == \
-            ("alloc_limit", lim, "alloc_limit", True), (seed, out)
+        held, allocated = stopped(seed, out, "alloc", lim)
         assert held < 8 * MiB, (seed, out)
         assert abs(allocated - lim) <= 0.1 * lim, \
             "seed %d: allocated %.1f MiB at the stop" % (seed,

@@ -115,6 +115,16 @@ static void test_streaming(void)
 
 /* ---- Held limits: streaming goes on, a leak is stopped --------------- */
 
+/* A held limit of `bytes`, FAIL delivery: a refused allocation returns
+ * NULL and the case sees where it stopped. */
+static ml_limits held_fail(uint64_t bytes)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.held_bytes = bytes;
+	l.delivery = ML_DELIVER_FAIL;
+	return l;
+}
+
 #define LEAK_MAX 100000
 static void *leaked[LEAK_MAX];
 static int nleaked;
@@ -133,9 +143,7 @@ static void *leak(void *arg)
 
 static void test_held_limits(void)
 {
-	ml_limits l = ML_LIMITS_INIT;
-	l.held_bytes = 1 << 20;
-	l.delivery = ML_DELIVER_FAIL;
+	ml_limits l = held_fail(1 << 20);
 	ml_outcome out;
 	ml_set_seed(21);
 	/* A 1 MiB held limit: 1 GiB through 64 KiB.  The estimate counts
@@ -292,9 +300,7 @@ static void *grow_past(void *arg)
 
 static void test_realloc_held_limit(void)
 {
-	ml_limits l = ML_LIMITS_INIT;
-	l.held_bytes = 16 << 20;
-	l.delivery = ML_DELIVER_FAIL;
+	ml_limits l = held_fail(16 << 20);
 	ml_outcome out;
 	for (uint64_t seed = 31; seed < 34; seed++) {
 		ml_set_seed(seed);

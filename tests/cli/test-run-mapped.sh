@@ -50,6 +50,19 @@ test -x "$M" && test -x "$P" || {
 	echo "Bail out! $M or $P not built"
 	exit 1
 }
+# under LIMIT ARGS...: the program run with --heap-limit LIMIT, its output
+# in $tmp/out, its stderr in $tmp/err, its status in st.
+under() {
+	lim=$1
+	shift
+	"$M" run --heap-limit "$lim" -- "$P" "$@" >"$tmp/out" 2>"$tmp/err"
+	st=$?
+}
+# failed WHAT [MORE]: not ok, with the status, the output and the stderr.
+failed() {
+	notok "$1: status $st, $(cat "$tmp/out")${2:+ $2}"
+	diag "$tmp/err"
+}
 
 if tap_case limit; then
 	mkdir "$tmp/st"
@@ -61,8 +74,7 @@ if tap_case limit; then
 		test "$got" -le 59 && test "$err" = "Cannot allocate memory"; then
 		ok "--heap-limit 64MiB: mapping refused with ENOMEM after $got MiB"
 	else
-		notok "--heap-limit 64MiB and mappings: status $st, $(cat "$tmp/out")"
-		diag "$tmp/err"
+		failed "--heap-limit 64MiB and mappings"
 	fi
 	if grep -q '^  peak heap: [0-9]* bytes (.*): blocks .*, mapped [0-9.]* MiB$' "$tmp/r.txt" &&
 		grep -q "^  mapped most by .*test-run-mapped (the program): [0-9.]* MiB in [0-9]* mappings, the largest 1.0 MiB$" "$tmp/r.txt" &&
@@ -135,30 +147,26 @@ if tap_case tree; then
 fi
 
 if tap_case headroom; then
-	"$M" run --heap-limit 128MiB -- "$P" mapmalloc 256 >"$tmp/out" 2>"$tmp/err"
-	st=$?
+	under 128MiB mapmalloc 256
 	read -r what got _ e1 e2 e3 _ k <"$tmp/out"
 	if test "$st" = 0 && test "$what" = mapmalloc && test "$got" -ge 100 &&
 		test "$got" -le 107 && test "$e1 $e2 $e3" = "Cannot allocate memory" &&
 		test "$k" = 512; then
 		ok "--heap-limit 128MiB: mappings refused after $got MiB, then 512 mallocs of 4 KiB got"
 	else
-		notok "mappings before blocks: status $st, $(cat "$tmp/out")"
-		diag "$tmp/err"
+		failed "mappings before blocks"
 	fi
 fi
 
 if tap_case v8; then
-	"$M" run --heap-limit 128MiB -- "$P" mapv8 256 >"$tmp/out" 2>"$tmp/err"
-	st=$?
+	under 128MiB mapv8 256
 	read -r what got _ e1 e2 e3 _ k <"$tmp/out"
 	want=$(((14 << 20) / 4112))
 	if test "$st" = 0 && test "$what" = mapv8 &&
 		test "$e1 $e2 $e3" = "Cannot allocate memory" && test "$k" = "$want"; then
 		ok "--heap-limit 128MiB: mappings refused after $got MiB, then $k mallocs of 4112 bytes (14 MiB) got"
 	else
-		notok "V8's worklists after a refused mapping: status $st, $(cat "$tmp/out") (want $want mallocs)"
-		diag "$tmp/err"
+		failed "V8's worklists after a refused mapping" "(want $want mallocs)"
 	fi
 fi
 
@@ -168,15 +176,13 @@ if tap_case retry; then
 	# e^-0.82 of them) before, and Ruby collected garbage for ever on
 	# such luck (docs/mapped.md).  Probability that all 200 had a sample
 	# before: 0.56^200, below 1e-50.
-	"$M" run --heap-limit 64MiB -- "$P" mapretry 256 >"$tmp/out" 2>"$tmp/err"
-	st=$?
+	under 64MiB mapretry 256
 	read -r what got _ _ k <"$tmp/out"
 	if test "$st" = 0 && test "$what" = mapretry && test "$k" = 0 &&
 		test "$got" -ge 49 && test "$got" -le 59; then
 		ok "--heap-limit 64MiB: refused after $got MiB, then 0 of 200 retries got"
 	else
-		notok "mappings retried after a refusal: status $st, $(cat "$tmp/out")"
-		diag "$tmp/err"
+		failed "mappings retried after a refusal"
 	fi
 fi
 
@@ -185,21 +191,17 @@ if tap_case realloc; then
 	# heap after it is 90 MiB.  The check counted the old block too
 	# (150 MiB) and refused it, as it refused git's buffer at 1.5 x its
 	# peak (docs/mapped.md).
-	"$M" run --heap-limit 100MiB -- "$P" regrow 60 >"$tmp/out" 2>"$tmp/err"
-	st=$?
+	under 100MiB regrow 60
 	if test "$st" = 0 && grep -q '^regrow got$' "$tmp/out"; then
 		ok "--heap-limit 100MiB: realloc of 60 MiB to 90 MiB got (the old block not counted twice)"
 	else
-		notok "realloc 60 to 90 MiB under 100 MiB: status $st, $(cat "$tmp/out")"
-		diag "$tmp/err"
+		failed "realloc 60 to 90 MiB under 100 MiB"
 	fi
-	"$M" run --heap-limit 80MiB -- "$P" regrow 60 >"$tmp/out" 2>"$tmp/err"
-	st=$?
+	under 80MiB regrow 60
 	if test "$st" = 0 && grep -q '^regrow Cannot allocate memory$' "$tmp/out"; then
 		ok "--heap-limit 80MiB: realloc of 60 MiB to 90 MiB refused"
 	else
-		notok "realloc 60 to 90 MiB under 80 MiB: status $st, $(cat "$tmp/out")"
-		diag "$tmp/err"
+		failed "realloc 60 to 90 MiB under 80 MiB"
 	fi
 fi
 

@@ -702,6 +702,25 @@ CONF
 		fi
 	}
 
+	# b_stops PID [LEVEL]: B run with the sampler on; a_end: when A's
+	# backend PID logged its FATAL (or LEVEL).
+	b_stops() {
+		sampler_start
+		b_start=$(now)
+		q -c "$b_sql" >"$tmp/b.out"
+		a_end=$(fatal_time "$1" "${2:-FATAL}")
+		sampler_stop
+	}
+	# a_fifo: A's session started, reading its statements from fd 7 (a
+	# fifo), its output in $tmp/a.out.
+	a_fifo() {
+		rm -f "$tmp/a.fifo"
+		mkfifo "$tmp/a.fifo"
+		(q <"$tmp/a.fifo" >"$tmp/a.out"; now >"$tmp/a.end") &
+		a=$!
+		exec 7>"$tmp/a.fifo"
+	}
+
 	# ---- A in pg_sleep
 	rm -f "$tmp/a.end"
 	(q -c "$a_sql" -c "select pg_sleep(300), cardinality(a) from $arr" >"$tmp/a.out"; now >"$tmp/a.end") &
@@ -751,22 +770,14 @@ CONF
 	wait "$l" "$a"
 
 	# ---- A inside a cursor its client stops reading
-	rm -f "$tmp/a.fifo"
-	mkfifo "$tmp/a.fifo"
-	(q <"$tmp/a.fifo" >"$tmp/a.out"; now >"$tmp/a.end") &
-	a=$!
-	exec 7>"$tmp/a.fifo"
+	a_fifo
 	printf '%s\n' "$a_sql;" "begin;" "declare c cursor for select cardinality(a), g2 from $arr, generate_series(1, 3) g2;" \
 		"fetch 1 from c;" >&7
 	if wait_for "A's cursor holding 300 MB, its client silent" "select exists (select from pg_stat_activity where state = 'idle in transaction' and query like 'fetch 1 from c%') and ($held_sql)"; then
 		apid=$(q -c "select pid from pg_stat_activity where state = 'idle in transaction' and query like 'fetch 1 from c%'")
-		sampler_start
-		b_start=$(now)
-		q -c "$b_sql" >"$tmp/b.out"
 		# A's end: its backend's FATAL in the log (the client learns it
 		# when it next speaks).
-		a_end=$(fatal_time "$apid")
-		sampler_stop
+		b_stops "$apid"
 		gone=$(q -c "select count(*) from pg_stat_activity where query like 'fetch 1 from c%'")
 		printf '%s\n' "fetch 1 from c;" >&7
 		exec 7>&-
@@ -786,20 +797,12 @@ CONF
 	# The cursor (its portal task) holds the most; the session sleeps in
 	# another statement: that statement ends with the 53200 error, its
 	# HINT naming the cursor, and the transaction's abort frees it.
-	rm -f "$tmp/a.fifo"
-	mkfifo "$tmp/a.fifo"
-	(q <"$tmp/a.fifo" >"$tmp/a.out"; now >"$tmp/a.end") &
-	a=$!
-	exec 7>"$tmp/a.fifo"
+	a_fifo
 	printf '%s\n' "$a_sql;" "begin;" "declare c cursor for select cardinality(a), g2 from $arr, generate_series(1, 3) g2;" \
 		"fetch 1 from c;" "select pg_sleep(301);" >&7
 	if wait_for "A's cursor holding 300 MB, its session in pg_sleep" "select exists (select from pg_stat_activity where state = 'active' and query like 'select pg_sleep(301)%') and ($held_sql)"; then
 		apid=$(q -c "select pid from pg_stat_activity where state = 'active' and query like 'select pg_sleep(301)%'")
-		sampler_start
-		b_start=$(now)
-		q -c "$b_sql" >"$tmp/b.out"
-		a_end=$(fatal_time "$apid" ERROR)
-		sampler_stop
+		b_stops "$apid" ERROR
 		exec 7>&-
 		wait "$a"
 		check_case "A's cursor while its session sleeps" "$tmp/a.out" "$a_end" '^ERROR:  53200: memlimits: cluster memory limit reached'
@@ -870,11 +873,7 @@ PY
 		exec 7>"$tmp/w.fifo"
 		if wait_for "A holding 300 MB, blocked writing to its client" "select exists (select from pg_stat_activity where wait_event = 'ClientWrite' and query like '%generate_series(1, 100000000)%') and ($held_sql)"; then
 			apid=$(q -c "select pid from pg_stat_activity where wait_event = 'ClientWrite' and query like '%generate_series(1, 100000000)%'")
-			sampler_start
-			b_start=$(now)
-			q -c "$b_sql" >"$tmp/b.out"
-			a_end=$(fatal_time "$apid")
-			sampler_stop
+			b_stops "$apid"
 			gone=$(q -c "select count(*) from pg_stat_activity where pid = $apid")
 			grep "\[$apid\] \(FATAL\|DETAIL\|HINT\)" "$log" | sed "s/^.*\[$apid\] //" >"$tmp/wlog.out"
 			check_case "A blocked writing to its client" "$tmp/wlog.out" "$a_end" '^FATAL:  memlimits: cluster memory limit reached'

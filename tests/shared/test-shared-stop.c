@@ -74,6 +74,53 @@ static pid_t child(void)
 	return pid;
 }
 
+/* Opens each pipe named (int[2] each), or bails out. */
+#define PIPES(...)                    \
+	pipes((int *[]){__VA_ARGS__}, \
+	      sizeof((int *[]){__VA_ARGS__}) / sizeof(int *))
+
+static void pipes(int *const *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (pipe(p[i]))
+			tap_bail("pipe");
+}
+
+/* Whether a byte came on fd (false: EOF). */
+static bool byte(int fd)
+{
+	char c;
+	return get(fd, &c, 1);
+}
+
+/* A global task's limits, as the members here run them. */
+static ml_limits global(ml_delivery delivery)
+{
+	ml_limits l = ML_LIMITS_INIT;
+	l.global = true;
+	l.delivery = delivery;
+	return l;
+}
+
+/* A global task with FLAG delivery, fn(arg) run in it where fn is given. */
+static ml_task *flag_task(void *(*fn)(void *), void *arg)
+{
+	ml_limits l = global(ML_DELIVER_FLAG);
+	ml_task *t = ml_task_new(&l);
+	if (fn) {
+		ml_outcome o;
+		ml_task_run(t, fn, arg, &o);
+	}
+	return t;
+}
+
+/* The task's status, to the parent. */
+static void put_status(int fd, ml_task *t)
+{
+	int st = ml_task_status(t);
+	put(fd, &st, sizeof st);
+}
+
 /* Hold `mib` MiB in 1 MiB blocks (in the calling task); give them back. */
 static void *held_blocks[256];
 static int n_held;
@@ -103,6 +150,15 @@ static void *alloc_fn(void *arg)
 	sink = malloc((size_t)(uintptr_t)arg);
 	memset(sink, 1, 4096);
 	return NULL;
+}
+
+/* Takes 2 MiB and gives it back: the heap moves by a batch (1 MiB) each
+ * way, so each fold sums. */
+static void move_heap(void)
+{
+	void *p = malloc(2 * MiB);
+	memset(p, 1, 4096);
+	free(p);
 }
 
 /* ---- (1) A member blocked in read or sleep is woken ---------------------- */
@@ -168,14 +224,10 @@ static void woken(bool sleeping, ml_delivery delivery)
 {
 	tap_is(ml_shared_create(LIMIT, 0), ML_OK, "an unnamed budget");
 	int ready[2], block[2], wk[2], res[2], hres[2], cgo[2];
-	if (pipe(ready) || pipe(block) || pipe(wk) || pipe(res) || pipe(hres) ||
-	    pipe(cgo))
-		tap_bail("pipe");
+	PIPES(ready, block, wk, res, hres, cgo);
 	pid_t hp = child();
 	if (hp == 0) {
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = delivery;
+		ml_limits l = global(delivery);
 		static struct waker w;
 		static struct blocked b;
 		w.task = ml_task_new(&l);
@@ -190,8 +242,7 @@ static void woken(bool sleeping, ml_delivery delivery)
 		put(hres[1], r, sizeof r);
 		_exit(0);
 	}
-	char c;
-	tap_ok(get(ready[0], &c, 1), "the holder holds 44 MiB and blocks");
+	tap_ok(byte(ready[0]), "the holder holds 44 MiB and blocks");
 	pid_t cp = child();
 	if (cp == 0) {
 		/* The crosser: 24 MiB in its own global task, less than the
@@ -201,16 +252,9 @@ static void woken(bool sleeping, ml_delivery delivery)
 		 * above the holder's with probability about 1e-18 (normal
 		 * approximation, z = 262 / sqrt(892) = 8.8), under the 1e-6
 		 * false alarm of the statistical tests. */
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
-		ml_outcome o;
-		ml_task_run(t, hold_fn, (void *)24, &o);
-		int st = ml_task_status(t);
-		put(res[1], &st, sizeof st);
-		char x;
-		get(cgo[0], &x, 1);
+		ml_task *t = flag_task(hold_fn, (void *)24);
+		put_status(res[1], t);
+		byte(cgo[0]);
 		_exit(0);
 	}
 	int st = -1;
@@ -275,8 +319,7 @@ static void test_wake_settings(void)
 	tap_is(ml_shared_set_wake(SIGRTMAX + 1, NULL, NULL), ML_EINVAL,
 	       "nor one past SIGRTMAX");
 	int res[2], block[2];
-	if (pipe(res) || pipe(block))
-		tap_bail("pipe");
+	PIPES(res, block);
 	/* A program with its own SIGCONT handler: not woken by default;
 	 * taken when it names the signal. */
 	for (int named = 0; named < 2; named++) {
@@ -311,19 +354,14 @@ static void test_wake_settings(void)
 	if (pid == 0) {
 		if (ml_shared_create(LIMIT, 0) != ML_OK)
 			_exit(81);
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
+		ml_task *t = flag_task(NULL, NULL);
 		put(res[1], "r", 1);
 		char c;
 		(void)!read(block[0], &c, 1);
-		int st = ml_task_status(t);
-		put(res[1], &st, sizeof st);
+		put_status(res[1], t);
 		_exit(0);
 	}
-	char c;
-	get(res[0], &c, 1);
+	byte(res[0]);
 	tap_ok(kill(pid, SIGCONT) == 0, "a stray SIGCONT sent to a member");
 	put(block[1], "g", 1);
 	int st = -1;
@@ -355,16 +393,13 @@ static void test_deadline(void)
 {
 	tap_is(ml_shared_create(LIMIT, 0), ML_OK, "an unnamed budget");
 	int ready[2], block[2], res[2], stop[2];
-	if (pipe(ready) || pipe(block) || pipe(res) || pipe(stop))
-		tap_bail("pipe");
+	PIPES(ready, block, res, stop);
 	/* A: 36 MiB, cannot be woken, blocked in read: it never obeys. */
 	pid_t a = child();
 	if (a == 0) {
 		if (ml_shared_set_wake(0, NULL, NULL) != ML_OK)
 			_exit(80);
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
+		ml_limits l = global(ML_DELIVER_FLAG);
 		static struct blocked b;
 		b = (struct blocked){ready[1], block[0], 36,
 		                     false,    -1,       ML_DELIVER_FLAG};
@@ -372,16 +407,13 @@ static void test_deadline(void)
 		ml_run(&l, blocked_holder, &b, &o);
 		_exit(0);
 	}
-	char c;
-	get(ready[0], &c, 1);
+	byte(ready[0]);
 	/* B: 20 MiB, polling.  B's estimate (mean 262 samples) at or below
 	 * C's (12 MiB: 157) with probability about 2e-7 (z = 105 / sqrt(419)
 	 * = 5.1), under the 1e-6 false alarm of the statistical tests. */
 	pid_t b = child();
 	if (b == 0) {
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
+		ml_limits l = global(ML_DELIVER_FLAG);
 		static struct poller p;
 		p = (struct poller){ready[1], res[1], 20};
 		ml_outcome o;
@@ -389,25 +421,16 @@ static void test_deadline(void)
 		put(res[1], &o.status, sizeof o.status);
 		_exit(0);
 	}
-	get(ready[0], &c, 1);
+	byte(ready[0]);
 	/* C: 12 MiB in a task (64 over with A's and B's), then moves its
 	 * heap by 2 MiB at a time (each fold sums) until told to stop. */
 	pid_t cp = child();
 	if (cp == 0) {
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
-		ml_outcome o;
-		ml_task_run(t, hold_fn, (void *)12, &o);
+		ml_task *t = flag_task(hold_fn, (void *)12);
 		struct pollfd pf = {.fd = stop[0], .events = POLLIN};
-		while (poll(&pf, 1, 0) == 0) {
-			void *p = malloc(2 * MiB);
-			memset(p, 1, 4096);
-			free(p);
-		}
-		int st = ml_task_status(t);
-		put(res[1], &st, sizeof st);
+		while (poll(&pf, 1, 0) == 0)
+			move_heap();
+		put_status(res[1], t);
 		_exit(0);
 	}
 	int bs = -1;
@@ -438,40 +461,25 @@ static void test_crosser_counts_itself(void)
 {
 	tap_is(ml_shared_create(LIMIT, 0), ML_OK, "an unnamed budget");
 	int ready[2], res[2], done[2];
-	if (pipe(ready) || pipe(res) || pipe(done))
-		tap_bail("pipe");
+	PIPES(ready, res, done);
 	pid_t by = child();
 	if (by == 0) {
 		close(done[1]);
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
-		ml_outcome o;
-		ml_task_run(t, hold_fn, (void *)24, &o);
+		ml_task *t = flag_task(hold_fn, (void *)24);
 		put(ready[1], "r", 1);
-		char x;
-		get(done[0], &x, 1); /* EOF */
+		byte(done[0]); /* EOF */
 		ml_check();
-		int st = ml_task_status(t);
-		put(res[1], &st, sizeof st);
+		put_status(res[1], t);
 		_exit(0);
 	}
-	char c;
-	get(ready[0], &c, 1);
+	byte(ready[0]);
 	pid_t cp = child();
 	if (cp == 0) {
 		close(done[1]);
 		/* One block of 48 MiB: 72 MiB with the bystander's 24. */
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
-		ml_outcome o;
-		ml_task_run(t, alloc_fn, (void *)(uintptr_t)(48 * MiB), &o);
+		ml_task *t = flag_task(alloc_fn, (void *)(uintptr_t)(48 * MiB));
 		ml_check();
-		int st = ml_task_status(t);
-		put(res[1], &st, sizeof st);
+		put_status(res[1], t);
 		_exit(0);
 	}
 	int cs = -1;
@@ -509,45 +517,28 @@ static void test_working_back(void)
 {
 	tap_is(ml_shared_create(LIMIT, 0), ML_OK, "an unnamed budget");
 	int ready[2], res[2], block[2], xs[2];
-	if (pipe(ready) || pipe(res) || pipe(block) || pipe(xs))
-		tap_bail("pipe");
+	PIPES(ready, res, block, xs);
 	pid_t y = child();
 	if (y == 0) {
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
-		ml_outcome o;
-		ml_task_run(t, hold_fn, (void *)24, &o);
+		ml_task *t = flag_task(hold_fn, (void *)24);
 		ml_check();
 		put(ready[1], "r", 1);
-		char x;
-		get(block[0], &x, 1);
+		byte(block[0]);
 		ml_check();
-		int st = ml_task_status(t);
-		put(res[1], &st, sizeof st);
+		put_status(res[1], t);
 		_exit(0);
 	}
-	char c;
-	tap_ok(get(ready[0], &c, 1), "Y holds 24 MiB and blocks");
+	tap_ok(byte(ready[0]), "Y holds 24 MiB and blocks");
 	pid_t x = child();
 	if (x == 0) {
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
-		ml_outcome o;
-		ml_task_run(t, alloc_fn, (void *)(uintptr_t)(48 * MiB), &o);
+		ml_task *t = flag_task(alloc_fn, (void *)(uintptr_t)(48 * MiB));
 		ml_check();
-		int st = ml_task_status(t);
-		put(xs[1], &st, sizeof st);
+		put_status(xs[1], t);
 		struct timespec t0, now;
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		uint64_t ms;
 		do {
-			void *p = malloc(2 * MiB);
-			memset(p, 1, 4096);
-			free(p);
+			move_heap();
 			ml_check();
 			clock_gettime(CLOCK_MONOTONIC, &now);
 			ms = (uint64_t)(now.tv_sec - t0.tv_sec) * 1000 +
@@ -555,8 +546,7 @@ static void test_working_back(void)
 			     (uint64_t)(t0.tv_nsec / 1000000);
 		} while (ms < 3 * (uint64_t)ML_SHARED_DEADLINE_MS);
 		put(res[1], "d", 1);
-		char z;
-		get(block[0], &z, 1);
+		byte(block[0]);
 		give_back();
 		_exit(0);
 	}
@@ -564,7 +554,7 @@ static void test_working_back(void)
 	tap_ok(get(xs[0], &xst, sizeof xst), "X reports");
 	tap_is(xst, ML_GLOBAL_LIMIT,
 	       "X, whose 48 MiB block crossed, is stopped");
-	tap_ok(get(res[0], &c, 1),
+	tap_ok(byte(res[0]),
 	       "X ran three deadlines (%d ms) stopped, giving nothing back",
 	       3 * ML_SHARED_DEADLINE_MS);
 	put(block[1], "gg", 2);
@@ -618,8 +608,7 @@ static void test_usage_reads_only(void)
 	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "joined");
 	hold(8);
 	int ready[2];
-	if (pipe(ready))
-		tap_bail("pipe");
+	PIPES(ready);
 	pid_t pid = child();
 	if (pid == 0) {
 		hold(16);
@@ -629,8 +618,7 @@ static void test_usage_reads_only(void)
 		for (;;)
 			pause();
 	}
-	char c;
-	get(ready[0], &c, 1);
+	byte(ready[0]);
 	size_t len;
 	uint64_t *t = map_table(&len);
 	long me = slot_of(t, len, getpid()), it = slot_of(t, len, pid);
@@ -671,28 +659,19 @@ static void test_moot_wake(void)
 	make_name("moot");
 	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "joined");
 	int ready[2], res[2], block[2];
-	if (pipe(ready) || pipe(res) || pipe(block))
-		tap_bail("pipe");
+	PIPES(ready, res, block);
 	pid_t y = child();
 	if (y == 0) {
-		ml_limits l = ML_LIMITS_INIT;
-		l.global = true;
-		l.delivery = ML_DELIVER_FLAG;
-		ml_task *t = ml_task_new(&l);
-		ml_outcome o;
-		ml_task_run(t, hold_fn, (void *)24, &o);
+		ml_task *t = flag_task(hold_fn, (void *)24);
 		ml_check();
 		for (int round = 0; round < 2; round++) {
 			put(ready[1], "r", 1);
-			char x;
-			get(block[0], &x, 1);
-			int st = ml_task_status(t);
-			put(res[1], &st, sizeof st);
+			byte(block[0]);
+			put_status(res[1], t);
 		}
 		_exit(0);
 	}
-	char c;
-	tap_ok(get(ready[0], &c, 1), "Y holds 24 MiB and blocks");
+	tap_ok(byte(ready[0]), "Y holds 24 MiB and blocks");
 	size_t len;
 	uint64_t *t = map_table(&len);
 	long i = slot_of(t, len, y);
@@ -708,7 +687,7 @@ static void test_moot_wake(void)
 	int st = -1;
 	tap_ok(get(res[0], &st, sizeof st), "Y reports");
 	tap_is(st, ML_OK, "a wake whose request does not stand stops nothing");
-	tap_ok(get(ready[0], &c, 1), "Y blocks again");
+	tap_ok(byte(ready[0]), "Y blocks again");
 	__atomic_store_n(slot_word(t, (size_t)i, 4), id, __ATOMIC_SEQ_CST);
 	tap_ok(sigqueue(y, SIGCONT, v) == 0, "the wake sent with its request");
 	put(block[1], "g", 1);
@@ -733,8 +712,7 @@ static void test_untorn(void)
 	size_t len;
 	uint64_t *t = map_table(&len);
 	int ready[2];
-	if (pipe(ready))
-		tap_bail("pipe");
+	PIPES(ready);
 	pid_t pid = child();
 	if (pid == 0) {
 		/* Slot 100: free in a table of 4096; claim it as ourselves
@@ -758,8 +736,7 @@ static void test_untorn(void)
 			                 __ATOMIC_RELEASE);
 		}
 	}
-	char c;
-	get(ready[0], &c, 1);
+	byte(ready[0]);
 	int torn = 0, seen = 0;
 	for (int i = 0; i < 200000; i++) {
 		ml_shared_member m[4];
@@ -793,10 +770,7 @@ static void churn(int go)
 {
 	if (ml_shared_join(name, 0) != ML_OK)
 		_exit(80);
-	ml_limits l = ML_LIMITS_INIT;
-	l.global = true;
-	l.delivery = ML_DELIVER_FLAG;
-	ml_task *t = ml_task_new(&l);
+	ml_task *t = flag_task(NULL, NULL);
 	put(go, "r", 1);
 	void *keep[64] = {0};
 	uint64_t x = (uint64_t)getpid();
@@ -830,8 +804,7 @@ static void test_truncated(void)
 	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "the budget is made");
 	ml_shared_leave();
 	int go[2], err[2];
-	if (pipe(go) || pipe(err))
-		tap_bail("pipe");
+	PIPES(go, err);
 	pid_t pid[3];
 	for (int i = 0; i < 3; i++) {
 		if ((pid[i] = child()) != 0)
@@ -843,9 +816,8 @@ static void test_truncated(void)
 		_exit(99);
 	}
 	close(err[1]);
-	char c;
 	for (int i = 0; i < 3; i++)
-		get(go[0], &c, 1);
+		byte(go[0]);
 	char obj[128];
 	object(obj, sizeof obj);
 	int fd = shm_open(obj, O_RDWR, 0);
@@ -940,8 +912,7 @@ static void test_squatted(void)
 	       "a join by that name is refused");
 	tap_is(ml_shared_limit(), 0, "and nothing was joined");
 	int err[2];
-	if (pipe(err))
-		tap_bail("pipe");
+	PIPES(err);
 	pid_t pid = child();
 	if (pid == 0) {
 		char env[128];
@@ -1010,21 +981,18 @@ static void test_exec_frees_slot(void)
 	make_name("exec");
 	tap_is(ml_shared_join(name, 1024 * MiB), ML_OK, "joined");
 	int ready[2], go[2];
-	if (pipe(ready) || pipe(go))
-		tap_bail("pipe");
+	PIPES(ready, go);
 	pid_t pid = child();
 	if (pid == 0) {
 		hold(16);
 		ml_check();
 		ml_shared_members(NULL, 0);
 		put(ready[1], "r", 1);
-		char x;
-		get(go[0], &x, 1);
+		byte(go[0]);
 		execl("/bin/sleep", "sleep", "3600", (char *)NULL);
 		_exit(99);
 	}
-	char c;
-	get(ready[0], &c, 1);
+	byte(ready[0]);
 	size_t len;
 	uint64_t *t = map_table(&len);
 	tap_ok(slot_of(t, len, pid) >= 0, "the child has a slot");
@@ -1050,11 +1018,8 @@ static void test_exec_frees_slot(void)
 	 * heap by a batch (1 MiB), so each fold sums; of 16 sums in a row
 	 * one is a full sweep (ML__SHARED_FULL_EVERY): the slot is freed
 	 * within that one. */
-	for (int i = 0; i < 8; i++) {
-		void *p = malloc(2 * MiB);
-		memset(p, 1, 4096);
-		free(p);
-	}
+	for (int i = 0; i < 8; i++)
+		move_heap();
 	tap_ok(slot_of(t, len, pid) < 0,
 	       "its slot is freed within one full sweep of its exec "
 	       /* not ordering: the message names the program, /bin/sleep */
@@ -1082,8 +1047,7 @@ static void members(bool by_name, uint32_t slots)
 		       "an unnamed budget of 1024 slots");
 	}
 	int res[2], done[2];
-	if (pipe(res) || pipe(done))
-		tap_bail("pipe");
+	PIPES(res, done);
 	static pid_t pid[N];
 	for (int i = 0; i < N; i++) {
 		pid[i] = child();
@@ -1102,8 +1066,7 @@ static void members(bool by_name, uint32_t slots)
 				mine |= (m[j].flags & ML_SHARED_SELF) != 0;
 			int out[2] = {r, mine};
 			put(res[1], out, sizeof out);
-			char x;
-			get(done[0], &x, 1);
+			byte(done[0]);
 			_exit(0);
 		}
 	}
@@ -1183,12 +1146,10 @@ static int full_mode(const char *nm)
 	if (a == 0) {
 		ml_check(); /* claims the second slot */
 		put(ready[1], "r", 1);
-		char x;
-		get(go[0], &x, 1);
+		byte(go[0]);
 		_exit(0);
 	}
-	char c;
-	get(ready[0], &c, 1);
+	byte(ready[0]);
 	pid_t b = fork();
 	if (b == 0) {
 		/* A member by fork with no slot to claim: it leaves, and
