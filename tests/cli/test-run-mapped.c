@@ -37,7 +37,9 @@ int main(int argc, char **argv)
 		char *volatile no = malloc(4 * big); /* not elided */
 		int refused = no == NULL;
 		free(no);
-		char *p = malloc(big);
+		/* volatile: clang elides a malloc, memset and free whose
+		 * block is never read (the UBSan build's test saw no block). */
+		char *volatile p = malloc(big);
 		if (!p)
 			return 1;
 		memset(p, 1, big);
@@ -68,11 +70,11 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "regrow")) {
 		size_t a = (size_t)n << 20, b = a * 3 / 2;
-		char *p = malloc(a);
+		char *volatile p = malloc(a); /* not elided (bigmalloc) */
 		if (!p)
 			return 1;
 		memset(p, 1, a);
-		char *q = realloc(p, b);
+		char *volatile q = realloc(p, b);
 		printf("regrow %s\n", q ? "got" : strerror(errno));
 		if (q)
 			free(q);
@@ -105,7 +107,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	for (; got < n; got++) {
-		void *p;
+		void *volatile p; /* not elided (bigmalloc) */
 		if (!strcmp(argv[1], "map")) {
 			p = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE,
 			         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
