@@ -43,7 +43,8 @@ BENCH_BEFORE = 77f52ed
 # make check must not judge (refusals and captures by stack depth,
 # memlimits bounds: callgrind).
 bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
-		tests/cli/test-stacks-retry$(EXEEXT) bench/shared-latency$(EXEEXT)
+		tests/cli/test-stacks-retry$(EXEEXT) bench/shared-latency$(EXEEXT) \
+		bench/map-many$(EXEEXT)
 	@before=`SRCDIR='$(abs_top_srcdir)' BUILDDIR='$(abs_top_builddir)' \
 	    COMMIT='$(BENCH_BEFORE)' CC='$(CC)' CFLAGS='$(CFLAGS)' \
 	    CPPFLAGS='$(CPPFLAGS)' LDFLAGS='$(LDFLAGS)' \
@@ -64,8 +65,20 @@ bench: $(BENCH_PROGS) lib/libmemlimits.la tools/memlimits$(EXEEXT) \
 	MEMLIMITS_CMD='$(abs_top_builddir)/tools/memlimits$(EXEEXT)' \
 	MEMLIMITS_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
 	VALGRIND='$(VALGRIND)' $(SHELL) $(srcdir)/bench/run-costs.sh
+	MAP_MANY='$(abs_top_builddir)/bench/map-many$(EXEEXT)' \
+	ML_LIB='$(abs_top_builddir)/lib/.libs/libmemlimits.so' \
+	$(SHELL) $(srcdir)/bench/run-map-many.sh
 
 .PHONY: bench
+
+# Mappings with many live (issue 34): wall clock of an mmap+munmap pair,
+# plain and under LD_PRELOAD (bench/run-map-many.sh).  Not linked with the
+# library, so both run the same machine code.
+EXTRA_PROGRAMS += bench/map-many
+bench_map_many_SOURCES = bench/map-many.c
+bench_map_many_LDFLAGS = -no-install
+CLEANFILES += bench/map-many$(EXEEXT)
+EXTRA_DIST += bench/run-map-many.sh
 
 # Thread scaling (issue 17): bench/threads.c at 1, 2, 4, 8, 16 threads,
 # every configuration against glibc at the same thread count.  One binary,

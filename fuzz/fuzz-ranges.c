@@ -4,7 +4,9 @@
  * disjoint, the counted bytes are exactly the model's, no sample is made
  * or lost (the records' samples plus those given back are those put in),
  * and a full array (a capacity of 1 to 16, from the input) only ever
- * counts less than the model, never more.
+ * counts less than the model, never more.  The records start at a slot
+ * of the array that the input picks too (free slots before and after
+ * them: alloc.h), and never leave the array.
  *
  * Each operation is 4 bytes: kind, first page, pages, and a byte that is
  * the state or the destination page and the samples.  Bit 2 of the kind
@@ -44,8 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t model[PAGES] = {0};
 	if (size < 1)
 		return 0;
-	size_t cap = 1 + data[0] % 16;
-	struct ml__ranges R = {.r = store, .cap = cap, .drop = drop};
+	size_t cap = 1 + data[0] % 16, front = data[0] / 16 % (cap + 1);
+	struct ml__ranges R = {.r = store + front,
+	                       .cap = cap - front,
+	                       .front = front,
+	                       .drop = drop};
 	uint64_t put_in = 0;
 	dropped = 0;
 	bool exact = true; /* no piece lost to a full array yet */
@@ -127,6 +132,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		exact &= R.lost == lost;
 		CHECK(ml__ranges_check(&R));
+		CHECK(R.r - R.front == store && R.front + R.cap == cap);
 		uint64_t counted = 0, held = 0;
 		for (unsigned p = 0; p < PAGES; p++)
 			counted += model[p] == ML__RANGE_COUNTED;

@@ -292,13 +292,19 @@ struct ml__range {
 	uint64_t unit;        /* bytes per sample (the interval then) */
 	uint8_t state;        /* ML__RANGE_* */
 };
+/* The records lie in one array with free slots on both sides (a deque):
+ * r is the first record in use, `front` slots free before it, `cap`
+ * slots from it to the array's end.  A mapping above all others appends,
+ * one below them all (the kernel's top-down placement) prepends: both
+ * O(1), and so are their unmaps; elsewhere the shorter side moves. */
 struct ml__ranges {
-	struct ml__range *r; /* cap records, n in use, sorted by start */
-	size_t n, cap;
-	uint64_t counted;  /* bytes of COUNTED records */
-	uint64_t lost;     /* pieces that found no record (full array) */
-	uint64_t released; /* samples given back, all told */
-	uint64_t rng;      /* splitmix64 state for the cuts' binomials */
+	struct ml__range *r; /* n records in use, sorted by start */
+	size_t n, cap;       /* cap: slots from r on (n <= cap) */
+	size_t front;        /* free slots before r */
+	uint64_t counted;    /* bytes of COUNTED records */
+	uint64_t lost;       /* pieces that found no record (full array) */
+	uint64_t released;   /* samples given back, all told */
+	uint64_t rng;        /* splitmix64 state for the cuts' binomials */
 	/* Samples stop being held: weight = samples x unit. */
 	void (*drop)(void *ctx, uintptr_t key, uint64_t weight);
 	void *ctx;
@@ -324,6 +330,45 @@ uint64_t ml__ranges_bytes(const struct ml__ranges *R, uintptr_t a, uintptr_t b,
 unsigned ml__ranges_state_at(const struct ml__ranges *R, uintptr_t x);
 /* Sorted, disjoint, states and the count consistent (tests, fuzzing). */
 bool ml__ranges_check(const struct ml__ranges *R);
+/* No free slot on either side. */
+static inline bool ml__ranges_full(const struct ml__ranges *R)
+{
+	return R->n == R->cap && !R->front;
+}
+/* A free slot at index i (not full), the records before it or those from
+ * it on moved, whichever are fewer: R->r + i (n counts it).  Records
+ * [i, i + k) out, the same way.  At either end, with a free slot there,
+ * inline and no record moves; the rest out of line (ranges.c). */
+struct ml__range *ml__ranges_open_slow(struct ml__ranges *R, size_t i);
+void ml__ranges_close_slow(struct ml__ranges *R, size_t i, size_t k);
+static inline struct ml__range *ml__ranges_open(struct ml__ranges *R, size_t i)
+{
+	size_t n = R->n;
+	if (i == n && n < R->cap) {
+		R->n = n + 1;
+		return R->r + i;
+	}
+	if (!i && n && R->front) {
+		R->front--;
+		R->cap++;
+		R->n = n + 1;
+		return --R->r;
+	}
+	return ml__ranges_open_slow(R, i);
+}
+static inline void ml__ranges_close(struct ml__ranges *R, size_t i, size_t k)
+{
+	if (i + k == R->n) {
+		R->n = i;
+	} else if (!i) {
+		R->r += k;
+		R->front += k;
+		R->cap -= k;
+		R->n -= k;
+	} else {
+		ml__ranges_close_slow(R, i, k);
+	}
+}
 
 /* The first record of [lo, hi) (sorted) that ends after a; of them all. */
 static inline size_t ml__ranges_find_in(const struct ml__ranges *R, size_t lo,
@@ -357,7 +402,8 @@ static inline size_t ml__ranges_gap(const struct ml__ranges *R, uintptr_t a,
                                     uintptr_t b)
 {
 	size_t n = R->n, i = ml__ranges_find(R, a);
-	if (ml__unlikely(a >= b || n == R->cap || (i < n && R->r[i].start < b)))
+	if (ml__unlikely(a >= b || ml__ranges_full(R) ||
+	                 (i < n && R->r[i].start < b)))
 		return SIZE_MAX;
 	return i;
 }
@@ -365,16 +411,12 @@ static inline void ml__ranges_insert(struct ml__ranges *R, size_t i,
                                      uintptr_t a, uintptr_t b, uintptr_t key,
                                      uint64_t s, uint64_t unit)
 {
-	struct ml__range *r = R->r + i;
-	if (i < R->n)
-		memmove(r + 1, r, (R->n - i) * sizeof *r);
-	*r = (struct ml__range){.start = a,
-	                        .end = b,
-	                        .key = key,
-	                        .samples = s,
-	                        .unit = unit,
-	                        .state = ML__RANGE_COUNTED};
-	R->n++;
+	*ml__ranges_open(R, i) = (struct ml__range){.start = a,
+	                                            .end = b,
+	                                            .key = key,
+	                                            .samples = s,
+	                                            .unit = unit,
+	                                            .state = ML__RANGE_COUNTED};
 	R->counted += b - a;
 }
 static inline size_t ml__ranges_whole(const struct ml__ranges *R, uintptr_t a,
@@ -393,9 +435,7 @@ static inline void ml__ranges_delete(struct ml__ranges *R, size_t i)
 	struct ml__range *r = R->r + i;
 	if (r->state == ML__RANGE_COUNTED)
 		R->counted -= r->end - r->start;
-	size_t n = --R->n;
-	if (i < n)
-		memmove(r, r + 1, (n - i) * sizeof *r);
+	ml__ranges_close(R, i, 1);
 }
 static inline bool ml__ranges_add(struct ml__ranges *R, uintptr_t a,
                                   uintptr_t b, uintptr_t key, uint64_t s,

@@ -5,9 +5,10 @@
  * that an address the kernel hands out again is never still recorded.
  *
  * The storage, ML__MAPPED_CAP records (3 MiB of address space), is mapped
- * with the kernel directly at the first use and touched as it fills; it is
- * never given back.  A fork child inherits it with the mappings it
- * describes (the lock is in the fork registry). */
+ * with the kernel directly at the first use and touched where records
+ * come to lie (ranges.c moves them to its middle when one end runs out of
+ * slots); it is never given back.  A fork child inherits it with the mappings
+ * it describes (the lock is in the fork registry). */
 #define _GNU_SOURCE
 #include "alloc/alloc.h"
 

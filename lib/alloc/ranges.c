@@ -7,10 +7,17 @@
  * every call, fuzz/fuzz-ranges.c checks it against a page map.
  *
  * Costs: a lookup is a binary search; an insertion or a removal moves the
- * records after it (memmove), so an operation is O(log n + n) with a
- * small constant: 48-byte records, a few thousand in the programs
- * measured (docs/mapped.md, "Cost").  Records are not merged: each
- * commit's samples stay with its own pieces.
+ * records on its shorter side (memmove; the array has free slots at both
+ * ends, alloc.h), so one at either end is O(1) and one in the middle
+ * O(log n + n / 2) with a small constant: 48-byte records, a few
+ * thousand in the programs measured (docs/mapped.md, "Cost").  The
+ * kernel places new mappings below the older ones (top-down), the
+ * bench's land above: both are end insertions.  When the side an
+ * insertion needs is out of slots, the records move to the middle of the
+ * array (O(n), then O(1) for the next (free slots) / 2 insertions at
+ * either end: amortized O(1) while the array is at most about a third
+ * full).  Records are not merged: each commit's samples stay with its own
+ * pieces.
  *
  * Samples.  A counted range carries the samples its bytes drew (s of them,
  * `unit` bytes each, under the key of the held record that holds them,
@@ -68,6 +75,55 @@ static uint64_t len_of(const struct ml__range *r)
 	return r->end - r->start;
 }
 
+/* The records to the middle of the array: free slots on both sides. */
+static void centre(struct ml__ranges *R)
+{
+	struct ml__range *base = R->r - R->front;
+	size_t all = R->front + R->cap, front = (all - R->n) / 2;
+	if (R->n)
+		memmove(base + front, R->r, R->n * sizeof *R->r);
+	R->r = base + front;
+	R->front = front;
+	R->cap = all - front;
+}
+
+struct ml__range *ml__ranges_open_slow(struct ml__ranges *R, size_t i)
+{
+	size_t n = R->n;
+	bool down = i < n - i; /* fewer records before i: they move down */
+	if (down ? !R->front : n == R->cap)
+		centre(R);
+	if (down && !R->front)
+		down = false; /* one free slot, at the end */
+	else if (!down && n == R->cap)
+		down = true; /* one free slot, at the front */
+	if (down) {
+		memmove(R->r - 1, R->r, i * sizeof *R->r);
+		R->r--;
+		R->front--;
+		R->cap++;
+	} else if (i < n) {
+		memmove(R->r + i + 1, R->r + i, (n - i) * sizeof *R->r);
+	}
+	R->n = n + 1;
+	return R->r + i;
+}
+
+void ml__ranges_close_slow(struct ml__ranges *R, size_t i, size_t k)
+{
+	size_t n = R->n, after = n - i - k;
+	if (i < after) {
+		if (i)
+			memmove(R->r + k, R->r, i * sizeof *R->r);
+		R->r += k;
+		R->front += k;
+		R->cap -= k;
+	} else if (after) {
+		memmove(R->r + i, R->r + i + k, after * sizeof *R->r);
+	}
+	R->n = n - k;
+}
+
 /* Bytes [from, end) of record i stop being tracked: counted ones leave
  * the count, with their share of the samples. */
 static void truncate_at(struct ml__ranges *R, size_t i, uintptr_t from)
@@ -85,15 +141,14 @@ static void truncate_at(struct ml__ranges *R, size_t i, uintptr_t from)
  * from x on stops being tracked. */
 static void cut(struct ml__ranges *R, size_t i, uintptr_t x)
 {
-	if (R->n == R->cap) {
+	if (ml__ranges_full(R)) {
 		/* Atomic: read without the lock (mapped.c's full flag). */
 		__atomic_fetch_add(&R->lost, 1, __ATOMIC_RELAXED);
 		truncate_at(R, i, x);
 		return;
 	}
-	memmove(&R->r[i + 1], &R->r[i], (R->n - i) * sizeof *R->r);
-	R->n++;
-	struct ml__range *l = &R->r[i], *h = &R->r[i + 1];
+	struct ml__range *h = ml__ranges_open(R, i + 1), *l = h - 1;
+	*h = *l;
 	uint64_t s = l->samples;
 	l->samples = binomial(R, s, x - l->start, len_of(l));
 	h->samples = s - l->samples;
@@ -130,9 +185,8 @@ static inline void remove_run(struct ml__ranges *R, size_t i, size_t j)
 		if (r->state == ML__RANGE_COUNTED)
 			R->counted -= len_of(r);
 	}
-	if (j < R->n)
-		memmove(&R->r[i], &R->r[j], (R->n - j) * sizeof *R->r);
-	R->n -= j - i;
+	if (j > i)
+		ml__ranges_close(R, i, j - i);
 }
 
 bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
@@ -154,14 +208,11 @@ bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
 	}
 	if (!state)
 		return false;
-	if (R->n == R->cap) {
+	if (ml__ranges_full(R)) {
 		__atomic_fetch_add(&R->lost, 1, __ATOMIC_RELAXED);
 		return false; /* the caller gives its samples back */
 	}
-	if (i < R->n)
-		memmove(&R->r[i + 1], &R->r[i], (R->n - i) * sizeof *R->r);
-	R->n++;
-	R->r[i] =
+	*ml__ranges_open(R, i) =
 	    (struct ml__range){.start = a,
 	                       .end = b,
 	                       .key = state == ML__RANGE_COUNTED ? key : 0,

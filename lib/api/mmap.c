@@ -352,7 +352,9 @@ map_done(void *p, uintptr_t n, uintptr_t pc)
 }
 
 /* The fast path, a mapping not after the last record: a search, and one
- * record inserted before others (they move), or the general recording. */
+ * record inserted before others (the kernel's top-down placement puts it
+ * before them all: ranges.c then moves none), or the general
+ * recording. */
 static __attribute__((noinline)) void *map_insert(void *p, uintptr_t n,
                                                   uintptr_t pc)
 {
@@ -394,8 +396,9 @@ map_counted(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 	struct ml__ranges *R = &ml__mapped_table;
 	if (ml__unlikely(!ml__spin_trylock(&ml__mapped_lock)))
 		return map_record(p, n, pc);
-	/* The common case: after the last record (the bench's; a kernel
-	 * handing out addresses downwards inserts before, with a search). */
+	/* After the last record (the bench's under valgrind): appended.  A
+	 * kernel handing out addresses downwards puts it before them all:
+	 * map_insert, a search and no record moved. */
 	size_t k = R->n;
 	if (ml__unlikely(!R->r || k == R->cap)) {
 		ml__spin_unlock(&ml__mapped_lock);
@@ -529,9 +532,10 @@ static __attribute__((noinline)) int unmap_after(int64_t m, int64_t d)
 /* The fast path (issue 34): [addr, addr + len) is the last record, whole,
  * counted, holding no samples (the mapping the fast mmap appended): it
  * goes, with no search.  Every other case leaves by a tail call for the
- * general update (unmap_rest).  The kernel refuses a length of 0 or an
- * address off a page (nothing changes then): no check before the call.
- * The table not made yet has n = 0. */
+ * general update (unmap_rest: the first record, a top-down kernel's
+ * newest mapping, goes with a search and no record moved).  The kernel refuses
+ * a length of 0 or an address off a page (nothing changes then): no check
+ * before the call. The table not made yet has n = 0. */
 ML__API int munmap(void *addr, size_t len)
 {
 	if (!counting())

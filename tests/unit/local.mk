@@ -86,3 +86,13 @@ tests_unit_test_svg_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
 tests_unit_test_svg_LDADD = tests/tap/libtap.la -lm
 tests_unit_test_svg_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_svg_CFLAGS = $(ML_TEST_CFLAGS)
+
+# The range table of counted mappings (issue 34): a mapping made and
+# unmapped below all others (the kernel's top-down placement) or above
+# them moves no record.  lib/alloc/ranges.c is compiled in.
+check_PROGRAMS += tests/unit/test-ranges
+TESTS += tests/unit/test-ranges
+tests_unit_test_ranges_SOURCES = tests/unit/test-ranges.c lib/alloc/ranges.c
+tests_unit_test_ranges_LDADD = tests/tap/libtap.la -lm
+tests_unit_test_ranges_LDFLAGS = $(ML_TEST_LINK)
+tests_unit_test_ranges_CFLAGS = $(ML_TEST_CFLAGS)
