@@ -123,7 +123,8 @@ static void test_whole(void)
 	tap_is(mapped() - base, 0, "and unmapped: 0");
 }
 
-static void *whole_body(void *arg)
+/* A task's body: maps 64 MiB and hands the address out. */
+static void *map64_body(void *arg)
 {
 	*(char **)arg = map(64 * MiB, RW, PA, NULL);
 	return NULL;
@@ -137,7 +138,7 @@ static void test_whole_held(void)
 	ml_limits l = ML_LIMITS_INIT;
 	ml_task *t = ml_task_new(&l);
 	char *p = NULL;
-	ml_task_run(t, whole_body, &p, NULL);
+	ml_task_run(t, map64_body, &p, NULL);
 	/* 64 MiB at S = 80000: Poisson(838.9) samples; none is 0 with
 	 * probability e^-838.9 (the seed is fixed anyway). */
 	tap_ok(ml_task_held(t) > 0, "a task that mapped 64 MiB holds %lld",
@@ -418,11 +419,6 @@ static void test_fail(void)
 
 /* Held samples: a task holds what it mapped; a partial unmap gives back
  * its share, the last byte the rest. */
-static void *held_body(void *arg)
-{
-	*(char **)arg = map(64 * MiB, RW, PA, NULL);
-	return NULL;
-}
 
 static void test_held(void)
 {
@@ -430,7 +426,7 @@ static void test_held(void)
 	ml_limits l = ML_LIMITS_INIT;
 	ml_task *t = ml_task_new(&l);
 	char *p = NULL;
-	ml_task_run(t, held_body, &p, NULL);
+	ml_task_run(t, map64_body, &p, NULL);
 	double h = (double)ml_task_held(t) / MiB;
 	/* 64 MiB at S = 80000: Poisson(838.9) samples, sd 2.21 MiB; 5.5 sd
 	 * either way (false alarm < 4e-8; the seed is fixed anyway). */
