@@ -13,25 +13,37 @@ static ML__COLD bool note_impossible(size_t bytes)
 	return false;
 }
 
-ML__API bool ml_note_alloc(size_t bytes)
+/* A noted allocation of bytes: the countdown, a sampled one decided by
+ * the slow path; the meter; then, when sampled, the granted hook (no
+ * block: ml_note_alloc) or the held record keyed by p (ml__alloc_end,
+ * which calls the hook too), both after the meter, which they read.
+ * Any size above INT64_MAX borrows (a countdown is at most a sample gap,
+ * which sampler.c caps at 2^62), so that check costs the fast path
+ * nothing. */
+static inline bool note_alloc(void *p, size_t bytes)
 {
-	/* Not glibc's memory: nothing to try on glibc.  Any size above
-	 * INT64_MAX borrows (a countdown is at most a sample gap, which
-	 * sampler.c caps at 2^62), so
-	 * the check costs the fast path nothing. */
-	if (ml__unlikely(ml__countdown_take(bytes))) {
+	bool sampled = ml__countdown_take(bytes);
+	if (ml__unlikely(sampled)) {
 		if (ml__unlikely(bytes > (size_t)INT64_MAX))
 			return note_impossible(bytes);
 		if (ml__alloc_begin(bytes, NULL))
 			return false;
-		if (ml__unlikely(ML__METER_ON))
-			ml__meter_add((int64_t)bytes);
-		ml__alloc_granted(); /* after the meter: a timeline row */
-		return true;
 	}
 	if (ml__unlikely(ML__METER_ON))
 		ml__meter_add((int64_t)bytes);
+	if (ml__unlikely(sampled)) {
+		if (p)
+			ml__alloc_end(p, bytes);
+		else
+			ml__alloc_granted();
+	}
 	return true;
+}
+
+ML__API bool ml_note_alloc(size_t bytes)
+{
+	/* Not glibc's memory: nothing to try on glibc. */
+	return note_alloc(NULL, bytes);
 }
 
 /* Above INT64_MAX it matches no noted allocation (those are refused):
@@ -54,23 +66,7 @@ ML__API void ml_note_free(size_t bytes)
  * the held record's key), so a refusal is the caller's to undo. */
 ML__API bool ml_note_alloc_block(void *p, size_t bytes)
 {
-	if (!p)
-		return false;
-	if (ml__unlikely(ml__countdown_take(bytes))) {
-		if (ml__unlikely(bytes > (size_t)INT64_MAX))
-			return note_impossible(bytes);
-		if (ml__alloc_begin(bytes, NULL))
-			return false;
-		/* A sample: p is held by the tasks it was charged to (after
-		 * the meter, which the granted hook reads). */
-		if (ml__unlikely(ML__METER_ON))
-			ml__meter_add((int64_t)bytes);
-		ml__alloc_end(p, bytes);
-		return true;
-	}
-	if (ml__unlikely(ML__METER_ON))
-		ml__meter_add((int64_t)bytes);
-	return true;
+	return p && note_alloc(p, bytes);
 }
 
 ML__API void ml_note_free_block(void *p, size_t bytes)
