@@ -462,29 +462,29 @@ static PyObject *task_leave(PyObject *self_, PyObject *unused)
 	return PyLong_FromLong(rc);
 }
 
+/* The task of a live Task, or NULL with RuntimeError set. */
+static ml_task *task_of(PyObject *self_)
+{
+	TaskObject *self = (TaskObject *)self_;
+	return live(self) ? self->task : NULL;
+}
 static PyObject *task_status(PyObject *self_, void *c)
 {
 	(void)c;
-	TaskObject *self = (TaskObject *)self_;
-	if (!live(self))
-		return NULL;
-	return PyLong_FromLong(ml_task_status(self->task));
+	ml_task *t = task_of(self_);
+	return t ? PyLong_FromLong(ml_task_status(t)) : NULL;
 }
 static PyObject *task_held(PyObject *self_, void *c)
 {
 	(void)c;
-	TaskObject *self = (TaskObject *)self_;
-	if (!live(self))
-		return NULL;
-	return PyLong_FromUnsignedLongLong(ml_task_held(self->task));
+	ml_task *t = task_of(self_);
+	return t ? PyLong_FromUnsignedLongLong(ml_task_held(t)) : NULL;
 }
 static PyObject *task_allocated(PyObject *self_, void *c)
 {
 	(void)c;
-	TaskObject *self = (TaskObject *)self_;
-	if (!live(self))
-		return NULL;
-	return PyLong_FromUnsignedLongLong(ml_task_allocated(self->task));
+	ml_task *t = task_of(self_);
+	return t ? PyLong_FromUnsignedLongLong(ml_task_allocated(t)) : NULL;
 }
 static PyObject *limit_value(unsigned long long v)
 {
