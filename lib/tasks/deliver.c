@@ -44,13 +44,8 @@ static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 	t->mask_depth = target->mask_depth;
 	/* The slices above the target end here: their runners never
 	 * return. */
-	while (t->top != target) {
-		struct ml__slice *k = t->top;
-		if (t->exact)
-			ml__slice_exact_end(t, k);
-		t->top = k->outer;
-		ml__slice_end(k);
-	}
+	while (t->top != target)
+		ml__slice_pop(t);
 	if (t->own_interval)
 		ml__thread_reinterval(t);
 	siglongjmp(target->jb, 1);

@@ -117,19 +117,23 @@ void ml__slice_end(struct ml__slice *slice)
 		entered_put(&ml__self, slice);
 }
 
+void ml__slice_pop(struct ml__thread *t)
+{
+	struct ml__slice *k = t->top;
+	if (t->exact)
+		ml__slice_exact_end(t, k);
+	t->top = k->outer;
+	ml__slice_end(k);
+}
+
 /* Entered slices above `stop` on t's stack, left without ml_task_leave:
  * the runner of `stop` returned or unwound, or a jump passes them.  They
  * leave as ml_task_leave would have (a later leave finds them gone:
  * ML_EINVAL). */
 ML__COLD void ml__entered_abandon(struct ml__thread *t, struct ml__slice *stop)
 {
-	while (t->top != stop && t->top && t->top->entered) {
-		struct ml__slice *k = t->top;
-		if (t->exact)
-			ml__slice_exact_end(t, k);
-		t->top = k->outer;
-		ml__slice_end(k);
-	}
+	while (t->top != stop && t->top && t->top->entered)
+		ml__slice_pop(t);
 	if (t->own_interval)
 		ml__thread_reinterval(t);
 }

@@ -325,6 +325,10 @@ void ml__update_pending(struct ml__thread *t);
 void ml__slice_release(struct ml__thread *t, const struct ml__slice *slice);
 /* A slice is off the stack, however it left. */
 void ml__slice_end(struct ml__slice *slice);
+/* t's innermost slice leaves its stack without its runner's return (a
+ * jump passes it, or it was entered and abandoned): its exact budget
+ * settled, then ml__slice_end. */
+void ml__slice_pop(struct ml__thread *t);
 /* Entered slices above stop, left without ml_task_leave, leave now. */
 void ml__entered_abandon(struct ml__thread *t, struct ml__slice *stop);
 /* The pthread cleanup handler of a runner's frame (RUN_SLICE, task.c). */
