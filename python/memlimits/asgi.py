@@ -73,17 +73,16 @@ def run_in_task(coro, task):
     return _Stepper(coro, task)
 
 
-_factories = set()
-
-
 def install_task_factory(loop=None):
     """Make asyncio tasks created inside a request's task run their steps
     in it too (wraps the loop's task factory; idempotent)."""
     loop = loop or asyncio.get_running_loop()
-    if id(loop) in _factories:
-        return
-    _factories.add(id(loop))
     inner = loop.get_task_factory()
+    # Ours already when the loop's factory says so.  (Not a set of
+    # id(loop): a new loop can get a closed one's address, and was then
+    # left without the factory, its requests' child tasks unlimited.)
+    if getattr(inner, "_memlimits", False):
+        return
 
     def factory(loop, coro, **kw):
         task = current_task.get()
@@ -93,6 +92,7 @@ def install_task_factory(loop=None):
             return inner(loop, coro, **kw)
         return asyncio.Task(coro, loop=loop, **kw)
 
+    factory._memlimits = True
     loop.set_task_factory(factory)
 
 

@@ -6,14 +6,19 @@ import asyncio
 import logging
 
 import memlimits
-from memlimits.asgi import LimitMiddleware
+from memlimits.asgi import LimitMiddleware, install_task_factory
+
+# A runaway that is not stopped ends here (about 400 MB, 12 times the
+# limit) and its request gets 200: a failed check, not a machine out of
+# memory (a child task left unlimited once took the CI machine's memory).
+RUNAWAY_END = 2 * 10**6
 
 
 async def app(scope, receive, send):
     await receive()
     if scope["path"] == "/bomb":
         keep = []
-        while True:
+        while len(keep) < RUNAWAY_END:
             keep.append(str(len(keep)) * 20)
             if len(keep) % 2000 == 0:
                 await asyncio.sleep(0)  # let the others run
@@ -21,7 +26,7 @@ async def app(scope, receive, send):
         # A child asyncio task runs in the request's task too.
         async def grow():
             keep = []
-            while True:
+            while len(keep) < RUNAWAY_END:
                 keep.append(str(len(keep)) * 20)
                 if len(keep) % 2000 == 0:
                     await asyncio.sleep(0)
@@ -72,3 +77,28 @@ def test_child_task_charged_to_request():
     results = asyncio.run(main())
     assert results[0][0] == 503
     assert all(r[0] == 200 for r in results[1:])
+
+
+def test_child_task_charged_on_every_new_loop():
+    # asyncio.run makes a new loop each time, often at the address of the
+    # one before (19 distinct of 20 here): each loop gets the factory, so
+    # each request's child task is stopped.
+    mw = LimitMiddleware(app, held="32MiB")
+    for _ in range(20):
+        status, _ = asyncio.run(request(mw, "/child"))
+        assert status == 503
+
+
+def test_task_factory_reinstalled_when_replaced():
+    async def main():
+        loop = asyncio.get_running_loop()
+        install_task_factory(loop)
+        ours = loop.get_task_factory()
+        assert ours is not None
+        install_task_factory(loop)  # idempotent
+        assert loop.get_task_factory() is ours
+        loop.set_task_factory(None)  # the application's own choice
+        install_task_factory(loop)
+        return loop.get_task_factory()
+
+    assert asyncio.run(main()) is not None

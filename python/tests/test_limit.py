@@ -14,6 +14,9 @@ import pytest
 import memlimits
 
 MiB = 1 << 20
+# The runaways below make 10**7 strings (about 640 MB, ten times and more
+# each limit here), not more: one a limit fails to stop is a failed check,
+# not a machine out of memory.
 
 
 def test_counting_on():
@@ -69,7 +72,7 @@ MiB = 1 << 20
 out = {}
 try:
     with memlimits.limit(held="50MiB") as t:
-        x = [str(i) for i in range(10**8)]
+        x = [str(i) for i in range(10**7)]
 except memlimits.LimitExceeded as e:
     out["held"] = [e.reason, e.limit, e.held, e.allocated, t.status,
                    isinstance(e, MemoryError)]
@@ -166,7 +169,7 @@ def test_call():
         return [str(i) for i in range(n)]
     assert len(memlimits.call(build, 1000, held="16MiB")) == 1000
     with pytest.raises(memlimits.LimitExceeded):
-        memlimits.call(build, 10**8, held="16MiB")
+        memlimits.call(build, 10**7, held="16MiB")
 
 
 def test_exception_inside_goes_through():
@@ -179,7 +182,7 @@ def test_stopped_block_raises_even_if_swallowed():
     with pytest.raises(memlimits.LimitExceeded):
         with memlimits.limit(held="16MiB"):
             try:
-                x = [str(i) for i in range(10**8)]  # noqa: F841
+                x = [str(i) for i in range(10**7)]  # noqa: F841
             except MemoryError:
                 pass
 
@@ -203,7 +206,7 @@ def test_keyboard_interrupt_from_stopped_block():
     with pytest.raises(KeyboardInterrupt):
         with memlimits.limit(held="16MiB") as t:
             try:
-                x = [str(i) for i in range(10**8)]  # noqa: F841
+                x = [str(i) for i in range(10**7)]  # noqa: F841
             except MemoryError:
                 pass
             raise ki
@@ -214,7 +217,7 @@ def test_nesting_inner_stopped():
     with memlimits.limit(held="512MiB") as outer:
         with pytest.raises(memlimits.LimitExceeded):
             with memlimits.limit(held="16MiB"):
-                x = [str(i) for i in range(10**8)]  # noqa: F841
+                x = [str(i) for i in range(10**7)]  # noqa: F841
         y = [str(i) for i in range(1000)]
     assert outer.status is None and len(y) == 1000
     assert outer.allocated >= 16 * MiB * 0.8
@@ -224,7 +227,7 @@ def test_nesting_outer_stopped():
     with pytest.raises(memlimits.LimitExceeded) as ei:
         with memlimits.limit(held="16MiB") as outer:
             with memlimits.limit(held="512MiB") as inner:
-                x = [str(i) for i in range(10**8)]  # noqa: F841
+                x = [str(i) for i in range(10**7)]  # noqa: F841
     assert outer.status == "held_limit" and inner.status is None
     assert ei.value.limit == 16 * MiB
 
@@ -241,7 +244,7 @@ def test_stopped_task_refuses_entry():
     t = memlimits.Task(held="16MiB")
     with pytest.raises(memlimits.LimitExceeded):
         with t:
-            x = [str(i) for i in range(10**8)]  # noqa: F841
+            x = [str(i) for i in range(10**7)]  # noqa: F841
     with pytest.raises(memlimits.LimitExceeded):
         with t:
             pass

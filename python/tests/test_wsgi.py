@@ -6,20 +6,25 @@ import logging
 import memlimits
 from memlimits.wsgi import LimitMiddleware
 
+# Where a runaway not stopped ends (hundreds of MB, over ten times each
+# limit here): a failed check rather than a machine out of memory.
+RUNAWAY_END = 4 * 10**6
+
 
 def app(environ, start_response):
     path = environ["PATH_INFO"]
     if path == "/bomb":
-        x = [str(i) for i in range(10**8)]  # noqa: F841
+        x = [str(i) for i in range(RUNAWAY_END)]  # noqa: F841
     start_response("200 OK", [("Content-Type", "text/plain")])
     if path == "/stream-bomb":
         def body():
             yield b"start\n"
             keep = []
-            while True:
+            while len(keep) < RUNAWAY_END:
                 keep.append(str(len(keep)) * 10)
                 if len(keep) % 10000 == 0:
                     yield b"."
+            yield b"not stopped"
         return body()
     return [b"hello ", str(sum(range(1000))).encode()]
 
@@ -60,6 +65,7 @@ def test_stopped_while_streaming():
     status, body = call(mw, "/stream-bomb")
     # The headers went with the first chunk: the response ends there.
     assert status == "200 OK" and body.startswith(b"start\n")
+    assert not body.endswith(b"not stopped")
     assert call(mw, "/")[0] == "200 OK"
 
 

@@ -38,7 +38,9 @@ cat "$tmp/tap"
 # Numbers for the report (times, estimates), never checked: TAP comments.
 [ -f "$tmp/measured" ] && sed 's/^/# measured: /' "$tmp/measured"
 if [ $rc -ne 0 ]; then
-	sed 's/^/# /' "$tmp/out" | tail -n 80
+	# awk, not sed: a line pytest left unended (killed mid-test) gets
+	# its newline, so that the "not ok" below is a line of its own.
+	tail -n 80 "$tmp/out" | awk '{ print "# " $0 }'
 	if ! grep -q '^not ok' "$tmp/tap"; then
 		n=$((n + 1))
 		echo "not ok $n - pytest exited with status $rc"
