@@ -218,8 +218,11 @@ unsigned tap_timeout(unsigned s)
 /* Wait for pid up to timeout_s seconds; the status as tap_child's. */
 static int wait_child(pid_t pid, unsigned timeout_s)
 {
-	struct timespec nap = {0, 2 * 1000 * 1000};
-	long waited_ms = 0, limit_ms = (long)timeout_s * 1000;
+	struct timespec nap = {0, 2 * 1000 * 1000}, t0, now;
+	/* The clock, not a count of naps: under load a 2 ms nap takes far
+	 * longer, and the child's own alarm (timeout + 5 s) fired first, a
+	 * hang then reported as status 142. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		int st;
 		pid_t r = waitpid(pid, &st, WNOHANG);
@@ -232,7 +235,8 @@ static int wait_child(pid_t pid, unsigned timeout_s)
 		}
 		if (r < 0 && errno != EINTR)
 			return -1;
-		if (waited_ms >= limit_ms) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec >= (time_t)timeout_s) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			return -1;
@@ -240,7 +244,6 @@ static int wait_child(pid_t pid, unsigned timeout_s)
 		/* not ordering: the poll of a wait for the child, with a limit
 		 */
 		nanosleep(&nap, NULL);
-		waited_ms += 2;
 	}
 }
 
