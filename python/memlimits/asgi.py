@@ -10,8 +10,12 @@ request's task, entered before the step and left after it, so that
 requests interleaved on one event loop are charged separately.  asyncio
 tasks the application creates while handling the request inherit it
 through a context variable (the loop's task factory wraps their
-coroutines the same way: :func:`install_task_factory`, called for the
-running loop at the first request).
+coroutines the same way), and so do functions it runs in a thread pool
+through ``loop.run_in_executor`` (each call a slice of the request's
+task on the pool's thread): a WSGI app behind asgiref's ``WsgiToAsgi``
+or uvicorn's ``WSGIMiddleware`` is limited per request too.  Both are
+installed by :func:`install_task_factory`, for the running loop at each
+request.
 
 A request over its limit fails its next allocation (MemoryError inside
 the application); the middleware answers ``status`` (503) when the
@@ -20,6 +24,7 @@ request (logger ``memlimits``)."""
 
 import asyncio
 import contextvars
+import functools
 import logging
 
 from . import LimitExceeded, Task, parse_size
@@ -34,11 +39,20 @@ class _Stepper:
     A step of a stopped task is not run: LimitExceeded is thrown into
     the coroutine instead, so that it unwinds."""
 
-    __slots__ = ("_coro", "_task")
+    __slots__ = ("_coro", "_task", "_bridge")
 
-    def __init__(self, coro, task):
+    def __init__(self, coro, task, bridge=False):
         self._coro = coro
         self._task = task
+        # Made while its task was already stopped: not by a step of the
+        # task (those do not run then) but by a thread or a callback
+        # acting for it, typically a bridge that waits for the coroutine
+        # to finish (asgiref's AsyncToSync runs the app's send this way
+        # and waits on a future the coroutine's own handler sets).  Its
+        # first step runs, outside the task, so that the handler does;
+        # thrown into before it started, it would never run, and the
+        # pool thread would wait for good.
+        self._bridge = bridge
 
     def __await__(self):
         return self
@@ -53,7 +67,11 @@ class _Stepper:
         t = self._task
         code = t.status_code
         if code > 0:
+            if self._bridge:
+                self._bridge = False
+                return fn(*args)
             return self._coro.throw(t._exceeded(code))
+        self._bridge = False
         # Entered and left in C: nothing allocates after a stop before
         # the leave.
         return t.step(fn, *args)
@@ -74,9 +92,14 @@ def run_in_task(coro, task):
 
 
 def install_task_factory(loop=None):
-    """Make asyncio tasks created inside a request's task run their steps
-    in it too (wraps the loop's task factory; idempotent)."""
+    """Make work started inside a request's task run in it too: asyncio
+    tasks it creates (the loop's task factory, wrapped) and functions it
+    hands to a thread pool with ``loop.run_in_executor`` (asyncio's
+    ``to_thread``, asgiref's ``sync_to_async`` and ``WsgiToAsgi``,
+    uvicorn's ``WSGIMiddleware``), each call a slice of the task on the
+    pool's thread.  Idempotent."""
     loop = loop or asyncio.get_running_loop()
+    _install_executor_hook(loop)
     inner = loop.get_task_factory()
     # Ours already when the loop's factory says so.  (Not a set of
     # id(loop): a new loop can get a closed one's address, and was then
@@ -87,7 +110,7 @@ def install_task_factory(loop=None):
     def factory(loop, coro, **kw):
         task = current_task.get()
         if task is not None:
-            coro = _wrap(coro, task)
+            coro = _wrap(coro, task, task.status_code > 0)
         if inner is not None:
             return inner(loop, coro, **kw)
         return asyncio.Task(coro, loop=loop, **kw)
@@ -96,8 +119,46 @@ def install_task_factory(loop=None):
     loop.set_task_factory(factory)
 
 
-async def _wrap(coro, task):
-    return await _Stepper(coro, task)
+def _in_task(task, fn, *args):
+    # On the pool's thread: a stopped task is not entered (LimitExceeded
+    # at once), and one stopped during fn raises LimitExceeded at the
+    # block's end, whatever fn made of its MemoryError.
+    with task:
+        return fn(*args)
+
+
+_warned_loops = set()
+
+
+def _install_executor_hook(loop):
+    run = loop.run_in_executor
+    if getattr(run, "_memlimits", False):
+        return
+
+    def run_in_executor(executor, fn, *args):
+        task = current_task.get()
+        if task is not None:
+            return run(executor, functools.partial(_in_task, task, fn),
+                       *args)
+        return run(executor, fn, *args)
+
+    run_in_executor._memlimits = True
+    try:
+        loop.run_in_executor = run_in_executor
+    except (AttributeError, TypeError):
+        # A loop written in C (uvloop) takes no attribute: its thread
+        # pools run outside the requests' tasks.  Said once per type.
+        name = type(loop).__module__ + "." + type(loop).__qualname__
+        if name not in _warned_loops:
+            _warned_loops.add(name)
+            log.warning("memlimits: %s: functions run in a thread pool "
+                        "(run_in_executor) are not charged to the "
+                        "request (use asyncio's loop to charge them)",
+                        name)
+
+
+async def _wrap(coro, task, bridge=False):
+    return await _Stepper(coro, task, bridge)
 
 
 def _log_stop(scope, exc):
@@ -129,6 +190,10 @@ class LimitMiddleware:
 
         async def tracked_send(message):
             nonlocal started
+            if task.status is not None:
+                # The app's own answer to its stop (Flask's 500 through a
+                # WSGI bridge) is not sent: the request gets ours.
+                raise task._exceeded(task.status_code)
             if message["type"] == "http.response.start":
                 started = True
             await send(message)

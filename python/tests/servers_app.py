@@ -1,7 +1,8 @@
 """The app test_servers.py runs under real servers: a Flask app for
-gunicorn (``make_flask_app()``) and the same two endpoints as an ASGI app for
-uvicorn (``asgi_app``), each behind memlimits' LimitMiddleware with
-held="64MiB".
+gunicorn (``make_flask_app()``), the same app for uvicorn behind a WSGI
+bridge (``flask_asgiref()``, ``flask_uvicorn_wsgi()``) and the same two
+endpoints as a native ASGI app for uvicorn (``asgi_app``), each behind
+memlimits' LimitMiddleware with held="64MiB".
 
 ``/`` is an ordinary request (a little JSON work); its body is
 "ok PID GROWING": the worker's pid and, under ASGI, how many runaways
@@ -35,7 +36,7 @@ def run_away(keep):
         keep.append(str(len(keep)) * 8)
 
 
-def make_flask_app():
+def make_flask_app(limit=True):
     from flask import Flask
 
     app = Flask(__name__)
@@ -54,8 +55,32 @@ def make_flask_app():
 
     # Flask turns the view's MemoryError into its own 500: the
     # middleware still answers 503, as the request's task was stopped.
-    app.wsgi_app = memlimits.wsgi.LimitMiddleware(app.wsgi_app, held=HELD)
+    if limit:
+        app.wsgi_app = memlimits.wsgi.LimitMiddleware(app.wsgi_app,
+                                                      held=HELD)
     return app
+
+
+def flask_asgi(bridge):
+    """The same Flask app under an ASGI server: a WSGI bridge that runs
+    it in a thread pool (asgiref's WsgiToAsgi, one thread for all;
+    uvicorn's WSGIMiddleware, ten), behind the ASGI LimitMiddleware."""
+    app = make_flask_app(limit=False)
+    if bridge == "asgiref":
+        from asgiref.wsgi import WsgiToAsgi
+        inner = WsgiToAsgi(app)
+    else:
+        from uvicorn.middleware.wsgi import WSGIMiddleware
+        inner = WSGIMiddleware(app)
+    return memlimits.asgi.LimitMiddleware(inner, held=HELD)
+
+
+def flask_asgiref():
+    return flask_asgi("asgiref")
+
+
+def flask_uvicorn_wsgi():
+    return flask_asgi("uvicorn")
 
 
 class _Loop:

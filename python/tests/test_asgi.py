@@ -5,6 +5,8 @@ its own task."""
 import asyncio
 import logging
 
+import pytest
+
 import memlimits
 from memlimits.asgi import LimitMiddleware, install_task_factory
 
@@ -48,7 +50,10 @@ async def request(mw, path):
     async def send(message):
         sent.append(message)
 
-    await mw({"type": "http", "method": "GET", "path": path}, receive, send)
+    await mw({"type": "http", "method": "GET", "path": path,
+              "query_string": b"", "headers": [], "http_version": "1.1",
+              "scheme": "http", "root_path": "",
+              "server": ("127.0.0.1", 80)}, receive, send)
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 
@@ -102,3 +107,74 @@ def test_task_factory_reinstalled_when_replaced():
         return loop.get_task_factory()
 
     assert asyncio.run(main()) is not None
+
+
+def _runaway_then_500(environ, start_response):
+    # A WSGI app that runs away, catches its MemoryError and answers 500
+    # itself, as Flask does.
+    keep = []
+    try:
+        while len(keep) < RUNAWAY_END:
+            keep.append(str(len(keep)) * 20)
+    except MemoryError:
+        del keep
+        start_response("500 Internal Server Error", [])
+        return [b"internal error"]
+    start_response("200 OK", [])
+    return [b"not stopped"]
+
+
+def test_thread_pool_work_charged():
+    # Work a request hands to a thread pool runs in its task there.
+    async def app(scope, receive, send):
+        def grow():
+            keep = []
+            while len(keep) < RUNAWAY_END:
+                keep.append(str(len(keep)) * 20)
+        if scope["path"] == "/to_thread":
+            await asyncio.to_thread(grow)
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, grow)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": []})
+        await send({"type": "http.response.body", "body": b"not stopped"})
+
+    mw = LimitMiddleware(app, held="32MiB")
+
+    async def main():
+        return await asyncio.gather(request(mw, "/executor"),
+                                    request(mw, "/to_thread"),
+                                    request(mw_small, "/"))
+
+    async def small(scope, receive, send):
+        n = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: len([str(i) for i in range(1000)]))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": []})
+        await send({"type": "http.response.body", "body": b"%d" % n})
+
+    mw_small = LimitMiddleware(small, held="32MiB")
+    results = asyncio.run(main())
+    assert [s for s, _ in results] == [503, 503, 200]
+    assert results[2][1] == b"1000"
+
+
+def test_wsgi_app_behind_asgiref():
+    # asgiref's WsgiToAsgi runs the app on a pool thread and its send on
+    # the loop, waiting there for a coroutine made after the stop: that
+    # one's first step runs (its handler reports back), the app's own 500
+    # is not sent, and the request gets 503.  Thrown into before it
+    # started, the coroutine never ran and the pool thread waited for
+    # good (then every later request behind it: one thread for all).
+    wsgi = pytest.importorskip("asgiref.wsgi", reason="no asgiref "
+                               "(Debian: python3-asgiref)")
+    mw = LimitMiddleware(wsgi.WsgiToAsgi(_runaway_then_500), held="32MiB")
+
+    async def main():
+        first = await asyncio.wait_for(request(mw, "/"), 120)  # backstop
+        second = await asyncio.wait_for(request(mw, "/"), 120)
+        return first, second
+
+    first, second = asyncio.run(main())
+    assert first == (503, b"memory limit exceeded\n")
+    assert second[0] == 503

@@ -312,3 +312,43 @@ def test_uvicorn_asgi(measured, tmp_path):
              % (", ".join("%.2f" % r[2] for r in runaways), len(ordinary),
                 overlapping, [round(h / MiB, 1) for h in held],
                 [round(o / MiB, 1) for o in own]))
+
+
+@pytest.mark.parametrize("bridge", ["flask_asgiref", "flask_uvicorn_wsgi"])
+def test_uvicorn_flask(measured, tmp_path, bridge):
+    # The Flask app of test_gunicorn_flask, under uvicorn through a WSGI
+    # bridge that runs it on a thread pool: the ASGI middleware's task
+    # follows the request onto the pool's thread (run_in_executor).
+    pytest.importorskip("flask", reason="no Flask (Debian: python3-flask)")
+    pytest.importorskip("uvicorn", reason="no uvicorn (Debian: "
+                        "python3-uvicorn)")
+    if bridge == "flask_asgiref":
+        pytest.importorskip("asgiref", reason="no asgiref (Debian: "
+                            "python3-asgiref)")
+    argv = [sys.executable, "-m", "uvicorn", "--fd", "{fd}", "--loop",
+            "asyncio", "--http", "h11", "--lifespan", "off",
+            "--no-access-log", "--log-level", "warning", "--factory",
+            "servers_app:" + bridge]
+    with Server(argv, str(tmp_path / "uvicorn.log")) as srv:
+        assert get(srv.port, "/")[0] == 200
+        load = Load(srv.port, 8, least=200).start()
+        load.wait_done(20)
+        runaways = concurrently(2, get, srv.port, "/runaway")
+        after = get(srv.port, "/runaway")
+        ordinary = load.stop()
+        log = srv.text()
+        assert srv.alive(), log
+    assert [r[0] for r in runaways + [after]] == [503] * 3, (runaways,
+                                                             after, log)
+    assert all(b"memory limit exceeded" in r[1]
+               for r in runaways + [after])
+    bad = [r for r in ordinary if r[0] != 200 or not r[1].startswith(b"ok ")]
+    assert len(ordinary) >= 200 and bad == [], bad[:5]
+    held = stop_lines(log)
+    assert len(held) == 3, log
+    measured("uvicorn (asyncio, h11) + %s + Flask, held 64MiB: two "
+             "concurrent runaways 503 in %s s, one more after in %.2f s; "
+             "%d ordinary 200 meanwhile; held at the stops %s MiB"
+             % (bridge, ", ".join("%.2f" % r[2] for r in runaways),
+                after[2], len(ordinary),
+                [round(h / MiB, 1) for h in held]))
