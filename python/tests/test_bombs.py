@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import resource
 import struct
 import subprocess
 import sys
@@ -266,23 +267,68 @@ def preloadable_library():
     return None
 
 
-def test_png_decompression_bomb(measured):
-    # PIL allocates its pixels with malloc from C, which the module's
-    # hooks do not see (docs/python.md): it runs in a child with the
-    # library preloaded, as under memlimits run.
-    pytest.importorskip("PIL.Image")
+def lxml_child():
+    # Run with the library preloaded (test_lxml_billion_laughs).
+    from lxml import etree
+    assert memlimits.capabilities()["preloaded"]
+    parser = etree.XMLParser(resolve_entities=True, huge_tree=True)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        bomb(lambda line: print("measured", line),
+             "XML billion laughs (lxml %s, libxml2 %s, huge_tree; "
+             "preloaded)" % (".".join(map(str, etree.LXML_VERSION)),
+                             ".".join(map(str, etree.LIBXML_VERSION))),
+             "64MiB", etree.fromstring, XML_LAUGHS.encode(), parser)
+    except BaseException as e:  # noqa: BLE001
+        print("not stopped:", repr(e))
+        return 1
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print("peak RSS grew by %d KiB" % grew)
+    return 0
+
+
+CHILDREN = {"png": png_child, "lxml": lxml_child}
+
+
+def run_preloaded(name):
+    """CHILDREN[name] in a child with the library preloaded: (its
+    "measured" line, its whole output)."""
     lib = preloadable_library()
     assert lib is not None
     env = dict(os.environ, LD_PRELOAD=lib)
-    r = subprocess.run([sys.executable, __file__, "png"], env=env,
+    r = subprocess.run([sys.executable, __file__, name], env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=300)
     out = r.stdout.decode(errors="replace")
     assert r.returncode == 0, out
     lines = [x for x in out.splitlines() if x.startswith("measured ")]
     assert len(lines) == 1 and "stopped (held_limit)" in lines[0], out
-    measured(lines[0][len("measured "):])
+    return lines[0][len("measured "):], out
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["png"]:
-    sys.exit(png_child())
+def test_png_decompression_bomb(measured):
+    # PIL allocates its pixels with malloc from C, which the module's
+    # hooks do not see (docs/python.md): it runs in a child with the
+    # library preloaded, as under memlimits run.
+    pytest.importorskip("PIL.Image")
+    measured(run_preloaded("png")[0])
+
+
+def test_lxml_billion_laughs(measured):
+    # libxml2 (under lxml, entities resolved, its own amplification
+    # check off with huge_tree) expands the classic billion laughs with
+    # malloc from C: preloaded, as PIL.  It goes on after a NULL from
+    # malloc, so the module's refusal guard grants C code no grace: with
+    # it, 256 allocations went through after each refusal and the peak
+    # RSS reached 1.2 GB under the 64 MiB limit.  Twice the limit is the
+    # bound test-run.sh puts on xmllint's bomb.
+    pytest.importorskip("lxml.etree", reason="no lxml (Debian: "
+                        "python3-lxml)")
+    line, out = run_preloaded("lxml")
+    grew = [int(m) for m in re.findall(r"peak RSS grew by (\d+) KiB", out)]
+    assert len(grew) == 1 and grew[0] < 2 * 64 * 1024, out
+    measured("%s; peak RSS grew by %.1f MiB" % (line, grew[0] / 1024))
+
+
+if __name__ == "__main__" and sys.argv[1:2] and sys.argv[1] in CHILDREN:
+    sys.exit(CHILDREN[sys.argv[1]]())
