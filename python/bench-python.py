@@ -74,14 +74,15 @@ if mode == "after":
         pass
 code = compile(body, "<workload>", "exec")
 task = memlimits.limit(held="4GiB") if mode == "limit" else None
-# No cyclic collection during the workload: when it runs depends on how
-# many objects the process holds (a full one waits for 25 % more), which
-# the module's own objects change, and a collection more or less read as
-# -2.6 % "imported" on the regex loop.  The allocator's cost is the same
-# without it; the workloads make no cycles.
+# The cyclic collector at the same points of the workload in every mode:
+# when a full collection runs depends on how many objects survived the
+# last one (it waits for 25 % more), which the module's own objects
+# changed (a collection less read as -2.6 % "imported" on the regex
+# loop).  Frozen, then collected: none survive, in any mode.
 import gc
 gc.collect()
-gc.disable()
+gc.freeze()
+gc.collect()
 t = time.process_time()
 if task is not None:
     with task:
