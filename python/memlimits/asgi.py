@@ -26,6 +26,7 @@ import asyncio
 import contextvars
 import functools
 import logging
+import threading
 
 from . import LimitExceeded, Task, parse_size
 
@@ -119,12 +120,28 @@ def install_task_factory(loop=None):
     loop.set_task_factory(factory)
 
 
+_pool_thread = threading.local()
+
+
 def _in_task(task, fn, *args):
     # On the pool's thread: a stopped task is not entered (LimitExceeded
     # at once), and one stopped during fn raises LimitExceeded at the
     # block's end, whatever fn made of its MemoryError.
-    with task:
+    inside = getattr(_pool_thread, "tasks", None)
+    if inside is None:
+        inside = _pool_thread.tasks = []
+    if any(t is task for t in inside):
+        # Brought back to a thread inside the task already, which waits
+        # for it (asgiref's thread-sensitive sync_to_async under the
+        # async_to_sync of a function run here): it runs as it is, in the
+        # slice open here.  Entering again would raise RuntimeError.
         return fn(*args)
+    inside.append(task)
+    try:
+        with task:
+            return fn(*args)
+    finally:
+        inside.pop()
 
 
 _warned_loops = set()

@@ -178,3 +178,30 @@ def test_wsgi_app_behind_asgiref():
     first, second = asyncio.run(main())
     assert first == (503, b"memory limit exceeded\n")
     assert second[0] == 503
+
+
+def test_sync_async_sync_on_one_thread():
+    # Django's pattern: a sync view run in the pool calls async_to_sync,
+    # whose coroutine calls sync_to_async (thread-sensitive): asgiref
+    # brings that call back to the view's thread, inside the request's
+    # task already.  It runs there, charged once.
+    sync = pytest.importorskip("asgiref.sync", reason="no asgiref "
+                               "(Debian: python3-asgiref)")
+
+    def inner():
+        return len([str(i) for i in range(1000)])
+
+    async def middle():
+        return await sync.sync_to_async(inner)()
+
+    def view():
+        return sync.async_to_sync(middle)()
+
+    async def app(scope, receive, send):
+        n = await sync.sync_to_async(view)()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": []})
+        await send({"type": "http.response.body", "body": b"%d" % n})
+
+    mw = LimitMiddleware(app, held="32MiB")
+    assert asyncio.run(request(mw, "/")) == (200, b"1000")
