@@ -14,7 +14,6 @@ response where it is.  One line per stopped request goes to the logger
 worker and the process carry on."""
 
 import logging
-import sys
 
 from . import LimitExceeded, Task, parse_size
 

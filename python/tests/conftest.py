@@ -4,7 +4,8 @@ import sys
 
 import pytest
 
-import memlimits
+# Imported first: the module takes pymalloc's arenas at import.
+import memlimits  # noqa: F401
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,6 @@ import logging
 
 import pytest
 
-import memlimits
 from memlimits.asgi import LimitMiddleware, install_task_factory
 
 # A runaway that is not stopped ends here (about 400 MB, 12 times the

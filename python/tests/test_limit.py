@@ -1,8 +1,6 @@
 """memlimits.limit / call / Task: the rules of docs/python.md, each
 tested.  Sampled limits: the sample interval is 80 000 bytes, the seed
 fixed by the runner (MEMLIMITS_SEED); each margin says its probability."""
-import asyncio
-import gc
 import json
 import os
 import subprocess

@@ -3,7 +3,6 @@ would: a runaway request gets 503 and one log line, ordinary requests 200,
 and a request stopped while its body streams ends there."""
 import logging
 
-import memlimits
 from memlimits.wsgi import LimitMiddleware
 
 # Where a runaway not stopped ends (hundreds of MB, over ten times each
