@@ -2,8 +2,9 @@
 and list churn and `python3 -m test test_json test_re`, each run four
 ways: plain (no memlimits), with the module imported and no limit
 ("imported"), after one limit block was entered and left (the wrappers
-are in, this thread is in no task: "after"), and inside a `limit` block.  `make bench-python` runs it against the build
-tree (PYTHONPATH at the built package, LD_LIBRARY_PATH at the library):
+are in, this thread is in no task: "after"), and inside a `limit`
+block.  `make bench-python` runs it against the build tree (PYTHONPATH
+at the built package, LD_LIBRARY_PATH at the library):
 
     python3 python/bench-python.py [--cpu ROUNDS] [WORKLOAD...]
 
