@@ -169,12 +169,12 @@ static bool decide_slow(uint64_t n, struct decision *d)
 {
 	struct ml__thread *t = &ml__self;
 	d->n = n;
-	if (floor_set()) {
+	uint64_t floor =
+	    atomic_load_explicit(&ml__map_floor, memory_order_relaxed);
+	if (floor != ML_NO_LIMIT) {
 		/* Past the floor: refused for certain, as RLIMIT_DATA
 		 * refuses, not by the luck of a sample.  Else the countdown
 		 * sampled() did not take. */
-		uint64_t floor =
-		    atomic_load_explicit(&ml__map_floor, memory_order_relaxed);
 		uint64_t u = ml__meter_usage();
 		if (u > floor || n > floor - u)
 			return false;
