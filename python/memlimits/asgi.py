@@ -52,7 +52,8 @@ class _Stepper:
         # and waits on a future the coroutine's own handler sets).  Its
         # first step runs, outside the task, so that the handler does;
         # thrown into before it started, it would never run, and the
-        # pool thread would wait for good.
+        # pool thread would wait for good.  (A stopped task stays
+        # stopped: every step of such a coroutine finds it so.)
         self._bridge = bridge
 
     def __await__(self):
@@ -72,7 +73,6 @@ class _Stepper:
                 self._bridge = False
                 return fn(*args)
             return self._coro.throw(t._exceeded(code))
-        self._bridge = False
         # Entered and left in C: nothing allocates after a stop before
         # the leave.
         return t.step(fn, *args)

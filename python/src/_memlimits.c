@@ -246,7 +246,8 @@ static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 {
 	PyMemAllocatorEx *prev = ctx;
 	size_t old = p && in_arena(p) ? block_class(p) : 0;
-	mark &= (unsigned)noting();
+	int on = noting();
+	mark &= (unsigned)on;
 	in_python += mark;
 	void *q = prev->realloc(prev->ctx, p, n);
 	in_python -= mark;
@@ -256,7 +257,7 @@ static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 		ml_note_free_block(p, old);
 	/* Moved into an arena: the old block is gone already, so a refusal
 	 * cannot be undone; it counts nothing (ml_note_alloc_block). */
-	if (noting() && in_arena(q))
+	if (on && in_arena(q))
 		(void)ml_note_alloc_block(q, block_class(q));
 	return q;
 }
