@@ -15,23 +15,32 @@ from memlimits.asgi import LimitMiddleware, install_task_factory
 RUNAWAY_END = 2 * 10**6
 
 
+def run_away(keep):
+    # One step of a runaway: 2000 more strings of ~140 bytes.
+    for _ in range(2000):
+        keep.append(str(len(keep)) * 20)
+
+
+def run_away_sync():
+    keep = []
+    while len(keep) < RUNAWAY_END:
+        run_away(keep)
+
+
+async def run_away_async():
+    keep = []
+    while len(keep) < RUNAWAY_END:
+        run_away(keep)
+        await asyncio.sleep(0)  # let the others run
+
+
 async def app(scope, receive, send):
     await receive()
     if scope["path"] == "/bomb":
-        keep = []
-        while len(keep) < RUNAWAY_END:
-            keep.append(str(len(keep)) * 20)
-            if len(keep) % 2000 == 0:
-                await asyncio.sleep(0)  # let the others run
+        await run_away_async()
     if scope["path"] == "/child":
         # A child asyncio task runs in the request's task too.
-        async def grow():
-            keep = []
-            while len(keep) < RUNAWAY_END:
-                keep.append(str(len(keep)) * 20)
-                if len(keep) % 2000 == 0:
-                    await asyncio.sleep(0)
-        await asyncio.create_task(grow())
+        await asyncio.create_task(run_away_async())
     small = [str(i) for i in range(2000)]
     await asyncio.sleep(0)
     await send({"type": "http.response.start", "status": 200,
@@ -111,12 +120,9 @@ def test_task_factory_reinstalled_when_replaced():
 def _runaway_then_500(environ, start_response):
     # A WSGI app that runs away, catches its MemoryError and answers 500
     # itself, as Flask does.
-    keep = []
     try:
-        while len(keep) < RUNAWAY_END:
-            keep.append(str(len(keep)) * 20)
+        run_away_sync()
     except MemoryError:
-        del keep
         start_response("500 Internal Server Error", [])
         return [b"internal error"]
     start_response("200 OK", [])
@@ -126,14 +132,11 @@ def _runaway_then_500(environ, start_response):
 def test_thread_pool_work_charged():
     # Work a request hands to a thread pool runs in its task there.
     async def app(scope, receive, send):
-        def grow():
-            keep = []
-            while len(keep) < RUNAWAY_END:
-                keep.append(str(len(keep)) * 20)
         if scope["path"] == "/to_thread":
-            await asyncio.to_thread(grow)
+            await asyncio.to_thread(run_away_sync)
         else:
-            await asyncio.get_running_loop().run_in_executor(None, grow)
+            await asyncio.get_running_loop().run_in_executor(
+                None, run_away_sync)
         await send({"type": "http.response.start", "status": 200,
                     "headers": []})
         await send({"type": "http.response.body", "body": b"not stopped"})
