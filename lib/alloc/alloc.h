@@ -483,14 +483,11 @@ void ml__mapped_disable(void);
 /* Set by the layer above (held.c's ml__held_drop): samples of a range
  * given back.  Called under the ranges' lock. */
 extern void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
-/* Non-zero while this thread is inside the allocator underneath (jemalloc,
- * tcmalloc, mimalloc: underlying.c's guarded members): the mappings it
- * makes then hold blocks counted as blocks, and are not counted again.
- * glibc's allocator maps through its internal entry points and never
- * reaches the interposed mmap, so it needs no guard. */
-extern ML__TLS uint8_t ml__inside_allocator;
-/* pc lies in the allocator underneath's object (its own threads, its
- * constructor: mappings never counted); glibc's never counts here.  The
+/* pc lies in the allocator underneath's object (jemalloc, tcmalloc,
+ * mimalloc: the mappings it makes, inside our calls of its members, from
+ * its own threads or its constructor, hold blocks counted as blocks, and
+ * are never counted again); glibc's allocator maps through its internal
+ * entry points and never reaches the interposed mmap.  The
  * span is set when the allocator is found (underlying.c). */
 struct ml__allocator_span {
 	_Atomic bool known;

@@ -292,54 +292,21 @@ static const struct ml__real glibc = {
     .usable = NULL, /* its chunk headers */
 };
 
-/* ---- The guard around another allocator ------------------------------
+/* ---- Another allocator's own mappings ---------------------------------
  *
  * jemalloc, tcmalloc and mimalloc call the exported mmap (ours,
- * api/mmap.c) to make room for blocks that the meter counts as blocks:
- * every call into them goes through these members, which mark the thread
- * as inside the allocator (ml__inside_allocator) so that those mappings,
- * and their later unmaps and purges, are not counted again.  glibc's
- * allocator maps through its internal __mmap and never reaches ours: it
- * is called directly.  A depth, not a flag: members call members (a
- * realloc made of malloc and free). */
-static bool guard; /* ml__real is `guarded` around `under` */
-ML__TLS uint8_t ml__inside_allocator;
-#define GUARDED(ret, name, params, args)  \
-	static ret guarded_##name params  \
-	{                                 \
-		ml__inside_allocator++;   \
-		ret r_ = under.name args; \
-		ml__inside_allocator--;   \
-		return r_;                \
-	}
-GUARDED(void *, malloc, (size_t n), (n))
-GUARDED(void *, calloc, (size_t a, size_t b), (a, b))
-GUARDED(void *, realloc, (void *p, size_t n), (p, n))
-GUARDED(void *, reallocarray, (void *p, size_t a, size_t b), (p, a, b))
-GUARDED(void *, memalign, (size_t a, size_t n), (a, n))
-GUARDED(void *, valloc, (size_t n), (n))
-GUARDED(void *, pvalloc, (size_t n), (n))
-GUARDED(void *, aligned_alloc, (size_t a, size_t n), (a, n))
-GUARDED(int, posix_memalign, (void **out, size_t a, size_t n), (out, a, n))
-static void guarded_free(void *p)
-{
-	ml__inside_allocator++;
-	under.free(p);
-	ml__inside_allocator--;
-}
-
-static const struct ml__real guarded = {
-    .malloc = guarded_malloc,
-    .calloc = guarded_calloc,
-    .realloc = guarded_realloc,
-    .reallocarray = guarded_reallocarray,
-    .memalign = guarded_memalign,
-    .valloc = guarded_valloc,
-    .pvalloc = guarded_pvalloc,
-    .aligned_alloc = guarded_aligned_alloc,
-    .posix_memalign = guarded_posix_memalign,
-    .free = guarded_free,
-};
+ * api/mmap.c) to make room for blocks that the meter counts as blocks.
+ * Those calls are told by their return address, which lies in the
+ * allocator's object (ml__allocator_span, set here when it is found):
+ * mmap and mremap leave such a mapping uncounted, and the allocator's
+ * munmap, mprotect and purges then find nothing of its own recorded.  The
+ * same test covers the calls made inside one of our calls, from its
+ * background threads and from its constructor, so its members are called
+ * directly: a guard around each (a thread-local depth) cost 14
+ * instructions a malloc/free pair for nothing the span does not do
+ * (issue 41).  glibc's allocator maps through its internal __mmap and
+ * never reaches ours: its span is empty. */
+static bool other; /* the allocator underneath is not glibc's */
 
 struct ml__allocator_span ml__allocator_span;
 
@@ -376,7 +343,7 @@ static void find(void)
 		return;
 	}
 	kind_name = s.kind;
-	guard = true;
+	other = true;
 	if (!r->memalign)
 		r->memalign = r->aligned_alloc;
 	if (!r->aligned_alloc)
@@ -407,9 +374,7 @@ void ml__allocator_resolve(void)
 	}
 	find();
 	ml__real = under;
-	if (guard) {
-		ml__real = guarded;
-		ml__real.usable = under.usable;
+	if (other) {
 		/* glibc's mappings never reach us (its span holds libc
 		 * itself): only another allocator's. */
 		ml__allocator_span.start = object_start;

@@ -7,9 +7,9 @@
  * malloc family's one pair (ml__alloc_begin / ml__alloc_end) and are held
  * under a key of their own until the bytes go (ml__held_drop).
  *
- * Not counted: file-backed and shared mappings; mappings made while the
- * thread is inside the allocator underneath (ml__inside_allocator) or
- * called from its object (its threads, its constructor): their blocks are
+ * Not counted: file-backed and shared mappings; mappings made by the
+ * allocator underneath, told by the caller's pc in its object (inside our
+ * calls of it, its threads, its constructor): their blocks are
  * counted as blocks; mappings made while the library itself is busy on
  * the thread; anything mapped without these functions (raw system calls:
  * Go, static binaries; glibc's own allocator and thread stacks, which
@@ -97,14 +97,13 @@ static inline void counted_from(uintptr_t pc, int64_t delta)
 		attribute(pc, (uint64_t)delta);
 }
 
-/* Does this call count?  Not while the allocator underneath runs on the
- * thread, nor while the library does (its own work).  Mappings made from
- * the allocator's object (its threads, its constructor) are told by the
+/* Does this call count?  Not while the library runs on the thread (its
+ * own work).  Mappings made by the allocator underneath are told by the
  * caller's pc: only where something would be counted (mmap, mremap); the
  * allocator's munmap and mprotect find nothing of its own recorded. */
 static inline bool counting(void)
 {
-	return ML__MAPPED_ON && !ml__inside_allocator && !ml__self.busy;
+	return ML__MAPPED_ON && !ml__self.busy;
 }
 
 static inline uintptr_t page_size(void)
