@@ -150,6 +150,20 @@ void ml__run_check_elf(const char *path, const unsigned char *m, size_t len,
 		    path);
 	/* Without whole section headers the reader finds no tables: the
 	 * checks below pass, as the loader needs none of them. */
+	/* Go's runtime takes its heap from the kernel by raw system calls,
+	 * never through mmap or malloc: linked dynamically (cgo) the
+	 * library loads, counts only the C side, and Go's heap runs
+	 * unlimited (issue 41: 1.8 x a heap limit).  A static Go program
+	 * is refused above; this one is refused as clearly.  Go's linker
+	 * writes .go.buildinfo into every program, stripped or not. */
+	if (ml__elf_section_named(&e, ".go.buildinfo") >= 0 ||
+	    ml__elf_section_named(&e, ".note.go.buildid") >= 0)
+		ml__tool_usage_error(
+		    CMD,
+		    "'%s' is a Go program: Go's runtime maps its heap "
+		    "with raw system calls, which the library cannot "
+		    "see (limits would not apply to it)",
+		    path);
 	const char *san = ml__elf_needs(
 	    &e, sanitizers, sizeof sanitizers / sizeof sanitizers[0]);
 	if (san)

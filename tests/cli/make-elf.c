@@ -9,6 +9,9 @@
  *              and one of size 0
  *   debug-phdr the same build id in a PT_NOTE segment, without section
  *              headers
+ *   go         a Go program linked dynamically (cgo): a .go.buildinfo
+ *              section, which Go's linker writes even into a stripped
+ *              program
  * All are dynamically linked (PT_INTERP and PT_DYNAMIC) for this
  * machine, so the checks reach the section tables.  Also the seeds of
  * fuzz/corpus/elf. */
@@ -145,13 +148,47 @@ static size_t debug_file(Elf64_Ehdr eh, int phdr_only)
 
 static size_t simple_file(int san);
 
+/* The "go" file: section names and a .go.buildinfo section holding the
+ * magic Go's linker starts it with.  Returns the size. */
+static size_t go_file(void)
+{
+	static const char names[] = "\0.shstrtab\0.go.buildinfo";
+	static const char info[32] = "\xff Go buildinf:";
+	Elf64_Phdr ph[2] = {{.p_type = PT_INTERP}, {.p_type = PT_DYNAMIC}};
+	put(PHOFF, ph, sizeof ph);
+	size_t at = PHOFF + sizeof ph;
+	size_t names_at = at;
+	at = put_odd(at, names, sizeof names);
+	size_t info_at = at;
+	at = put_odd(at, info, sizeof info);
+	Elf64_Shdr sh[SHNUM] = {{0},
+	                        {.sh_name = 1,
+	                         .sh_type = SHT_STRTAB,
+	                         .sh_offset = names_at,
+	                         .sh_size = sizeof names},
+	                        {.sh_name = 11,
+	                         .sh_type = SHT_PROGBITS,
+	                         .sh_flags = SHF_ALLOC | SHF_WRITE,
+	                         .sh_offset = info_at,
+	                         .sh_size = sizeof info,
+	                         .sh_addralign = 16}};
+	Elf64_Ehdr eh;
+	memcpy(&eh, file, sizeof eh);
+	eh.e_shoff = at;
+	eh.e_shstrndx = 1;
+	put(at, sh, sizeof sh);
+	put(0, &eh, sizeof eh);
+	return at + sizeof sh;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 ||
 	    (strcmp(argv[1], "malloc") && strcmp(argv[1], "sanitizer") &&
-	     strcmp(argv[1], "debug") && strcmp(argv[1], "debug-phdr"))) {
+	     strcmp(argv[1], "debug") && strcmp(argv[1], "debug-phdr") &&
+	     strcmp(argv[1], "go"))) {
 		fprintf(stderr, "usage: make-elf "
-		                "malloc|sanitizer|debug|debug-phdr FILE\n");
+		                "malloc|sanitizer|debug|debug-phdr|go FILE\n");
 		return 2;
 	}
 	int san = !strcmp(argv[1], "sanitizer");
@@ -176,7 +213,8 @@ int main(int argc, char **argv)
 	put(0, &eh, sizeof eh);
 	size_t size = !strncmp(argv[1], "debug", 5)
 	                  ? debug_file(eh, !strcmp(argv[1], "debug-phdr"))
-	                  : simple_file(san);
+	              : !strcmp(argv[1], "go") ? go_file()
+	                                       : simple_file(san);
 	f = fopen(argv[2], "wb");
 	if (!f || fwrite(file, size, 1, f) != 1 || fclose(f) != 0) {
 		perror(argv[2]);

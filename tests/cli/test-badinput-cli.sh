@@ -154,6 +154,7 @@ badelf() { # badelf KIND MESSAGE
 }
 badelf malloc "has its own malloc"
 badelf sanitizer "libasan.so.8"
+badelf go "is a Go program"
 
 # Truncated ELF files: inside the identification, the ELF header, the
 # program headers (make-elf's: 2 at offset 65, to byte 177).  0.2 called
