@@ -77,7 +77,8 @@ def parse_size(size):
         raise ValueError("a size is an int or a string: %r" % (size,))
     s = size.strip()
     i = 0
-    while i < len(s) and s[i].isdigit():
+    # ASCII digits only: str.isdigit and int() take "٣٤" as 34.
+    while i < len(s) and "0" <= s[i] <= "9":
         i += 1
     unit = s[i:].strip().lower()
     if i == 0 or unit not in _UNITS:
