@@ -49,7 +49,9 @@ __all__ = [
     "is_interrupted",
 ]
 
-__version__ = "0.4.0"
+# Written once, in configure.ac: setup.py compiles it into _memlimits
+# (python/README.md, "Version").
+__version__ = _memlimits.__version__
 
 # ml_status values (include/memlimits.h).
 _REASONS = {1: "alloc_limit", 2: "global_limit", 3: "cancelled",
