@@ -31,6 +31,12 @@
  *                         task with FAIL delivery (issue 37): what a
  *                         slice with no function costs; the best ns per
  *                         pair.
+ *   enterdeep DEPTH M REPS
+ *                         the same with DEPTH - 1 other tasks entered
+ *                         under it (entered once, before the loop): what
+ *                         a pair costs DEPTH deep (issue 41: a walk of
+ *                         the stack at each enter made it grow with
+ *                         DEPTH).
  *   trip KIND M REPS      M tasks that allocate 16 KiB blocks until a
  *                         1 MiB limit trips (JUMP): KIND = alloc | held.
  *                         The best mean ns from the tripping allocation
@@ -137,6 +143,7 @@ static void usage(void)
 	        "       bench slowcmp DEPTH N REPS\n"
 	        "       bench run M REPS\n"
 	        "       bench slice M REPS\n"
+	        "       bench enterdeep DEPTH M REPS\n"
 	        "       bench trip alloc|held M REPS\n"
 #endif
 	);
@@ -318,6 +325,26 @@ static __attribute__((noinline)) void empty_enters(uint64_t m)
 	static ml_task *task;
 	if (!task)
 		task = row_task(true);
+	for (uint64_t i = 0; i < m; i++) {
+		ml_task_enter(task);
+		ml_task_leave(task);
+	}
+}
+
+/* empty_enters, DEPTH - 1 distinct entered tasks deep (enterdeep). */
+static uint64_t enter_depth = 1;
+
+static __attribute__((noinline)) void deep_enters(uint64_t m)
+{
+	static ml_task *task;
+	static uint64_t under;
+	if (!task)
+		task = row_task(true);
+	for (; under + 1 < enter_depth; under++)
+		if (ml_task_enter(row_task(true)) != 0) {
+			fprintf(stderr, "bench: ml_task_enter failed\n");
+			exit(1);
+		}
 	for (uint64_t i = 0; i < m; i++) {
 		ml_task_enter(task);
 		ml_task_leave(task);
@@ -571,6 +598,14 @@ int main(int argc, char **argv)
 		int reps = (int)arg_u64(argv[3]);
 		empty_enters(1000);
 		printf("%.3f\n", time_best(empty_enters, m, reps));
+		return 0;
+	}
+	if (strcmp(argv[1], "enterdeep") == 0 && argc == 5) {
+		enter_depth = arg_u64(argv[2]);
+		uint64_t m = arg_u64(argv[3]);
+		int reps = (int)arg_u64(argv[4]);
+		deep_enters(1000);
+		printf("%.3f\n", time_best(deep_enters, m, reps));
 		return 0;
 	}
 	if (strcmp(argv[1], "trip") == 0 && argc == 5) {

@@ -59,6 +59,9 @@ mi-heap   |pair |144 |heap_mi   |idle_mi   |+25  |heap limit over mimalloc
 run       |call |-   |run       |-         |176  |an empty ml_run, Ir a call
 slice     |call |-   |slice     |-         |154  |an empty ml_task_run slice
 enter     |call |-   |enter     |-         |154  |ml_task_enter+leave (0.4: no before)
+enter10   |call |-   |enter_10  |-         |-    |ml_task_enter+leave 10 tasks deep
+enter10k  |call |-   |enter_10k |-         |-    |ml_task_enter+leave 10000 tasks deep
+enterdeep |ratio|-   |enter10k  |enter10   |1.1x |enter+leave 10000 deep over 10 deep
 trip-a    |call |-   |trip_alloc|-         |-    |alloc-limit trip, alloc..return
 trip-h    |call |-   |trip_held |-         |-    |held-limit trip, alloc..return
 trip      |ratio|-   |trip-h    |trip-a    |1.2x |held trip over alloc trip
@@ -183,6 +186,8 @@ setcfg() {
 		esac
 		;;
 	run | slice | mmap | mmaptask | enter) ;;
+	enter_10) WL="enterdeep 10" ;;
+	enter_10k) WL="enterdeep 10000" ;;
 	mmap_glibc) BIN=$GLIBC_BENCH PRE= WL=mmap ;;
 	trip_*) WL="trip ${2#trip_}" ;;
 	gcc) BIN=$CC_GCC PRE= ;;

@@ -29,6 +29,7 @@ python/build/pkg/.built: $(ML_PY_FILES:%=$(top_srcdir)/%) \
 	(cd python/build/pkg && \
 	 MEMLIMITS_CFLAGS='-I$(abs_top_srcdir)/include' \
 	 MEMLIMITS_LIBS='-L$(abs_top_builddir)/lib/.libs -lmemlimits' \
+	 MEMLIMITS_VERSION='$(PACKAGE_VERSION)' \
 	 $(ML_PYTHON) setup.py -q build_ext --inplace --build-temp ../tmp) \
 		>python/build/make.log 2>&1 || \
 		{ cat python/build/make.log; exit 1; }

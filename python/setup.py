@@ -5,6 +5,7 @@ from MEMLIMITS_CFLAGS and MEMLIMITS_LIBS when set (the source tree's
 `make` sets them to build against the uninstalled library).  Nothing is
 downloaded: setuptools is the only build dependency."""
 import os
+import re
 import shlex
 import subprocess
 
@@ -23,17 +24,46 @@ def flags(var, pkg_args):
     return shlex.split(out.stdout)
 
 
+def version():
+    """The one version, configure.ac's AC_INIT: from MEMLIMITS_VERSION
+    (the source tree's make sets it), else ../configure.ac (pip install
+    ./python in a checkout, configured or not), else the installed
+    library's (pkg-config --modversion memlimits)."""
+    v = os.environ.get("MEMLIMITS_VERSION")
+    if v:
+        return v
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        with open(os.path.join(here, "..", "configure.ac")) as f:
+            m = re.search(r"^AC_INIT\(\[memlimits\], *\[([^]]+)\]",
+                          f.read(), re.M)
+        if m:
+            return m.group(1)
+    except OSError:
+        pass
+    try:
+        return subprocess.run(["pkg-config", "--modversion", "memlimits"],
+                              check=True, capture_output=True,
+                              text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit("memlimits: no version: not in a source tree and "
+                         "pkg-config memlimits failed (%s); set "
+                         "MEMLIMITS_VERSION" % e)
+
+
+VERSION = version()
 cflags = flags("MEMLIMITS_CFLAGS", ["--cflags"])
 libs = flags("MEMLIMITS_LIBS", ["--libs"])
 
 setup(
     name="memlimits",
-    version="0.4.0",
+    version=VERSION,
     description="Memory limits per call, per block and per request",
     packages=["memlimits"],
     package_data={"memlimits": ["py.typed", "*.pyi"]},
     ext_modules=[Extension(
         "memlimits._memlimits", ["src/_memlimits.c"],
+        define_macros=[("ML_PY_VERSION", '"%s"' % VERSION)],
         extra_compile_args=cflags + ["-std=gnu11"],
         extra_link_args=libs)],
     python_requires=">=3.9",

@@ -155,6 +155,9 @@ static void parse(int argc, char **argv, struct opts *o)
 				    "(the largest limit is 2^64-2)",
 				    optarg);
 			o->limit = size_arg("--limit", optarg);
+			if (o->limit == 0)
+				ml__tool_usage_error(
+				    CMD, "--limit must be at least 1 byte");
 			o->has_limit = true;
 			break;
 		case O_SAFE:

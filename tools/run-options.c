@@ -121,8 +121,11 @@ static void size_opt(const char *name, const char *v, bool nonzero, bool limit)
 		                     "invalid size for %s: '%s' (bytes, or "
 		                     "with a suffix: 64MiB, 1.5G)",
 		                     name, v);
-	if (nonzero && x == 0)
-		ml__tool_usage_error(CMD, "%s must be at least 1 byte", name);
+	if ((nonzero || limit) && x == 0)
+		ml__tool_usage_error(CMD, "%s must be at least 1 byte%s", name,
+		                     limit ? " (a 0-byte limit runs nothing: "
+		                             "leave the option out for none)"
+		                           : "");
 }
 
 /* P%: passed on as it is, each process reads its memory size at start. */

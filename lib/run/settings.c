@@ -16,9 +16,15 @@ static bool read_size(const char *name, uint64_t *out)
 	if (!v)
 		return false;
 	int r = ml__parse_limit(v, out);
-	if (r == 0)
+	/* 0 as memlimits run's options take it: refused (a 0-byte limit
+	 * runs nothing; unset for none), not a limit of its own. */
+	if (r == 0 && *out != 0)
 		return true;
-	if (r == ML__PARSE_NO_LIMIT)
+	if (r == 0)
+		ml__diag("ignoring %s=%s: a limit is at least 1 byte (unset %s "
+		         "for none)",
+		         name, v, name);
+	else if (r == ML__PARSE_NO_LIMIT)
 		ml__diag("ignoring %s=%s: 2^64-1 bytes would mean no limit "
 		         "(unset %s for none)",
 		         name, v, name);

@@ -12,10 +12,15 @@ int ml__task_enter(ml_task *task)
 		return ML_EINVAL;
 	struct ml__thread *t = &ml__self;
 	/* Once per thread: entering twice would count nothing more, and
-	 * the two leaves could not be told apart. */
-	for (const struct ml__slice *k = t->top; k; k = k->outer)
-		if (k->entered && k->task == task)
-			return ML_EINVAL;
+	 * the two leaves could not be told apart.  A task entered nowhere
+	 * (the count is 0) is not entered here: this thread's own enters
+	 * are in the count it reads.  Only a task entered on some thread
+	 * walks this thread's stack, so nested enters of distinct tasks
+	 * cost the same at any depth. */
+	if (atomic_load_explicit(&task->entered_slices, memory_order_relaxed))
+		for (const struct ml__slice *k = t->top; k; k = k->outer)
+			if (k->entered && k->task == task)
+				return ML_EINVAL;
 	/* As ml_task_run: an interrupted task runs no further slice. */
 	ml_status st = ml__task_poll(task);
 	if (st != ML_OK)
@@ -42,6 +47,8 @@ int ml__task_enter(ml_task *task)
 	slice->credited = 0;
 	slice->frame = 0; /* never a jump's target: FAIL and FLAG only */
 	atomic_fetch_add_explicit(&task->refs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&task->entered_slices, 1,
+	                          memory_order_relaxed);
 	if (ml__unlikely(t->exact | t->own_interval | task->slow_slice))
 		ml__slice_enter_slow(t, slice);
 	else

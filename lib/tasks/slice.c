@@ -102,6 +102,10 @@ ML__COLD void ml__task_gone(struct ml_task *task)
 void ml__slice_end(struct ml__slice *slice)
 {
 	struct ml_task *task = slice->task;
+	/* Before the reference goes: it may be the last. */
+	if (ml__unlikely(slice->entered))
+		atomic_fetch_sub_explicit(&task->entered_slices, 1,
+		                          memory_order_relaxed);
 	if (slice->owner) {
 		if (task->global)
 			ml__global_unregister(task);

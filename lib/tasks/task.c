@@ -161,6 +161,7 @@ task_init(struct ml_task *task, const ml_limits *limits, uint32_t magic)
 	atomic_init(&task->status, ML_OK);
 	atomic_init(&task->refs, 1);
 	atomic_init(&task->acct, NULL);
+	atomic_init(&task->entered_slices, 0);
 }
 
 ML__VERSIONED ml_status ml__run_0_2(const ml_limits *limits,

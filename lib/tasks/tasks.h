@@ -80,6 +80,11 @@ struct ml_task {
 	bool slow_slice;
 	_Atomic uint64_t exact_left; /* not reserved by any slice yet */
 	_Atomic uint64_t exact_used; /* bytes its slices allocated */
+	/* Its slices from ml_task_enter on the stacks of all threads now
+	 * (entered.c): 0 tells an enter that the task is not entered on
+	 * its thread without a walk of that thread's stack, which made a
+	 * nest of n enters cost n^2/2 steps. */
+	_Atomic uint32_t entered_slices;
 };
 
 enum {

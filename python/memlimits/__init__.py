@@ -49,7 +49,9 @@ __all__ = [
     "is_interrupted",
 ]
 
-__version__ = "0.4.0"
+# Written once, in configure.ac: setup.py compiles it into _memlimits
+# (python/README.md, "Version").
+__version__ = _memlimits.__version__
 
 # ml_status values (include/memlimits.h).
 _REASONS = {1: "alloc_limit", 2: "global_limit", 3: "cancelled",
@@ -77,7 +79,8 @@ def parse_size(size):
         raise ValueError("a size is an int or a string: %r" % (size,))
     s = size.strip()
     i = 0
-    while i < len(s) and s[i].isdigit():
+    # ASCII digits only: str.isdigit and int() take "٣٤" as 34.
+    while i < len(s) and "0" <= s[i] <= "9":
         i += 1
     unit = s[i:].strip().lower()
     if i == 0 or unit not in _UNITS:

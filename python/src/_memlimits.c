@@ -791,12 +791,19 @@ static struct PyModuleDef module = {
     NULL,
     NULL};
 
+#ifndef ML_PY_VERSION
+#define ML_PY_VERSION ML_VERSION_STRING
+#endif
+
 PyMODINIT_FUNC PyInit__memlimits(void)
 {
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;
-	if (module_exec(m) != 0) {
+	/* The package's version, as setup.py found it (configure.ac's):
+	 * memlimits.__version__. */
+	if (module_exec(m) != 0 ||
+	    PyModule_AddStringConstant(m, "__version__", ML_PY_VERSION) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

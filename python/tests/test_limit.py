@@ -56,7 +56,8 @@ def test_parse_size():
     assert memlimits.parse_size("64k") == 64 << 10
     assert memlimits.parse_size("2G") == 2 << 30
     assert memlimits.parse_size(None) is None
-    for bad in ("", "12 parsecs", "-1", -1, 1.5, True, "MiB"):
+    for bad in ("", "12 parsecs", "-1", -1, 1.5, True, "MiB",
+                "\u0663\u0664", "\uff13\uff14", "\u0663\u0664KiB"):
         with pytest.raises(ValueError):
             memlimits.parse_size(bad)
 

@@ -356,6 +356,123 @@ static void test_note_blocks(void)
 	ml_task_free(t);
 }
 
+/* 20000 distinct tasks entered one inside the other, then left (issue
+ * 41: each enter walked the thread's stack to refuse a task entered twice
+ * there, n^2/2 steps for n nested enters; make bench's enterdeep row
+ * measures the cost per pair at depth 10 and 10000).  Every check of the
+ * contract still holds at that depth: a task entered deep in the stack,
+ * or one left by a returning ml_task_run slice, or one entered on another
+ * thread at the same time. */
+#define DEEP 20000
+static ml_task *deep[DEEP];
+static ml_task *elsewhere;
+static void *hold_elsewhere(void *arg)
+{
+	(void)arg;
+	int r = ml_task_enter(elsewhere);
+	pthread_barrier_wait(&bar); /* entered there */
+	pthread_barrier_wait(&bar); /* the main thread is done with it */
+	if (ml_task_leave(elsewhere) != ML_OK)
+		r = -100;
+	return (void *)(intptr_t)r;
+}
+static ml_task *left_by_return;
+static void *enter_and_return(void *arg)
+{
+	(void)arg;
+	return (void *)(intptr_t)ml_task_enter(left_by_return);
+}
+
+static void test_deep(void)
+{
+	ml_set_seed(43);
+	int bad = 0;
+	for (int i = 0; i < DEEP; i++) {
+		deep[i] = task_with(ML_NO_LIMIT,
+		                    i % 2 ? ML_DELIVER_FAIL : ML_DELIVER_FLAG);
+		bad += ml_task_enter(deep[i]) != ML_OK;
+		bad += ml_task_current() != deep[i];
+	}
+	tap_is(bad, 0, "20000 distinct tasks entered one inside the other");
+	tap_is(ml_task_enter(deep[0]), ML_EINVAL,
+	       "the outermost entered again 20000 deep: ML_EINVAL");
+	tap_is(ml_task_enter(deep[DEEP / 2]), ML_EINVAL,
+	       "one in the middle entered again: ML_EINVAL");
+	tap_is(ml_task_enter(deep[DEEP - 1]), ML_EINVAL,
+	       "the innermost entered again: ML_EINVAL");
+	tap_is(ml_task_leave(deep[DEEP - 2]), ML_EINVAL,
+	       "leave of one under the innermost: ML_EINVAL");
+	ml_task *j = task_with(ML_NO_LIMIT, ML_DELIVER_JUMP);
+	tap_is(ml_task_enter(j), ML_EINVAL, "a JUMP task that deep: ML_EINVAL");
+	ml_task_free(j);
+	tap_is(ml_task_enter(j), ML_EINVAL, "a freed task: ML_EINVAL");
+
+	/* Entered on another thread at the same time: enter is per thread. */
+	elsewhere = task_with(ML_NO_LIMIT, ML_DELIVER_FAIL);
+	pthread_barrier_init(&bar, NULL, 2);
+	pthread_t th;
+	pthread_create(&th, NULL, hold_elsewhere, NULL);
+	pthread_barrier_wait(&bar);
+	tap_is(ml_task_enter(elsewhere), ML_OK,
+	       "a task entered on another thread is entered here too");
+	tap_is(ml_task_enter(elsewhere), ML_EINVAL,
+	       "... once: a second enter here is ML_EINVAL");
+	tap_is(ml_task_leave(elsewhere), ML_OK, "... and left here");
+	pthread_barrier_wait(&bar);
+	void *r;
+	pthread_join(th, &r);
+	pthread_barrier_destroy(&bar);
+	tap_ok(r == NULL, "the other thread entered and left it");
+	tap_is(ml_task_enter(elsewhere), ML_OK,
+	       "entered here again once the other thread left it");
+	tap_is(ml_task_enter(elsewhere), ML_EINVAL, "... and only once");
+	tap_is(ml_task_leave(elsewhere), ML_OK, "... left");
+	ml_task_free(elsewhere);
+
+	/* A slice entered inside an ml_task_run and abandoned by its
+	 * return is off the stack: the task enters again, once. */
+	left_by_return = task_with(ML_NO_LIMIT, ML_DELIVER_FAIL);
+	ml_task *runner = task_with(ML_NO_LIMIT, ML_DELIVER_FAIL);
+	ml_outcome out;
+	ml_task_run(runner, enter_and_return, NULL, &out);
+	tap_ok(out.ret == (void *)(intptr_t)ML_OK &&
+	           ml_task_current() == deep[DEEP - 1],
+	       "a slice entered in ml_task_run ends with its return");
+	tap_is(ml_task_enter(left_by_return), ML_OK,
+	       "its task is entered again");
+	tap_is(ml_task_enter(left_by_return), ML_EINVAL, "... once");
+	tap_is(ml_task_leave(left_by_return), ML_OK, "... left");
+	ml_task_free(left_by_return);
+	ml_task_free(runner);
+
+	/* A FAIL task at the top that deep still stops its allocations. */
+	ml_task *top = task_with(1 << 20, ML_DELIVER_FAIL);
+	tap_is(ml_task_enter(top), ML_OK, "a 1 MiB FAIL task on top");
+	size_t got = churn(64 << 20, 4096);
+	/* As test_fail: 14 samples needed, P < 1e-12 either way. */
+	tap_ok(got < (64u << 20) && got > (64u << 10),
+	       "its allocations are refused %d deep (after %zu bytes)",
+	       DEEP + 1, got);
+	tap_is(ml_task_leave(top), ML_ALLOC_LIMIT,
+	       "leave returns ML_ALLOC_LIMIT");
+	ml_task_free(top);
+
+	bad = 0;
+	for (int i = DEEP; i-- > 0;) {
+		bad += ml_task_current() != deep[i];
+		bad += ml_task_leave(deep[i]) != ML_OK;
+	}
+	tap_is(bad, 0, "all 20000 left, innermost first");
+	tap_ok(ml_task_current() == NULL, "the stack is empty again");
+	bad = 0;
+	for (int i = 0; i < DEEP; i++) {
+		bad += ml_task_enter(deep[i]) != ML_OK;
+		bad += ml_task_leave(deep[i]) != ML_OK;
+		ml_task_free(deep[i]);
+	}
+	tap_is(bad, 0, "each enters and leaves again once left");
+}
+
 int main(void)
 {
 	TAP_RUN(test_einval);
@@ -368,5 +485,6 @@ int main(void)
 	tap_case("test_thread_exit", test_thread_exit, 30);
 	TAP_RUN(test_fork);
 	TAP_RUN(test_note_blocks);
+	TAP_RUN(test_deep);
 	return tap_done();
 }

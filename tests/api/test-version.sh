@@ -76,6 +76,33 @@ if tap_case pkg-config; then
 	fi
 fi
 
+# The Python package (python/): setup.py's version, found from
+# configure.ac in a source tree, and memlimits.__version__ of the module
+# the build made (setup.py compiles it in: python/README.md, "Version").
+if tap_case python; then
+	py=${ML_PYTHON:-}
+	if test -z "$py" || ! test -e "$top_builddir/python/build/pkg/.built"; then
+		skip "the Python module is not built"
+		skip "the Python module is not built"
+	else
+		out=$(cd "$top_srcdir/python" && MEMLIMITS_CFLAGS= MEMLIMITS_LIBS= \
+			MEMLIMITS_VERSION= "$py" setup.py --version 2>/dev/null | tail -n 1)
+		if test "$out" = "$v"; then
+			ok "python/setup.py --version says configure.ac's $v"
+		else
+			notok "python/setup.py --version says '$out', expected $v"
+		fi
+		out=$(PYTHONPATH="$top_builddir/python/build/pkg" \
+			LD_LIBRARY_PATH="$top_builddir/lib/.libs" \
+			"$py" -c 'import memlimits; print(memlimits.__version__)' 2>&1)
+		if test "$out" = "$v"; then
+			ok "memlimits.__version__ (Python) is $v"
+		else
+			notok "memlimits.__version__ (Python) is '$out', expected $v"
+		fi
+	fi
+fi
+
 # The pages `make install` installs (into a scratch DESTDIR): each one in
 # docs/ is installed, and every page that is not a .so link says the version
 # in its .TH footer.

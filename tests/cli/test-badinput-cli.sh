@@ -62,6 +62,16 @@ for opt in --alloc-limit --heap-limit --interval; do
 	bad "run $opt without a value" run "$opt"
 done
 bad "run --interval 0KiB" run --interval 0KiB -- sh -c "$ran"
+# 0 is no limit nowhere (issue 41): every limit option refuses it, as its
+# variable does; non-ASCII digits are not digits.
+for o in --alloc-limit --heap-limit --held-limit --tree-heap-limit; do
+	bad "run $o 0" run $o 0 -- sh -c "$ran"
+	bad "run $o 0.1 (0 bytes)" run $o 0.1 -- sh -c "$ran"
+	bad "run $o with Arabic-Indic digits" run $o "$(printf '\331\243\331\244')" -- sh -c "$ran"
+	bad "run $o with fullwidth digits" run $o "$(printf '\357\274\223\357\274\224')" -- sh -c "$ran"
+done
+bad "bounds --limit 0" bounds --limit 0
+bad "bounds --limit with Arabic-Indic digits" bounds --limit "$(printf '\331\243\331\244')"
 bad "run --interval 0.0001 (0 bytes)" run --interval 0.0001 -- sh -c "$ran"
 bad "run --seed 18446744073709551616 (2^64)" run --seed 18446744073709551616 -- sh -c "$ran"
 bad "run --seed 0x10000000000000000" run --seed 0x10000000000000000 -- sh -c "$ran"
@@ -187,7 +197,8 @@ limit() {
 		notok "a limit of $1 is '$got' bytes, not $2"
 	fi
 }
-limit 0.99999999999999999 0
+# 0 bytes, rounded down (not up to 1): refused as every 0-byte limit is.
+bad "bounds --limit 0.99999999999999999 (0 bytes)" bounds --limit 0.99999999999999999
 limit 1.99999999999999999k 2047
 limit 0.5k 512
 limit 1.0009765625k 1025
@@ -267,8 +278,18 @@ if test -f "$lib"; then
 			diag "$tmp/err"
 		fi
 	done
+	# 0 as the options take it (issue 41): refused, not a 0-byte limit.
+	for v in MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_HELD_LIMIT; do
+		envdiag $v 0
+		if test "$(wc -l <"$tmp/err")" = 2 && grep -q "^memlimits: ignoring $v=0: a limit is at least 1 byte" "$tmp/err"; then
+			ok "library: $v=0 is refused with a message"
+		else
+			notok "library: $v=0 is taken silently"
+			diag "$tmp/err"
+		fi
+	done
 else
-	for i in 1 2 3 4 5 6; do skip "the library is not built ($lib)"; done
+	for i in 1 2 3 4 5 6 7 8 9; do skip "the library is not built ($lib)"; done
 fi
 
 # ---- env drops the library: said, not silent ---------------------------

@@ -1,6 +1,6 @@
 /* A program for tests/cli/test-stacks.sh and bench/run-costs.sh: retries a
  * refused allocation at two stack depths, as perl does after every failure.
- * Under `memlimits run --alloc-limit 0` every allocation is refused.  It
+ * Under `memlimits run --alloc-limit 1` every allocation is refused.  It
  * times nothing: test-stacks.sh checks that every try was refused (or, in
  * capture mode, succeeded), and `make bench` counts its instructions under
  * callgrind at each depth to show that the cost of a refusal does not grow

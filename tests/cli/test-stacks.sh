@@ -199,11 +199,11 @@ fi
 # refusal costs at 5 and 200 frames is measured by `make bench`
 # (bench/run-costs.sh, callgrind instructions; docs/performance.md): no
 # speed is judged here, where valgrind, sanitizers and load set it.
-"$M" run --alloc-limit 0 -- "$RETRY" 5 200 2000 >"$tmp/retry" 2>"$tmp/retry.err"
+"$M" run --alloc-limit 1 -- "$RETRY" 5 200 2000 >"$tmp/retry" 2>"$tmp/retry.err"
 if test "$(cat "$tmp/retry")" = "refused 2000 at depths 5 and 200"; then
-	ok "run --alloc-limit 0: every allocation refused at 5 and 200 frames deep"
+	ok "run --alloc-limit 1: every allocation refused at 5 and 200 frames deep"
 else
-	notok "run --alloc-limit 0: every allocation refused at 5 and 200 frames deep"
+	notok "run --alloc-limit 1: every allocation refused at 5 and 200 frames deep"
 	diag "$tmp/retry" "$tmp/retry.err"
 fi
 # The same in a task of the API with fail delivery (the walk used to go up
@@ -233,17 +233,17 @@ if command -v perl >/dev/null 2>&1; then
 	# perl fails its allocation and dies, whatever its way (today a
 	# SIGSEGV, status 139); the timeout only bounds a hung run (it used to
 	# spin for 22 s; bench/run-costs.sh counts what it costs now).
-	timeout 300 "$M" run --alloc-limit 0 -- perl -e \
+	timeout 300 "$M" run --alloc-limit 1 -- perl -e \
 		'my @a; push @a, "x" x 100 for 1..100000' >"$tmp/perl" 2>&1
 	st=$?
 	if test $st -ne 0 && test $st -ne 124 && test $st -ne 137; then
-		ok "perl under --alloc-limit 0 fails and ends (status $st)"
+		ok "perl under --alloc-limit 1 fails and ends (status $st)"
 	else
-		notok "perl under --alloc-limit 0: status $st"
+		notok "perl under --alloc-limit 1: status $st"
 		diag "$tmp/perl"
 	fi
 else
-	skip "perl under --alloc-limit 0: no perl"
+	skip "perl under --alloc-limit 1: no perl"
 fi
 
 # ---- C++ names ------------------------------------------------------------

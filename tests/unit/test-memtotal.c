@@ -330,6 +330,32 @@ static void percent(void)
 	}
 }
 
+/* Sizes take ASCII digits only (issue 41): Arabic-Indic "٣٤" and
+ * fullwidth "３４" (UTF-8) are refused by the one size parser, and 0 parses
+ * as 0 (its callers refuse it as a limit). */
+static void size_digits(void)
+{
+	static const char *const bad[] = {
+	    "\xd9\xa3\xd9\xa4",
+	    "\xef\xbc\x93\xef\xbc\x94",
+	    "3\xd9\xa4",
+	    "\xd9\xa3"
+	    "4KiB",
+	    "\xef\xbc\x93\xef\xbc\x94MiB",
+	    "1.\xd9\xa4",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		uint64_t v = 42;
+		int a = ml__parse_size(bad[i], &v);
+		int b = ml__parse_limit(bad[i], &v);
+		tap_ok(a == -1 && b == -1 && v == 42,
+		       "non-ASCII digits refused (case %zu)", i);
+	}
+	uint64_t v = 42;
+	tap_ok(ml__parse_size("0", &v) == 0 && v == 0, "0 parses as 0");
+	tap_ok(ml__parse_size("34", &v) == 0 && v == 34, "34 parses as 34");
+}
+
 int main(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -339,6 +365,7 @@ int main(void)
 		tap_bail("mkdtemp %s", root);
 	snprintf(self, sizeof self, "%s.cgroup", root);
 	TAP_RUN(percent);
+	TAP_RUN(size_digits);
 	TAP_RUN(cgroup_trees);
 	TAP_RUN(real_self);
 	char cmd[1024];
