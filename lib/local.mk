@@ -16,9 +16,9 @@ lib_libmlcore_la_SOURCES = \
 	lib/util/prom.c lib/util/prom.h \
 	lib/sampler/sampler.h \
 	lib/sampler/sampler.c lib/sampler/bounds.c \
-	lib/alloc/alloc.h \
+	lib/alloc/alloc.h lib/alloc/family.h \
 	lib/alloc/underlying.c lib/alloc/meter.c lib/alloc/sampled.c \
-	lib/alloc/ranges.c lib/alloc/mapped.c \
+	lib/alloc/ranges.c lib/alloc/mapped.c lib/alloc/upcalls.c \
 	lib/core/core.h lib/core/unwinder.h \
 	lib/core/settings.c lib/core/capture.c lib/core/frames.c \
 	lib/core/stacks.c \

@@ -9,6 +9,7 @@
 
 #include "util/util.h"
 
+#include <errno.h>
 #include <string.h>
 
 /* glibc's allocator, called directly (no dlsym bootstrap). */
@@ -21,6 +22,86 @@ void *__libc_pvalloc(size_t);
 void __libc_free(void *);
 
 #pragma GCC visibility push(hidden)
+
+/* ---- The upward hooks: one table (upcalls.c) --------------------------
+ *
+ * The five events of the layers below that a layer above acts on, each
+ * set by that layer (an atomic store; NULL: none) and called through the
+ * inline callers below, which skip NULL and keep errno (the malloc and
+ * mmap families keep it unless they fail).  Declared here, in the lowest
+ * layer that calls through it: lib/layers.txt lets nothing here name a
+ * higher layer.  docs/internals.md, section 12, "The hook table", lists
+ * for each entry who sets it, who calls it and the locks held then. */
+struct ml__upcalls {
+	/* The meter folded a delta into its total (meter.c: a thread's
+	 * countdowns, ml__meter_mapped_on for mappings).  Set by lib/shared
+	 * while the process is a member of a shared budget (it republishes
+	 * the process's usage). */
+	void (*_Atomic fold)(void);
+	/* free or realloc met a block whose filter bucket is marked, before
+	 * the allocator frees it (meter.c, ml__sampled_lost).  Set once by
+	 * the tasks layer (tracking.c: ml__held_free), with a release store
+	 * before the filter is switched on and any bit set; read with
+	 * acquire. */
+	void (*_Atomic sampled_free)(void *p);
+	/* weight bytes of the held record `key` stop counting as the ranges
+	 * give samples back (ranges.c's give_back).  Set by api/mmap.c at
+	 * start (ml__held_drop). */
+	void (*_Atomic mapped_drop)(uintptr_t key, uint64_t weight);
+	/* A sampled block's weight was recorded (+) or its record went (-)
+	 * (tasks/held.c), after the accounts have it.  Set by lib/shared
+	 * (republish the largest task's estimate). */
+	void (*_Atomic held_moved)(int64_t delta);
+	/* A safe point (tasks.h, ml__pressure_check: outside any allocation
+	 * of the program's).  Set by lib/shared (carry out a stop request
+	 * that names this process). */
+	void (*_Atomic safe_point)(void);
+};
+extern struct ml__upcalls ml__upcalls;
+
+static inline void ml__upcall_fold(void)
+{
+	void (*fn)(void) =
+	    atomic_load_explicit(&ml__upcalls.fold, memory_order_relaxed);
+	if (ml__unlikely(fn != NULL)) {
+		int e = errno; /* the hook may reach kill(2), /proc */
+		fn();
+		errno = e;
+	}
+}
+
+static inline void ml__upcall_mapped_drop(uintptr_t key, uint64_t weight)
+{
+	void (*fn)(uintptr_t, uint64_t) = atomic_load_explicit(
+	    &ml__upcalls.mapped_drop, memory_order_acquire);
+	if (fn) {
+		int e = errno;
+		fn(key, weight);
+		errno = e;
+	}
+}
+
+static inline void ml__upcall_held_moved(int64_t delta)
+{
+	void (*fn)(int64_t) =
+	    atomic_load_explicit(&ml__upcalls.held_moved, memory_order_relaxed);
+	if (ml__unlikely(fn != NULL)) {
+		int e = errno;
+		fn(delta);
+		errno = e;
+	}
+}
+
+static inline void ml__upcall_safe_point(void)
+{
+	void (*fn)(void) =
+	    atomic_load_explicit(&ml__upcalls.safe_point, memory_order_relaxed);
+	if (ml__unlikely(fn != NULL)) {
+		int e = errno;
+		fn();
+		errno = e;
+	}
+}
 
 /* ---- The allocator underneath (underlying.c) --------------------------
  *
@@ -141,10 +222,9 @@ extern void (*ml__free_tail)(void *);
  * set. */
 void ml__meter_set_limit(uint64_t bytes);
 /* Issue 27, shared budgets (lib/shared): keep the meter running without
- * a limit (true) or no longer (false); and a function called after every
- * fold, on the folding thread, inside malloc (NULL: none). */
+ * a limit (true) or no longer (false); the table's fold entry is called
+ * after every fold, on the folding thread, inside malloc. */
 void ml__meter_keep(bool keep);
-extern void (*_Atomic ml__meter_fold_hook)(void);
 /* Memory pressure: ml__pressure_bytes is the threshold (0: none); a fold
  * that takes usage to it sets ml__pressure_pending once per upward
  * crossing (damped: see meter.c).  The layer above calls the user's
@@ -224,13 +304,10 @@ static inline bool ml__sampled_maybe(const void *p)
  * lock: counts per bucket keep the bit while others remain). */
 void ml__sampled_mark(const void *p);
 void ml__sampled_unmark(const void *p);
-/* Called (ml__sampled_lose) by free and realloc for a block whose bucket
- * is marked, before the allocator frees it; set once by the layer
- * above (a hook: this layer names nothing above it), with a release
- * store before the filter is switched on and any bit is set.  Read with
- * acquire, on the marked path only (a plain load on x86). */
-extern void (*_Atomic ml__sampled_free_hook)(void *p);
-/* The hook's way in: out of line, on the marked path only. */
+/* free and realloc call ml__upcalls.sampled_free (through
+ * ml__sampled_lose) for a block whose bucket is marked, before the
+ * allocator frees it: read with acquire, on the marked path only (a
+ * plain load on x86).  The hook's way in: out of line. */
 void ml__sampled_lost(void *p);
 /* A block goes away (free, or realloc's old block): the one way a sampled
  * block's record is let go.  Five instructions on x86-64 (copy, shift,
@@ -480,9 +557,6 @@ extern _Atomic bool ml__mapped_on;
 #define ML__MAPPED_ON atomic_load_explicit(&ml__mapped_on, memory_order_relaxed)
 /* Stop counting: every range forgotten, the meter told (once, at start). */
 void ml__mapped_disable(void);
-/* Set by the layer above (held.c's ml__held_drop): samples of a range
- * given back.  Called under the ranges' lock. */
-extern void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
 /* pc lies in the allocator underneath's object (jemalloc, tcmalloc,
  * mimalloc: the mappings it makes, inside our calls of its members, from
  * its own threads or its constructor, hold blocks counted as blocks, and

@@ -16,7 +16,6 @@
 
 ML__LOCK(, ml__mapped_lock, ML__RANK_MAPPED)
 _Atomic bool ml__mapped_on = true;
-void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
 
 struct ml__ranges ml__mapped_table;
 #define ranges ml__mapped_table
@@ -24,11 +23,8 @@ static bool failed;
 
 static void drop(void *ctx, uintptr_t key, uint64_t weight)
 {
-	void (*hook)(uintptr_t, uint64_t) =
-	    atomic_load_explicit(&ml__mapped_drop_hook, memory_order_acquire);
 	(void)ctx;
-	if (hook)
-		hook(key, weight);
+	ml__upcall_mapped_drop(key, weight);
 }
 
 struct ml__ranges *ml__mapped_ranges_make(void)

@@ -22,7 +22,6 @@
 _Atomic bool ml__meter_on_;
 _Atomic uint64_t ml__global_limit = ML_NO_LIMIT;
 _Atomic uint64_t ml__map_floor = ML_NO_LIMIT;
-void (*_Atomic ml__meter_fold_hook)(void);
 static _Atomic int64_t total;
 /* The highest total seen at a fold while the meter ran: as exact as the
  * total (ML__METER_BATCH per other thread), and it costs one comparison
@@ -101,10 +100,7 @@ static void fold(int64_t d)
 	/* Issue 27: a shared budget's member publishes (lib/shared), at a
 	 * fold of any kind (glibc's countdowns, jemalloc's counters, the
 	 * size-query tails, notes). */
-	void (*hook)(void) =
-	    atomic_load_explicit(&ml__meter_fold_hook, memory_order_relaxed);
-	if (ml__unlikely(hook != NULL))
-		hook();
+	ml__upcall_fold();
 }
 
 static void counted_flush(void);
@@ -522,7 +518,7 @@ ML__COLD void ml__sampled_lost(void *p)
 	if (ml__unlikely(p == NULL))
 		return;
 	void (*hook)(void *);
-	while (!(hook = atomic_load_explicit(&ml__sampled_free_hook,
+	while (!(hook = atomic_load_explicit(&ml__upcalls.sampled_free,
 	                                     memory_order_acquire)))
 		;
 	hook(p);
@@ -747,13 +743,7 @@ void ml__meter_mapped_on(int64_t m, int64_t d)
 	if (d > 0)
 		raise_peak(now, m);
 	pressure_check(now);
-	void (*hook)(void) =
-	    atomic_load_explicit(&ml__meter_fold_hook, memory_order_relaxed);
-	if (ml__unlikely(hook != NULL)) {
-		int e = errno; /* mmap's caller sees the system call's */
-		hook();
-		errno = e;
-	}
+	ml__upcall_fold(); /* mmap's caller sees the system call's errno */
 }
 
 uint64_t ml__meter_mapped_now(void)

@@ -16,7 +16,6 @@ uint64_t ml__sampled_bits[ML__SAMPLED_BUCKETS / 64];
  * bucket holds the start of one or two blocks, more only where regions
  * 256 MiB apart alias. */
 static uint8_t counts[ML__SAMPLED_BUCKETS];
-void (*_Atomic ml__sampled_free_hook)(void *p);
 _Atomic bool ml__sampled_on;
 
 void ml__sampled_mark(const void *p)

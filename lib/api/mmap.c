@@ -48,7 +48,7 @@ static uintptr_t new_key(void)
 
 __attribute__((constructor(101))) static void mmap_init(void)
 {
-	atomic_store_explicit(&ml__mapped_drop_hook, ml__held_drop,
+	atomic_store_explicit(&ml__upcalls.mapped_drop, ml__held_drop,
 	                      memory_order_release);
 }
 

@@ -221,9 +221,9 @@ int ml__shared_join_table(struct ml__shared_table *t, uint32_t n,
 		atomic_store(&ml__shared_map_len, ml__shared_table_bytes(n));
 		atomic_store(&ml__shared_map_base, (void *)t);
 		atomic_store(&ml__shared_joined, t);
-		atomic_store(&ml__meter_fold_hook, on_fold);
-		atomic_store(&ml__held_moved_hook, on_held_moved);
-		atomic_store(&ml__safe_point_hook, on_safe_point);
+		atomic_store(&ml__upcalls.fold, on_fold);
+		atomic_store(&ml__upcalls.held_moved, on_held_moved);
+		atomic_store(&ml__upcalls.safe_point, on_safe_point);
 		ml__shared_choose(t, true);
 	}
 	ml__spin_unlock(&ml__shared_slot_lock);

@@ -182,9 +182,9 @@ void ml__shared_sigbus_guard(void)
  * ml__shared_joined). */
 void ml__shared_leave_table(struct ml__shared_table *t)
 {
-	atomic_store(&ml__meter_fold_hook, NULL);
-	atomic_store(&ml__held_moved_hook, NULL);
-	atomic_store(&ml__safe_point_hook, NULL);
+	atomic_store(&ml__upcalls.fold, NULL);
+	atomic_store(&ml__upcalls.held_moved, NULL);
+	atomic_store(&ml__upcalls.safe_point, NULL);
 	if (!atomic_load(&ml__shared_map_lost) &&
 	    ml__shared_my_lineage == ml__lineage && ml__shared_slot_ours(t)) {
 		struct ml__shared_figures v = {0};

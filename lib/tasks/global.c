@@ -253,8 +253,6 @@ ML_EXPORT uint64_t ml_global_memory_limit(void)
 
 /* ---- Issue 27: for shared budgets (lib/shared) ------------------------- */
 
-void (*_Atomic ml__safe_point_hook)(void);
-
 void ml__global_visit(void (*fn)(struct ml_task *task, void *arg), void *arg)
 {
 	ml__spin_lock(&list_lock);

@@ -125,14 +125,9 @@ static void release(const struct record *r)
 	}
 }
 
-void (*_Atomic ml__held_moved_hook)(int64_t delta);
-
 static inline void held_moved(int64_t delta)
 {
-	void (*hook)(int64_t) =
-	    atomic_load_explicit(&ml__held_moved_hook, memory_order_relaxed);
-	if (ml__unlikely(hook != NULL))
-		hook(delta);
+	ml__upcall_held_moved(delta);
 }
 
 void ml__held_free(void *p)

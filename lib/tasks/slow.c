@@ -1,12 +1,16 @@
 /* The allocation slow path, thread start and exit, and fork.
  *
- * When the countdown sends an allocation here, ml__alloc_begin works out
- * how many samples it carried, tells the hook consumer, and hands them to
- * the tasks (credit.c); ml__alloc_end settles with the allocator's answer.
- * These two are all the malloc family (api/interpose.c) calls of this
- * layer. */
+ * When the countdown sends an allocation here (ml__alloc_slow, all that
+ * the malloc family in api/interpose.c calls of this layer),
+ * ml__alloc_begin works out how many samples it carried, tells the hook
+ * consumer, and hands them to the tasks (credit.c); the allocator makes
+ * the block (alloc/family.h); ml__alloc_end settles with its answer.  The
+ * mmap family and the notes, which have no allocator call of this kind,
+ * use the pair directly. */
 #define _GNU_SOURCE
 #include "tasks/tasks.h"
+
+#include "alloc/family.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -276,4 +280,74 @@ void *ml__alloc_end(void *p, uint64_t n)
 	}
 	ml__alloc_granted();
 	return p;
+}
+
+/* The malloc family's slow path: decide, call the allocator, settle, all
+ * from here, so that a sampled allocation goes down the layers and never
+ * back through the entry file (docs/internals.md, section 4).  A refusal
+ * returns NULL with errno ENOMEM, or, for posix_memalign, sets c->rc to
+ * ENOMEM and leaves errno alone, as the allocators do. */
+static inline void *slow(struct ml__call *c)
+{
+	/* A request of at least ML__PROBE_MIN that the allocator refuses
+	 * anyway (underlying.c) carries no sample: the countdown gets its n
+	 * back (modulo 2^64, like the fast path's subtraction) and the
+	 * request goes on unseen, settled by nobody. */
+	if (c->n >= ML__PROBE_MIN && ml__refused_anyway(c->n)) {
+		ml__countdown += c->n;
+		return ml__family_call(c);
+	}
+	int verdict;
+	if (c->kind != ML__CALL_RESIZE) {
+		verdict = ml__alloc_begin(c->n, NULL);
+	} else if (c->n == 0) {
+		/* realloc(p, 0) frees p: it is never refused (a refusal
+		 * returns NULL, which the caller takes for "freed") and
+		 * carries nothing to settle. */
+		return ml__family_call(c);
+	} else {
+		/* The heap after this realloc holds n bytes, not the old
+		 * block's plus n: the heap limit checks that (git's buffer
+		 * grown by half at 1.5 x its peak was refused for old + new,
+		 * which the meter never counts).  The held limits likewise
+		 * see what realloc changes: the new block comes as the old
+		 * one goes (held.c, ml__held_after). */
+		if (c->old && ML__METER_ON)
+			ml__meter_self.resizing = ml__chunk_bytes(c->old);
+		verdict = ml__alloc_begin(c->n, c->old);
+		ml__meter_self.resizing = 0;
+	}
+	if (verdict != 0) {
+		/* Nothing was allocated; realloc's old block stays valid. */
+		if (c->kind == ML__CALL_POSIX_MEMALIGN)
+			c->rc = ENOMEM;
+		else
+			errno = ENOMEM;
+		return NULL;
+	}
+	return ml__alloc_end(ml__family_call(c), c->n);
+}
+
+/* The entries take their arguments in registers, so that the malloc
+ * family reaches them with a tail call and the answer goes straight back
+ * to the program. */
+void *ml__alloc_slow(int kind, size_t n, size_t a, size_t b, void *old)
+{
+	struct ml__call c = {.kind = (enum ml__call_kind)kind,
+	                     .n = n,
+	                     .a = a,
+	                     .b = b,
+	                     .old = old};
+	return slow(&c);
+}
+
+int ml__alloc_slow_posix(void **out, size_t align, size_t n)
+{
+	struct ml__call c = {.kind = ML__CALL_POSIX_MEMALIGN,
+	                     .n = n,
+	                     .a = align,
+	                     .b = n,
+	                     .out = out};
+	slow(&c);
+	return c.rc;
 }

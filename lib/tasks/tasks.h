@@ -189,9 +189,8 @@ void ml__global_visit(void (*fn)(struct ml_task *task, void *arg), void *arg);
 bool ml__global_try_visit(void (*fn)(struct ml_task *task, void *arg),
                           void *arg);
 ml_pressure_fn ml__pressure_get(uint64_t *ppm, void **arg);
-/* A consumer's work at every safe point (lib/shared's stop requests),
- * NULL: none. */
-extern void (*_Atomic ml__safe_point_hook)(void);
+/* A consumer's work at every safe point (lib/shared's stop requests):
+ * ml__upcalls.safe_point (alloc/alloc.h). */
 
 /* A pressure crossing waits (alloc/alloc.h): call the user's function now
  * (at a safe point, never inside an allocation). */
@@ -201,10 +200,7 @@ static inline void ml__pressure_check(void)
 	if (ml__unlikely(atomic_load_explicit(&ml__pressure_pending,
 	                                      memory_order_relaxed)))
 		ml__pressure_poll();
-	void (*hook)(void) =
-	    atomic_load_explicit(&ml__safe_point_hook, memory_order_relaxed);
-	if (ml__unlikely(hook != NULL))
-		hook();
+	ml__upcall_safe_point();
 }
 
 /* ---- Held memory (held.c, account.c, tracking.c) ---------------------- */
@@ -232,11 +228,9 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s);
 /* A mapping's held record (api/mmap.c's key) holds weight bytes fewer;
  * the record goes when nothing is left. */
 void ml__held_drop(uintptr_t key, uint64_t weight);
-/* A consumer's work when a sampled block's weight is recorded (+weight)
- * or freed (-weight) (lib/shared republishes its largest task's
- * estimate): called after the accounts have it, on the slow path and in
- * the sampled free only.  NULL: none. */
-extern void (*_Atomic ml__held_moved_hook)(int64_t delta);
+/* A sampled block's weight recorded (+weight) or freed (-weight) goes to
+ * ml__upcalls.held_moved (alloc/alloc.h), after the accounts have it, on
+ * the slow path and in the sampled free only. */
 /* A task's held estimate and its peak, in bytes. */
 uint64_t ml__held_bytes(const struct ml_task *task);
 uint64_t ml__held_peak(const struct ml_task *task);

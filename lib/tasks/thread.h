@@ -198,6 +198,14 @@ void ml__thread_init(struct ml__thread *t);
  * failure (p NULL) takes back what the allocation was charged.  Returns
  * p; leaves errno alone. */
 int ml__alloc_begin(uint64_t n, const void *replacing);
+/* The malloc family's slow path around the allocator's call (kind: an
+ * enum ml__call_kind of alloc/family.h, with its arguments a, b and
+ * realloc's old block; n the bytes sampled): ml__alloc_begin, the call,
+ * ml__alloc_end.  May not return (JUMP delivery); errno as the allocator
+ * leaves it, or ENOMEM for a refusal.  posix_memalign's: its answer, and
+ * errno left alone. */
+void *ml__alloc_slow(int kind, size_t n, size_t a, size_t b, void *old);
+int ml__alloc_slow_posix(void **out, size_t align, size_t n);
 void *ml__alloc_end(void *p, uint64_t n);
 /* The allocation ml__alloc_begin let through was made and the meter
  * counts it: tells the granted hook if it carried samples (ml__alloc_end

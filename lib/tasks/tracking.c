@@ -88,7 +88,7 @@ void ml__held_need(void)
 	ml__allocator_resolve();
 	ml__spin_lock(&ml__meter_switch_lock);
 	if (!atomic_load_explicit(&ml__held_on, memory_order_relaxed)) {
-		atomic_store_explicit(&ml__sampled_free_hook, ml__held_free,
+		atomic_store_explicit(&ml__upcalls.sampled_free, ml__held_free,
 		                      memory_order_release);
 		/* Still on if it was draining: nothing to switch. */
 		if (!atomic_load_explicit(&ml__held_draining,
