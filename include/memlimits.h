@@ -30,9 +30,9 @@ extern "C" {
  * (so that -Iinclude works from a checkout): configure.ac's AC_INIT is the
  * one source, tests/api/test-version.sh holds these to it. */
 #define ML_VERSION_MAJOR 0
-#define ML_VERSION_MINOR 4
+#define ML_VERSION_MINOR 5
 #define ML_VERSION_PATCH 0
-#define ML_VERSION_STRING "0.4.0"
+#define ML_VERSION_STRING "0.5.0"
 
 /* How a task ended (ml_run's result), or why a call was refused. */
 typedef enum ml_status {
