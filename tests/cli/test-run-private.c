@@ -1,0 +1,68 @@
+/* A program for tests/cli/test-run-private.sh (issue 41): private memory
+ * got by ways other than the malloc family and mmap.  "ROUTE N" gets up to
+ * N MiB, 1 MiB at a time, writing each, until a call fails; prints
+ * "ROUTE MiB-got errno-text" ("0" for errno when nothing failed) and keeps
+ * everything until exit.  Routes: libc-malloc, libc-calloc, libc-memalign,
+ * libc-valloc, libc-pvalloc (glibc's public __libc_* entry points, called
+ * by name as a runtime may), libc-realloc (one block grown by 1 MiB a
+ * step through __libc_realloc). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_valloc(size_t);
+extern void *__libc_pvalloc(size_t);
+extern void __libc_free(void *);
+
+#define MiB ((size_t)1 << 20)
+
+/* One more MiB by the route, written; NULL when the call failed. */
+static char *more(const char *route, int i)
+{
+	static char *grown;
+	char *p = NULL;
+	if (!strcmp(route, "libc-malloc"))
+		p = __libc_malloc(MiB);
+	else if (!strcmp(route, "libc-calloc"))
+		p = __libc_calloc(1024, 1024);
+	else if (!strcmp(route, "libc-memalign"))
+		p = __libc_memalign(4096, MiB);
+	else if (!strcmp(route, "libc-valloc"))
+		p = __libc_valloc(MiB);
+	else if (!strcmp(route, "libc-pvalloc"))
+		p = __libc_pvalloc(MiB);
+	else if (!strcmp(route, "libc-realloc")) {
+		char *q = __libc_realloc(grown, (size_t)(i + 1) * MiB);
+		if (!q)
+			return NULL;
+		grown = q;
+		return q + (size_t)i * MiB;
+	} else {
+		exit(2);
+	}
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3)
+		return 2;
+	int n = atoi(argv[2]), got = 0, err = 0;
+	for (; got < n; got++) {
+		errno = 0;
+		char *p = more(argv[1], got);
+		if (!p) {
+			err = errno;
+			break;
+		}
+		memset(p, 1, MiB);
+	}
+	printf("%s %d %s\n", argv[1], got, err ? strerror(err) : "0");
+	return 0;
+}

@@ -1,0 +1,66 @@
+#!/bin/sh
+# memlimits run and private memory got by ways other than the malloc
+# family and mmap (issue 41, item 6), each filling up to 1536 MiB 1 MiB at
+# a time under --heap-limit 256MiB: stopped near the limit (ENOMEM), where
+# each got all 1536 MiB before.
+#  - glibc's public __libc_malloc, __libc_calloc, __libc_memalign,
+#    __libc_valloc, __libc_pvalloc and __libc_realloc, called by name: the
+#    blocks are refused at the limit (one 1 MiB block with no sample
+#    past it: the check allows 16 MiB over; Poisson(13.1) samples a MiB,
+#    P(none in 16 MiB) = e^-210); over tcmalloc (which defines them too)
+#    as well.
+: "${top_builddir:?}"
+M=$top_builddir/tools/memlimits
+P=$top_builddir/tests/cli/test-run-private
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-private.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+export LC_ALL=C
+unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
+	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT MEMLIMITS_MAPPED \
+	MEMLIMITS_SAMPLE_INTERVAL MEMLIMITS_SEED MEMLIMITS_HELD_LIMIT
+. "$top_srcdir/tests/tap/tap.sh"
+test -x "$M" && test -x "$P" || {
+	echo "Bail out! $M or $P not built"
+	exit 1
+}
+# under LIMIT ARGS...: the program run with --heap-limit LIMIT, its output
+# in $tmp/out, its stderr in $tmp/err, its status in st.
+under() {
+	lim=$1
+	shift
+	"$M" run --heap-limit "$lim" "$@" >"$tmp/out" 2>"$tmp/err"
+	st=$?
+}
+failed() {
+	notok "$1: status $st, $(cat "$tmp/out")${2:+ $2}"
+	diag "$tmp/err"
+}
+# stopped ROUTE LO HI: run ROUTE 1536 under 256 MiB; ok when it got
+# between LO and HI MiB and then ENOMEM.
+stopped() {
+	under 256MiB -- "$P" "$1" 1536
+	read -r what got e1 e2 e3 <"$tmp/out"
+	if test "$st" = 0 && test "$what" = "$1" && test "$got" -ge "$2" &&
+		test "$got" -le "$3" && test "$e1 $e2 $e3" = "Cannot allocate memory"; then
+		ok "$1: stopped after $got MiB under --heap-limit 256MiB"
+	else
+		failed "$1 under --heap-limit 256MiB (want $2 to $3 MiB, then ENOMEM)"
+	fi
+}
+
+if tap_case libc; then
+	for r in libc-malloc libc-calloc libc-memalign libc-valloc \
+		libc-pvalloc libc-realloc; do
+		stopped "$r" 230 256
+	done
+	# tcmalloc defines __libc_malloc too: ours comes first.
+	under 256MiB --allocator tcmalloc -- "$P" libc-malloc 1536
+	read -r what got e1 e2 e3 <"$tmp/out"
+	if test "$st" = 0 && test "$got" -ge 230 && test "$got" -le 256 &&
+		test "$e1 $e2 $e3" = "Cannot allocate memory"; then
+		ok "libc-malloc over tcmalloc: stopped after $got MiB"
+	else
+		failed "libc-malloc over tcmalloc"
+	fi
+fi
+tap_done
