@@ -37,6 +37,14 @@ struct ml__mapped_refusal {
 extern struct ml__mapped_refusal ml__mapped_refused;
 extern _Atomic uint64_t ml__mapped_refusals;
 
+/* Private memory got by other calls than the mmap family (private.c:
+ * sbrk, shmat), counted as a mapping of n bytes (mmap.c): make(arg) gets
+ * it and returns its first counted byte, 0 on failure; 0 and ENOMEM when
+ * refused.  ml__unmap_private: [a, b) no longer counts. */
+uintptr_t ml__map_private(uintptr_t n, uintptr_t (*make)(void *), void *arg,
+                          const char *op, uintptr_t pc);
+void ml__unmap_private(uintptr_t a, uintptr_t b);
+
 #pragma GCC visibility pop
 
 #endif

@@ -5,11 +5,17 @@
  * everything until exit.  Routes: libc-malloc, libc-calloc, libc-memalign,
  * libc-valloc, libc-pvalloc (glibc's public __libc_* entry points, called
  * by name as a runtime may), libc-realloc (one block grown by 1 MiB a
- * step through __libc_realloc). */
+ * step through __libc_realloc), sbrk (the break moved by 1 MiB), brk (the
+ * same by brk).  "sbrk-cycle N": N MiB by sbrk, given back by sbrk, N MiB
+ * again: prints "sbrk-cycle MiB-got-the-second-time errno-text".
+ * "small N": N MiB of malloc'd 1000-byte blocks (glibc's main arena grows
+ * its break with them), written; prints "small N". */
+#define _DEFAULT_SOURCE
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <unistd.h>
 
 extern void *__libc_malloc(size_t);
@@ -43,6 +49,12 @@ static char *more(const char *route, int i)
 			return NULL;
 		grown = q;
 		return q + (size_t)i * MiB;
+	} else if (!strcmp(route, "sbrk")) {
+		p = sbrk((intptr_t)MiB);
+		return p == (void *)-1 ? NULL : p;
+	} else if (!strcmp(route, "brk")) {
+		p = sbrk(0);
+		return brk(p + MiB) == 0 ? p : NULL;
 	} else {
 		exit(2);
 	}
@@ -54,9 +66,31 @@ int main(int argc, char **argv)
 	if (argc != 3)
 		return 2;
 	int n = atoi(argv[2]), got = 0, err = 0;
+	if (!strcmp(argv[1], "small")) {
+		for (size_t k = 0; k < (size_t)n * MiB / 1000; k++) {
+			char *volatile q = malloc(1000); /* not elided */
+			if (!q)
+				return 1;
+			memset(q, 1, 1000);
+		}
+		printf("small %d\n", n);
+		return 0;
+	}
+	const char *route = argv[1];
+	if (!strcmp(route, "sbrk-cycle")) {
+		for (int i = 0; i < n; i++) {
+			char *p = sbrk((intptr_t)MiB);
+			if (p == (void *)-1)
+				return 1;
+			memset(p, 1, MiB);
+		}
+		if (sbrk(-(intptr_t)((size_t)n * MiB)) == (void *)-1)
+			return 1;
+		route = "sbrk";
+	}
 	for (; got < n; got++) {
 		errno = 0;
-		char *p = more(argv[1], got);
+		char *p = more(route, got);
 		if (!p) {
 			err = errno;
 			break;

@@ -8,7 +8,14 @@
 #    blocks are refused at the limit (one 1 MiB block with no sample
 #    past it: the check allows 16 MiB over; Poisson(13.1) samples a MiB,
 #    P(none in 16 MiB) = e^-210); over tcmalloc (which defines them too)
-#    as well.
+#    as well;
+#  - the program's own sbrk and brk: refused as mappings are, at the limit
+#    less the headroom (L/6: 213.3 MiB), within one interval; 200 MiB got
+#    by sbrk, given back and got again (the shrink uncounts);
+#  - glibc's malloc moves the break itself (its internal __sbrk, not ours):
+#    64 MiB of 1000-byte blocks read as a peak heap of 64-70 MiB, nothing
+#    mapped (counted twice, it would read 128); under tcmalloc, which calls
+#    sbrk itself (its pc in its object: not counted again), the same.
 : "${top_builddir:?}"
 M=$top_builddir/tools/memlimits
 P=$top_builddir/tests/cli/test-run-private
@@ -62,5 +69,38 @@ if tap_case libc; then
 	else
 		failed "libc-malloc over tcmalloc"
 	fi
+fi
+if tap_case sbrk; then
+	stopped sbrk 200 217
+	stopped brk 200 217
+	under 256MiB -- "$P" sbrk-cycle 200
+	read -r what got e1 <"$tmp/out"
+	if test "$st" = 0 && test "$what $got $e1" = "sbrk-cycle 200 0"; then
+		ok "sbrk: 200 MiB given back and got again under --heap-limit 256MiB"
+	else
+		failed "sbrk grown, shrunk and grown again"
+	fi
+fi
+
+# once ALLOCATOR: 64 MiB of small blocks over ALLOCATOR, the report's peak
+# heap between 64 and 70 MiB, of which under 1 MiB mapped.
+once() {
+	"$M" run --heap-limit 1GiB --allocator "$1" --report "$tmp/r.txt" -- "$P" small 64 \
+		>"$tmp/out" 2>"$tmp/err"
+	st=$?
+	line=$(grep '^  peak heap: ' "$tmp/r.txt")
+	peak=$(echo "$line" | sed -n 's/^  peak heap: \([0-9]*\) bytes.*/\1/p')
+	mapped=$(echo "$line" | sed -n 's/.*, mapped \([0-9.]*\) \(bytes\|KiB\)$/\1/p')
+	if test "$st" = 0 && test -n "$peak" && test -n "$mapped" &&
+		test "$peak" -ge $((64 << 20)) && test "$peak" -le $((70 << 20)); then
+		ok "$1: 64 MiB of small blocks, peak heap $peak bytes, nothing mapped"
+	else
+		notok "$1: 64 MiB of small blocks: status $st, $line"
+		diag "$tmp/err" "$tmp/r.txt"
+	fi
+}
+if tap_case once; then
+	once glibc
+	once tcmalloc
 fi
 tap_done
