@@ -44,6 +44,10 @@ extern _Atomic uint64_t ml__mapped_refusals;
 uintptr_t ml__map_private(uintptr_t n, uintptr_t (*make)(void *), void *arg,
                           const char *op, uintptr_t pc);
 void ml__unmap_private(uintptr_t a, uintptr_t b);
+/* SysV segments attached and not counted (private.c): with a key (shared
+ * between processes), and IPC_PRIVATE ones its table had no room for;
+ * bytes, all told.  For run mode's report. */
+extern _Atomic uint64_t ml__shm_keyed_bytes, ml__shm_untracked_bytes;
 
 #pragma GCC visibility pop
 

@@ -683,8 +683,8 @@ uintptr_t ml__map_private(uintptr_t n, uintptr_t (*make)(void *), void *arg,
 }
 
 /* And its release: [a, b) (page-aligned) no longer counts, its samples
- * given back.  Before the call that releases it, so that an address the
- * kernel hands out again is never still recorded. */
+ * given back.  Called next to the call that releases it (sbrk before,
+ * shmdt after it succeeds), with no lock held across that call. */
 void ml__unmap_private(uintptr_t a, uintptr_t b)
 {
 	if (a >= b || !counting())

@@ -8,6 +8,9 @@
  * step through __libc_realloc), sbrk (the break moved by 1 MiB), brk (the
  * same by brk).  "sbrk-cycle N": N MiB by sbrk, given back by sbrk, N MiB
  * again: prints "sbrk-cycle MiB-got-the-second-time errno-text".
+ * shmat: a SysV segment of 1 MiB made IPC_PRIVATE, attached and marked
+ * for removal (it goes at exit); shm-keyed: the same with a key.
+ * "shm-cycle N": N MiB by shmat, detached, N MiB again (as sbrk-cycle).
  * "small N": N MiB of malloc'd 1000-byte blocks (glibc's main arena grows
  * its break with them), written; prints "small N". */
 #define _DEFAULT_SOURCE
@@ -16,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
 #include <unistd.h>
 
 extern void *__libc_malloc(size_t);
@@ -55,6 +60,19 @@ static char *more(const char *route, int i)
 	} else if (!strcmp(route, "brk")) {
 		p = sbrk(0);
 		return brk(p + MiB) == 0 ? p : NULL;
+	} else if (!strcmp(route, "shmat") || !strcmp(route, "shm-keyed")) {
+		key_t key = IPC_PRIVATE;
+		if (route[3] == '-') /* a key of this process's own */
+			key = (key_t)(0x4d4c0000u ^ ((unsigned)getpid() << 11) ^
+			              (unsigned)i);
+		int id = shmget(key, MiB, IPC_CREAT | IPC_EXCL | 0600);
+		if (id < 0)
+			return NULL;
+		p = shmat(id, NULL, 0);
+		int e = errno;
+		shmctl(id, IPC_RMID, NULL);
+		errno = e;
+		return p == (void *)-1 ? NULL : p;
 	} else {
 		exit(2);
 	}
@@ -87,6 +105,20 @@ int main(int argc, char **argv)
 		if (sbrk(-(intptr_t)((size_t)n * MiB)) == (void *)-1)
 			return 1;
 		route = "sbrk";
+	}
+	if (!strcmp(route, "shm-cycle")) {
+		static char *at[4096];
+		if (n > 4096)
+			return 2;
+		for (int i = 0; i < n; i++) {
+			if (!(at[i] = more("shmat", i)))
+				return 1;
+			memset(at[i], 1, MiB);
+		}
+		for (int i = 0; i < n; i++)
+			if (shmdt(at[i]) != 0)
+				return 1;
+		route = "shmat";
 	}
 	for (; got < n; got++) {
 		errno = 0;

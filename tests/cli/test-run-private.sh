@@ -15,7 +15,11 @@
 #  - glibc's malloc moves the break itself (its internal __sbrk, not ours):
 #    64 MiB of 1000-byte blocks read as a peak heap of 64-70 MiB, nothing
 #    mapped (counted twice, it would read 128); under tcmalloc, which calls
-#    sbrk itself (its pc in its object: not counted again), the same.
+#    sbrk itself (its pc in its object: not counted again), the same;
+#  - shmat of an IPC_PRIVATE segment: refused as a mapping, at 213 MiB;
+#    200 MiB attached, detached and attached again passes; segments with a
+#    key (shared between processes) are not counted (1536 MiB got), and the
+#    report says so.
 : "${top_builddir:?}"
 M=$top_builddir/tools/memlimits
 P=$top_builddir/tests/cli/test-run-private
@@ -79,6 +83,25 @@ if tap_case sbrk; then
 		ok "sbrk: 200 MiB given back and got again under --heap-limit 256MiB"
 	else
 		failed "sbrk grown, shrunk and grown again"
+	fi
+fi
+
+if tap_case shmat; then
+	stopped shmat 200 217
+	under 256MiB -- "$P" shm-cycle 200
+	read -r what got e1 <"$tmp/out"
+	if test "$st" = 0 && test "$what $got $e1" = "shm-cycle 200 0"; then
+		ok "shmat: 200 MiB detached and attached again under --heap-limit 256MiB"
+	else
+		failed "shmat, shmdt and shmat again"
+	fi
+	under 256MiB --report "$tmp/r.txt" -- "$P" shm-keyed 1536
+	read -r what got e1 <"$tmp/out"
+	if test "$st" = 0 && test "$what $got $e1" = "shm-keyed 1536 0" &&
+		grep -q '^  not counted: 1.5 GiB of SysV shared memory attached with a key' "$tmp/r.txt"; then
+		ok "shmat with a key: not counted, and the report says so"
+	else
+		failed "shmat with a key" "$(cat "$tmp/r.txt")"
 	fi
 fi
 
