@@ -175,8 +175,13 @@ void ml__run_print_settings(const struct ml__run_opts *o, const char *lib,
 	    o->on_limit ? "--on-limit" : "default");
 	say("mapped memory",
 	    o->no_mapped ? "not counted"
-	                 : "counted as heap (private anonymous writable mmap)",
+	                 : "counted as heap (private anonymous writable "
+	                   "mmap, sbrk, IPC_PRIVATE shmat)",
 	    o->no_mapped ? "--no-mapped" : "default");
+	say("not counted",
+	    "shared and file-backed mappings, SysV segments with a key, "
+	    "memory mapped by raw system calls",
+	    "always");
 	say("sample interval", o->interval ? o->interval : ML__INTERVAL_TEXT,
 	    o->interval ? "--interval" : "default");
 	say("seed", o->seed ? o->seed : "the library's fixed seed",

@@ -1,6 +1,6 @@
 /* Layer 3, the allocator underneath and the heap meter (docs/internals.md,
  * "Layers").  The allocator is the one after the library in the lookup
- * order: glibc's (through its exported __libc_* entry points), jemalloc,
+ * order: glibc's (through libc's own __libc_* entry points), jemalloc,
  * tcmalloc, mimalloc or another exporting the malloc family (struct
  * ml__real below); the meter only counts the bytes its blocks take.
  * Neither knows of samples or tasks.  Never installed. */
@@ -11,15 +11,6 @@
 
 #include <errno.h>
 #include <string.h>
-
-/* glibc's allocator, called directly (no dlsym bootstrap). */
-void *__libc_malloc(size_t);
-void *__libc_calloc(size_t, size_t);
-void *__libc_realloc(void *, size_t);
-void *__libc_memalign(size_t, size_t);
-void *__libc_valloc(size_t);
-void *__libc_pvalloc(size_t);
-void __libc_free(void *);
 
 #pragma GCC visibility push(hidden)
 

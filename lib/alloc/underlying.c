@@ -51,8 +51,9 @@ static struct ml__real under;
 
 /* ---- glibc's members ---------------------------------------------------
  *
- * glibc's allocator is called through its __libc_* entry points, resolved
- * by the loader in libc itself (the library finds glibc next only when no
+ * glibc's allocator is called through its __libc_* entry points, read
+ * from libc's own symbol table (find_glibc; the library finds glibc next
+ * only when no
  * object between it and libc defines malloc, tcmalloc's and mimalloc's
  * __libc_* aliases included).  aligned_alloc and posix_memalign have no
  * such entry point: they are made from __libc_memalign with glibc's own
@@ -278,19 +279,39 @@ static int visit(struct dl_phdr_info *info, size_t size, void *data)
 	return 1;
 }
 
-static const struct ml__real glibc = {
-    .malloc = __libc_malloc,
-    .calloc = __libc_calloc,
-    .realloc = __libc_realloc,
+/* glibc's own entry points.  The library exports the __libc_* names too
+ * (api/interpose.c: a program or runtime that calls them directly must
+ * not bypass the count), so a reference to them here would bind to ours
+ * and recurse: they are read from libc's own symbol table instead, with
+ * the allocator (find), allocating nothing. */
+static struct ml__real glibc = {
     .reallocarray = mul_reallocarray,
-    .memalign = __libc_memalign,
-    .valloc = __libc_valloc,
-    .pvalloc = __libc_pvalloc,
     .aligned_alloc = glibc_aligned_alloc,
     .posix_memalign = memalign_posix,
-    .free = __libc_free,
     .usable = NULL, /* its chunk headers */
 };
+
+static void find_glibc(void)
+{
+	struct ml__real *g = &glibc;
+	*(void **)&g->malloc = ml__elf_libc_symbol("__libc_malloc");
+	*(void **)&g->calloc = ml__elf_libc_symbol("__libc_calloc");
+	*(void **)&g->realloc = ml__elf_libc_symbol("__libc_realloc");
+	*(void **)&g->memalign = ml__elf_libc_symbol("__libc_memalign");
+	*(void **)&g->valloc = ml__elf_libc_symbol("__libc_valloc");
+	*(void **)&g->pvalloc = ml__elf_libc_symbol("__libc_pvalloc");
+	*(void **)&g->free = ml__elf_libc_symbol("__libc_free");
+	if (!g->malloc || !g->calloc || !g->realloc || !g->memalign ||
+	    !g->valloc || !g->pvalloc || !g->free) {
+		/* No libc with its allocator loaded: nothing can be
+		 * forwarded to, and nothing can go on. */
+		static const char m[] = "memlimits: glibc's allocator "
+		                        "(__libc_malloc) not found\n";
+		ssize_t w = write(2, m, sizeof m - 1);
+		(void)w;
+		abort();
+	}
+}
 
 /* ---- Another allocator's own mappings ---------------------------------
  *
@@ -321,6 +342,7 @@ static bool unusable; /* the allocator found lacks a member we need */
 static void find(void)
 {
 	struct search s = {.self = (uintptr_t)&find};
+	find_glibc();
 	dl_iterate_phdr(visit, &s);
 	in_front = s.front;
 	if (!s.found || !strcmp(s.kind, "glibc")) {

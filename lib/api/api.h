@@ -37,6 +37,18 @@ struct ml__mapped_refusal {
 extern struct ml__mapped_refusal ml__mapped_refused;
 extern _Atomic uint64_t ml__mapped_refusals;
 
+/* Private memory got by other calls than the mmap family (private.c:
+ * sbrk, shmat), counted as a mapping of n bytes (mmap.c): make(arg) gets
+ * it and returns its first counted byte, 0 on failure; 0 and ENOMEM when
+ * refused.  ml__unmap_private: [a, b) no longer counts. */
+uintptr_t ml__map_private(uintptr_t n, uintptr_t (*make)(void *), void *arg,
+                          const char *op, uintptr_t pc);
+void ml__unmap_private(uintptr_t a, uintptr_t b);
+/* SysV segments attached and not counted (private.c): with a key (shared
+ * between processes), and IPC_PRIVATE ones its table had no room for;
+ * bytes, all told.  For run mode's report. */
+extern _Atomic uint64_t ml__shm_keyed_bytes, ml__shm_untracked_bytes;
+
 #pragma GCC visibility pop
 
 #endif

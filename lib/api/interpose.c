@@ -168,3 +168,31 @@ ML__API size_t malloc_usable_size(void *p)
 {
 	return ml__usable_size(p);
 }
+
+/* glibc's public __libc_* entry points are its allocator's own names: a
+ * program, a runtime or a wrapper that calls them directly would bypass
+ * the family above (1.5 GiB resident under a 256 MiB heap limit, issue
+ * 41).  They are the same functions here, exported unversioned like the
+ * family (lib/memlimits.map says why: a reference to
+ * __libc_malloc@GLIBC_2.2.5 binds only to an unversioned definition or
+ * one of that version).  Aliases, not calls: a malloc defined in front of
+ * ours that forwards to __libc_malloc (tests/api/malloc-front.c) reaches
+ * this body, never its own malloc again.  glibc's own entry points, which
+ * the library forwards to, are read from libc's symbol table
+ * (alloc/underlying.c).  __libc_reallocarray is GLIBC_PRIVATE, but
+ * exported: it is reallocarray. */
+#if defined(__clang__)
+#define ML__LIBC_ALIAS(name, of) \
+	ML__API __typeof__(of) name __attribute__((alias(#of)))
+#else /* gcc wants the target's attributes (nothrow, malloc) said too */
+#define ML__LIBC_ALIAS(name, of) \
+	ML__API __typeof__(of) name __attribute__((alias(#of), copy(of)))
+#endif
+ML__LIBC_ALIAS(__libc_malloc, malloc);
+ML__LIBC_ALIAS(__libc_free, free);
+ML__LIBC_ALIAS(__libc_calloc, calloc);
+ML__LIBC_ALIAS(__libc_realloc, realloc);
+ML__LIBC_ALIAS(__libc_reallocarray, reallocarray);
+ML__LIBC_ALIAS(__libc_memalign, memalign);
+ML__LIBC_ALIAS(__libc_valloc, valloc);
+ML__LIBC_ALIAS(__libc_pvalloc, pvalloc);

@@ -655,3 +655,48 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 	settle(&d, p != MAP_FAILED, recorded, 0);
 	return p;
 }
+
+/* ---- Private memory got by other calls (api/private.c) -----------------
+ *
+ * sbrk's growth and an IPC_PRIVATE segment's shmat are private memory in
+ * effect (issue 41): they count as a mapping of their pages would, with
+ * the same decision, refusal, record and settlement as the calls above.
+ * make(arg) gets the memory and returns the first of its n counted bytes
+ * (page-aligned), or 0 when it failed; it is not called when the bytes
+ * are refused (then 0, errno ENOMEM, op in the report).  Not counted
+ * (make alone) while the library is busy on the thread or when the call
+ * comes from the allocator underneath (tcmalloc's sbrk). */
+uintptr_t ml__map_private(uintptr_t n, uintptr_t (*make)(void *), void *arg,
+                          const char *op, uintptr_t pc)
+{
+	if (!n || n > SIZE_MAX / 2 || !counting() || ml__allocator_holds(pc))
+		return make(arg);
+	struct decision d = {0};
+	if (!decide(n, &d)) {
+		note_refused(op, n, pc);
+		return 0;
+	}
+	uintptr_t p = make(arg);
+	settle(&d, p != 0, p != 0 && record_new(p, n, pc, d.key, d.s, d.unit),
+	       0);
+	return p;
+}
+
+/* And its release: [a, b) (page-aligned) no longer counts, its samples
+ * given back.  Called next to the call that releases it (sbrk before,
+ * shmdt after it succeeds), with no lock held across that call. */
+void ml__unmap_private(uintptr_t a, uintptr_t b)
+{
+	if (a >= b || !counting())
+		return;
+	int64_t delta = 0;
+	ml__spin_lock(&ml__mapped_lock);
+	struct ml__ranges *R = ml__mapped_ranges();
+	if (R && R->n) {
+		uint64_t before = R->counted;
+		ml__ranges_put(R, a, b, 0, 0, 0, 0);
+		delta = (int64_t)(R->counted - before);
+	}
+	ml__spin_unlock(&ml__mapped_lock);
+	meter(delta);
+}

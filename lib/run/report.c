@@ -273,7 +273,24 @@ static void put_mapped(struct ml__out *o)
 		return;
 	}
 	ml__out_human(o, ml__meter_mapped_now());
-	ml__out_puts(o, " counted now (private anonymous writable mmap)\n");
+	ml__out_puts(o, " counted now (private anonymous writable mmap, "
+	                "sbrk, IPC_PRIVATE shmat)\n");
+	/* What the program got that is not counted, where the library can
+	 * see it (issue 41: said here, not only in the docs). */
+	uint64_t keyed = atomic_load(&ml__shm_keyed_bytes),
+	         untracked = atomic_load(&ml__shm_untracked_bytes);
+	if (keyed) {
+		ml__out_puts(o, "  not counted: ");
+		ml__out_human(o, keyed);
+		ml__out_puts(o, " of SysV shared memory attached with a key "
+		                "(shared between processes)\n");
+	}
+	if (untracked) {
+		ml__out_puts(o, "  not counted: ");
+		ml__out_human(o, untracked);
+		ml__out_puts(o, " of IPC_PRIVATE SysV segments past the "
+		                "table of attachments\n");
+	}
 	/* The objects by bytes mapped, largest first (3 at most). */
 	bool shown[ML__MAPPED_BY] = {0};
 	for (int k = 0; k < 3; k++) {

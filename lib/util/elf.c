@@ -504,3 +504,25 @@ void *ml__elf_symbol(const struct dl_phdr_info *info, const char *name)
 		return NULL;
 	return (void *)(info->dlpi_addr + s->st_value);
 }
+
+struct libc_search {
+	const char *name;
+	void *found;
+};
+
+static int visit_libc(struct dl_phdr_info *info, size_t size, void *data)
+{
+	struct libc_search *s = data;
+	(void)size;
+	if (!ml__elf_symbol(info, "gnu_get_libc_version"))
+		return 0;
+	s->found = ml__elf_symbol(info, s->name);
+	return 1;
+}
+
+void *ml__elf_libc_symbol(const char *name)
+{
+	struct libc_search s = {.name = name, .found = NULL};
+	dl_iterate_phdr(visit_libc, &s);
+	return s.found;
+}

@@ -128,6 +128,11 @@ bool ml__elf_span(const struct dl_phdr_info *info, uintptr_t addr,
  * own dynamic symbol table (GNU or SysV hash), as the loader would bind
  * it (no hidden version, no IFUNC); NULL if it has none. */
 void *ml__elf_symbol(const struct dl_phdr_info *info, const char *name);
+/* The same in glibc's libc itself (the object that defines
+ * gnu_get_libc_version), wherever it lies in the lookup order: the
+ * genuine entry point behind a name the library, or an allocator, also
+ * exports (__libc_malloc, __sbrk).  NULL if none. */
+void *ml__elf_libc_symbol(const char *name);
 
 #pragma GCC visibility pop
 

@@ -155,3 +155,11 @@ TESTS += tests/cli/test-run-mapped.sh
 EXTRA_DIST += tests/cli/test-run-mapped.sh
 tests_cli_test_run_mapped_SOURCES = tests/cli/test-run-mapped.c
 tests_cli_test_run_mapped_LDFLAGS = -no-install
+
+# Issue 41: private memory by other ways than the malloc family and mmap
+# (glibc's __libc_* entry points, sbrk, SysV shmat) is counted in run mode.
+check_PROGRAMS += tests/cli/test-run-private
+TESTS += tests/cli/test-run-private.sh
+EXTRA_DIST += tests/cli/test-run-private.sh
+tests_cli_test_run_private_SOURCES = tests/cli/test-run-private.c
+tests_cli_test_run_private_LDFLAGS = -no-install
