@@ -521,7 +521,10 @@ ML__COLD void ml__sampled_lost(void *p)
 	while (!(hook = atomic_load_explicit(&ml__upcalls.sampled_free,
 	                                     memory_order_acquire)))
 		;
+	/* Inside free, which never changes errno. */
+	int e = errno;
 	hook(p);
+	errno = e;
 }
 
 /* The meter counts the block freed first, then its record goes, then

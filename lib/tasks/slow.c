@@ -30,8 +30,11 @@ static void on_thread_exit(void *arg)
 	(void)arg;
 	t->busy = 1;
 	ml__tasks_thread_exit(t);
-	if (h->thread_exit)
+	if (h->thread_exit) {
+		int e = errno; /* a hook never changes errno (issue 41) */
 		h->thread_exit(t);
+		errno = e;
+	}
 	ml__held_thread_exit();
 	ml__meter_flush();
 	ml__metrics_thread_exit(t);
@@ -70,8 +73,11 @@ static void atfork_child(void)
 		ml__thread_set_gap(t, ml__sampler_gap(&t->sampler));
 	}
 	ml__metrics_fork_child(t);
-	if (h->fork_child)
+	if (h->fork_child) {
+		int e = errno; /* fork's caller sees fork's own */
 		h->fork_child(t);
+		errno = e;
+	}
 }
 
 void ml__global_init(void)
@@ -118,8 +124,11 @@ void ml__thread_init(struct ml__thread *t)
 	ml__metrics_thread_start(t);
 	t->state = ML__T_LIVE;
 	h = ml__hooks_get();
-	if (h->thread_start)
+	if (h->thread_start) {
+		int e = errno; /* this is the thread's first allocation */
 		h->thread_start(t);
+		errno = e;
+	}
 	/* Any non-NULL value makes the destructor run at thread exit. */
 	if (have_key && pthread_setspecific(exit_key, t) != 0) {
 		static _Atomic bool said;
@@ -177,8 +186,13 @@ int ml__alloc_begin(uint64_t n, const void *replacing)
 	t->armed = c + 1; /* nothing spent since, whatever comes next */
 
 	const struct ml__hooks *h = ml__hooks_get();
-	if (ml__unlikely(h->alloc != NULL))
+	/* The hooks write reports and timelines (run mode): an allocation
+	 * they let through must return with the caller's errno. */
+	if (ml__unlikely(h->alloc != NULL)) {
+		int e = errno;
 		h->alloc(t, n, s);
+		errno = e;
+	}
 	int verdict = 0;
 	/* An allocation past an exact budget interrupts its task here. */
 	if (ml__unlikely(t->exact) && ml__exact_check(t, n))
@@ -193,12 +207,20 @@ int ml__alloc_begin(uint64_t n, const void *replacing)
 		               ? ml__stack_here()
 		               : 0;
 		t->replacing = replacing;
-		unsigned hv = h->sample ? h->sample(t, s, n) : 0;
+		unsigned hv = 0;
+		if (h->sample) {
+			int e = errno;
+			hv = h->sample(t, s, n);
+			errno = e;
+		}
 		verdict = ml__tasks_sample(t, s, n, hv);
 		t->replacing = NULL;
 		/* A refused allocation allocated nothing. */
-		if (verdict != 0 && h->unsample)
+		if (verdict != 0 && h->unsample) {
+			int e = errno;
 			h->unsample(t, s);
+			errno = e;
+		}
 	} else if (t->pending) {
 		verdict = ml__tasks_pending(t, n);
 	}

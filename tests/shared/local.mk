@@ -29,3 +29,12 @@ EXTRA_DIST += tests/shared/test-tree-many.sh
 tests_shared_test_tree_many_SOURCES = tests/shared/test-tree-many.c tests/shared/pipes.h
 tests_shared_test_tree_many_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_shared_test_tree_many_LDFLAGS = -no-install
+
+# Issue 41 (1): malloc and free keep errno while the fold hook sweeps the
+# slots of members that exited (kill(pid, 0) sets ESRCH).
+check_PROGRAMS += tests/shared/test-shared-errno
+TESTS += tests/shared/test-shared-errno
+tests_shared_test_shared_errno_SOURCES = tests/shared/test-shared-errno.c tests/shared/pipes.h
+tests_shared_test_shared_errno_LDADD = $(ML_TEST_LIBS)
+tests_shared_test_shared_errno_LDFLAGS = $(ML_TEST_LINK)
+tests_shared_test_shared_errno_CFLAGS = $(ML_TEST_CFLAGS) -fno-builtin
