@@ -22,8 +22,9 @@
  *
  * wait (issue 35): V, FLAG delivery, does not loop but waits in ppoll (a
  * process blocked in a system call, as a PostgreSQL backend in pg_sleep
- * or a lock wait): only the wake signal (SIGCONT, ml_shared_set_wake(3))
- * ends the wait; V then reads the clock once ml_is_interrupted() says so.
+ * or a lock wait): only the wake signal (ML_WAKE_DEFAULT,
+ * ml_shared_set_wake(3)) ends the wait; V then reads the clock once
+ * ml_is_interrupted() says so.
  *
  * full (issue 35): what an allocation costs a member that found the table
  * full.  An unnamed budget of 1024 slots; a child allocates 256 MiB in 32
@@ -121,13 +122,13 @@ static void *victim(void *arg)
 			_exit(4);
 	}
 	char c = 'r';
-	/* wait: SIGCONT blocked until ppoll unblocks it, so that a wake
+	/* wait: the wake signal blocked until ppoll unblocks it, so that a wake
 	 * before the wait is not lost. */
 	sigset_t cont, none;
 	sigemptyset(&cont);
-	sigaddset(&cont, SIGCONT);
+	sigaddset(&cont, ML_WAKE_DEFAULT);
 	sigprocmask(SIG_BLOCK, &cont, &none);
-	sigdelset(&none, SIGCONT);
+	sigdelset(&none, ML_WAKE_DEFAULT);
 	if (!waiting)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 	write_all(v_ready_fd, &c, 1);

@@ -482,15 +482,22 @@ ML_EXPORT int ml_shared_create(uint64_t limit, uint32_t slots);
 typedef void (*ml_wake_fn)(void *arg);
 /* ml_shared_set_wake's signo: keep the signal, change the callback. */
 #define ML_WAKE_KEEP (-1)
+/* The default wake signal (since 0.5; SIGCONT before, which resumed a
+ * member that job control or an operator had stopped): a real-time
+ * signal that glibc, PostgreSQL and nginx do not use.  Not a constant
+ * (glibc's SIGRTMIN is a function call); needs <signal.h>. */
+#define ML_WAKE_DEFAULT (SIGRTMIN + 9)
 /* How a member is woken when the budget asks it to stop a task: by
- * default with SIGCONT (whose default action is harmless to a process
- * that is not stopped), installed at the join unless the program has a
- * handler of its own on it.  signo: another signal (the library's handler
- * replaces the program's), 0 never woken (the request waits for the next
- * allocation or safe point), ML_WAKE_KEEP.  fn, arg: called from the
- * handler once the task is interrupted (or NULL).  Callable before or
- * after the join; fork children inherit it.  ML_OK, or ML_EINVAL (a
- * signal that cannot be caught, or a synchronous one).  Since 0.4. */
+ * default with ML_WAKE_DEFAULT, installed at the join unless the program
+ * has a handler of its own on it, and sent only to a member whose slot
+ * says the library's handler is on it (a stopped member stays stopped:
+ * the signal waits until it is continued).  signo: another signal (the
+ * library's handler replaces the program's), 0 never woken (the request
+ * waits for the next allocation or safe point), ML_WAKE_KEEP.  fn, arg:
+ * called from the handler once the task is interrupted (or NULL).
+ * Callable before or after the join; fork children inherit it.  ML_OK,
+ * or ML_EINVAL (a signal that cannot be caught, or a synchronous one).
+ * Since 0.4. */
 ML_EXPORT int ml_shared_set_wake(int signo, ml_wake_fn fn, void *arg);
 
 /* One member as the table has it (ml_shared_members). */

@@ -20,8 +20,9 @@
  * with no name, when it reads the configuration, before it forks the
  * workers, which inherit the mapping; requests are global tasks then, and
  * the one holding the most in any worker is stopped.  The library wakes
- * the chosen worker (its SIGCONT handler calls the module's callback,
- * which writes to the worker's eventfd): the event loop then ends the
+ * the chosen worker (the handler of its wake signal, ML_WAKE_DEFAULT,
+ * calls the module's callback, which writes to the worker's eventfd):
+ * the event loop then ends the
  * stopped request at once, even while it waits for its client.
  *
  * memlimits_metrics answers the Prometheus text format for the whole

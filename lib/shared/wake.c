@@ -13,7 +13,13 @@
 uint64_t ml__shared_id_key; /* task identities: pointer ^ key */
 
 /* The wake (ml_shared_set_wake): the signal, 0 none, -1 not set yet (the
- * default, SIGCONT, at the first join); the program's callback. */
+ * default, ML_WAKE_DEFAULT, at the first join); the program's callback.
+ * The default was SIGCONT until 0.5: it resumed a member that job control
+ * or an operator had stopped (issue 41).  A real-time signal that glibc,
+ * PostgreSQL 15 and nginx do not use disturbs nothing: it is sent only to
+ * a member whose slot advertises it, which a slot does only while our
+ * handler is on it (ml__shared_wake_signal), and a stopped member keeps
+ * it pending until it is continued. */
 static _Atomic int wake_sig = -1;
 static _Atomic ml_wake_fn wake_fn;
 static void *_Atomic wake_arg;
@@ -24,10 +30,24 @@ static struct sigaction wake_old;
  * taken): done at the next fold or safe point. */
 _Atomic uint64_t ml__shared_wake_deferred;
 
+static void wake_handler(int sig, siginfo_t *si, void *uc);
+
+/* The signal our slot advertises: only while our handler is on it, as
+ * the kernel has it now (a program that put its own handler or SIG_DFL
+ * on it since the join must not be sent a signal whose default action
+ * ends it).  At a claim and at ml_shared_set_wake: one system call. */
 int ml__shared_wake_signal(void)
 {
 	int s = atomic_load(&wake_sig);
-	return s > 0 && s == wake_installed ? s : 0;
+	if (s <= 0 || s != wake_installed)
+		return 0;
+	int e = errno; /* a claim runs inside malloc */
+	struct sigaction now;
+	bool ours = sigaction(s, NULL, &now) == 0 &&
+	            (now.sa_flags & SA_SIGINFO) &&
+	            now.sa_sigaction == wake_handler;
+	errno = e;
+	return ours ? s : 0;
 }
 
 uint64_t ml__shared_task_id(const struct ml_task *task)
@@ -149,7 +169,7 @@ static void wake_handler(int sig, siginfo_t *si, void *uc)
 	(void)sig;
 	(void)uc;
 	if (!si || si->si_code != SI_QUEUE || !atomic_load(&ml__shared_joined))
-		return; /* not ours: a SIGCONT from a shell, kill(1) */
+		return; /* not ours: a kill(1), a stray signal */
 	int saved = errno;
 	uint64_t id = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
 	struct ml__shared_trip_arg a = {id, false, false};
@@ -175,7 +195,7 @@ void ml__shared_wake_install(bool asked)
 {
 	int want = atomic_load(&wake_sig);
 	if (want < 0)
-		want = SIGCONT, atomic_store(&wake_sig, SIGCONT);
+		want = ML_WAKE_DEFAULT, atomic_store(&wake_sig, want);
 	if (want == wake_installed)
 		return;
 	if (wake_installed) {
@@ -187,6 +207,10 @@ void ml__shared_wake_install(bool asked)
 	struct sigaction sa, old;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_sigaction = wake_handler;
+	/* SA_RESTART: a read on a pipe or socket goes on waiting (the
+	 * program's callback wakes it); nanosleep, poll, ppoll, epoll_wait
+	 * and select return EINTR whatever the flag, so a member waiting
+	 * there sees its stop at once.  Whatever the signal's number. */
 	sa.sa_flags = SA_SIGINFO | SA_RESTART;
 	sigfillset(&sa.sa_mask);
 	/* The handler reads our slot: a truncated object's fault there is
