@@ -164,12 +164,63 @@ void ml__shared_wake_target(struct ml__shared_table *t, int i, uint64_t id)
  * or another) or the global list taken, the wake is deferred to the
  * hook's end or the next fold or safe point, which checks the same.
  * Async-signal-safe: atomics and try-locks. */
+/* Whether a signal's default action ends the process (not: ignored, or
+ * a stop). */
+static bool ends_by_default(int sig)
+{
+	switch (sig) {
+	case SIGCHLD:
+	case SIGCONT:
+	case SIGURG:
+	case SIGWINCH:
+	case SIGSTOP:
+	case SIGTSTP:
+	case SIGTTIN:
+	case SIGTTOU:
+		return false;
+	default:
+		return true;
+	}
+}
+
+/* A signal of the wake's number that no member sent (kill(1), raise,
+ * a terminal): what it did before our handler, so that being a member
+ * changes nothing for it: the program's handler is called, SIG_IGN
+ * ignores, and the default action is taken (a real-time signal's ends
+ * the process: the handler's return delivers it again, at the default
+ * action).  Async-signal-safe: sigaction and raise. */
+static void stray(int sig, siginfo_t *si, void *uc)
+{
+	struct sigaction old = wake_old;
+	if (old.sa_flags & SA_SIGINFO) {
+		if (old.sa_sigaction)
+			old.sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (old.sa_handler == SIG_IGN)
+		return;
+	if (old.sa_handler != SIG_DFL) {
+		old.sa_handler(sig);
+		return;
+	}
+	if (!ends_by_default(sig))
+		return;
+	int saved = errno;
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof dfl);
+	dfl.sa_handler = SIG_DFL;
+	sigaction(sig, &dfl, NULL);
+	raise(sig); /* blocked here: delivered when the handler returns */
+	errno = saved;
+}
+
 static void wake_handler(int sig, siginfo_t *si, void *uc)
 {
-	(void)sig;
-	(void)uc;
-	if (!si || si->si_code != SI_QUEUE || !atomic_load(&ml__shared_joined))
-		return; /* not ours: a kill(1), a stray signal */
+	if (!si || si->si_code != SI_QUEUE ||
+	    !atomic_load(&ml__shared_joined)) {
+		stray(sig, si, uc); /* not a member's: kill(1), a terminal */
+		return;
+	}
 	int saved = errno;
 	uint64_t id = (uint64_t)(uintptr_t)si->si_value.sival_ptr;
 	struct ml__shared_trip_arg a = {id, false, false};
