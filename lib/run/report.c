@@ -37,6 +37,13 @@ static struct {
 	uint64_t held_total, heap;
 } trip;
 static _Atomic int written;
+/* The report's part written when the first limit is reached (issue 41:
+ * a process that then aborts, _exits or is killed left none): 0 not
+ * written, 1 being written, 2 written (the report at exit completes it),
+ * 3 the whole report is being written or was (at exit, or at the trip in
+ * abort mode).  One writer at a time: both parts go to one place. */
+enum { EARLY_NONE, EARLY_BUSY, EARLY_DONE, EARLY_WHOLE };
+static _Atomic int early;
 
 /* What was held, by stack id, at the last snapshot of the peak (with a
  * profile).  A snapshot is taken at a sample where the process's held
@@ -130,6 +137,7 @@ static void atfork_child(void)
 	trip.depth = 0;
 	trip.held = NULL;
 	atomic_store(&written, 0);
+	atomic_store(&early, EARLY_NONE);
 }
 
 __attribute__((constructor(102))) static void report_init(void)
@@ -340,7 +348,8 @@ static void put_mapped(struct ml__out *o)
 	ml__out_puts(o, "\n");
 }
 
-static void put_limits(struct ml__out *o)
+/* "limit reached: ..." */
+static void put_reached(struct ml__out *o)
 {
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
 	ml__out_puts(o, "limit reached: ");
@@ -365,6 +374,14 @@ static void put_limits(struct ml__out *o)
 		ml__out_puts(o, ml_status_str(why)), ml__out_puts(o, "\n");
 	else
 		ml__out_puts(o, "none\n");
+}
+
+/* The limits and their figures now; `reached`: with the line saying
+ * which was reached (the report's part at exit has it already). */
+static void put_limits(struct ml__out *o, bool reached)
+{
+	if (reached)
+		put_reached(o);
 	ml__out_puts(o, "allocation limit: ");
 	if (ml__run.alloc_limit == ML_NO_LIMIT) {
 		ml__out_puts(o, "none\n");
@@ -619,7 +636,146 @@ static void note_pictures(char *buf)
 	finish(&o, "report", "stderr", false);
 }
 
-static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
+/* "==== memlimits report: pid N, PROGRAM" (heading says which). */
+static void put_heading(struct ml__out *o, struct ml__symbols *sy,
+                        const char *heading)
+{
+	ml__out_puts(o, heading);
+	ml__out_u(o, (uint64_t)getpid(), 10);
+	ml__out_puts(o, ", ");
+	ml__out_puts(o, ml__symbols_exe(sy));
+	ml__out_puts(o, "\n");
+}
+
+static void put_trip_stack(struct ml__out *o, struct ml__symbols *sy)
+{
+	if (trip.why == ML_OK)
+		return;
+	ml__out_puts(o, "stack that tripped the ");
+	ml__out_puts(o, trip.why == ML_ALLOC_LIMIT         ? "allocation"
+	                : trip.why == ML_HELD_LIMIT        ? "held"
+	                : atomic_load(&ml__run.tree_fired) ? "tree heap"
+	                                                   : "heap");
+	ml__out_puts(o, " limit, in an allocation of ");
+	ml__out_size(o, trip.n);
+	ml__out_puts(o, ":\n");
+	if (trip.depth & ~ML__STACK_TRUNCATED)
+		ml__put_stack(o, sy, trip.ip, trip.depth, ML__STACK_DEPTH);
+	else
+		put_no_frames(o);
+}
+
+/* The part written at the limit: which limit, its value, the heap or
+ * the count then; the figures that change later (the counts with the
+ * refusals, the peak, the mapping refused) are the part at exit's. */
+static void put_at_limit(struct ml__out *o)
+{
+	ml_status why = (ml_status)atomic_load(&ml__run.fired);
+	bool tree = atomic_load(&ml__run.tree_fired);
+	put_reached(o);
+	ml__out_puts(o, "  the limit: ");
+	if (why == ML_ALLOC_LIMIT) {
+		ml__out_size(o, ml__run.alloc_limit);
+		ml__out_puts(o, " (");
+		ml__out_u(o, ml__run.k, 10);
+		ml__out_puts(o, " samples), the count then ");
+		ml__out_u(o, trip.total, 10);
+	} else if (why == ML_HELD_LIMIT) {
+		ml__out_size(o, ml__run.held_limit);
+	} else {
+		ml__out_size(o, tree ? ml__shared_limit() : ml__run.heap_limit);
+		if (!tree && !ml__run.heap_blind && ML__METER_ON) {
+			ml__out_puts(o, ", the heap then ");
+			ml__out_size(o, ml__meter_usage());
+		}
+	}
+	ml__out_puts(o, "\n");
+}
+
+/* Where the report goes: the file (opened), or our copy of stderr; -1
+ * none (said).  path: the name, for a failure's line. */
+static int report_fd(char *path, size_t cap)
+{
+	int fd;
+	if (ml__run.report_path)
+		return open_out("report", ml__run.report_path, path, cap);
+	/* Our copy of stderr: the program may have closed fd 2. */
+	if ((fd = ml__diag_fd()) < 0)
+		return -1;
+	memcpy(path, "stderr", 7);
+	return fd;
+}
+
+/* A bounded wait (a few seconds of yields) for the thread writing the
+ * limit's part; what early is then. */
+static int early_settled(void)
+{
+	int e = EARLY_NONE;
+	for (unsigned i = 0; i < (1u << 22); i++) {
+		if ((e = atomic_load(&early)) != EARLY_BUSY)
+			break;
+		sched_yield();
+	}
+	return e;
+}
+
+void ml__report_wait(void)
+{
+	(void)early_settled();
+}
+
+/* The whole report's turn (at exit, or at the trip in abort mode): true
+ * when the limit's part was written before, and the rest is due. */
+static bool whole_turn(void)
+{
+	for (;;) {
+		int e = early_settled();
+		if (e == EARLY_BUSY) /* its writer is stuck: write anyway */
+			return atomic_exchange(&early, EARLY_WHOLE) ==
+			       EARLY_DONE;
+		if (atomic_compare_exchange_strong(&early, &e, EARLY_WHOLE))
+			return e == EARLY_DONE;
+	}
+}
+
+bool ml__report_claim(void)
+{
+	/* Abort mode writes the whole report at the trip (fire). */
+	if (ml__run.on_limit == ML__ON_LIMIT_ABORT || !ml__run.profiling)
+		return false;
+	int none = EARLY_NONE;
+	return atomic_compare_exchange_strong(&early, &none, EARLY_BUSY);
+}
+
+void ml__report_at_limit(void)
+{
+	/* Inside the allocation that reached the limit: our own memory, no
+	 * demangler (it allocates), write(2) only.  The other threads'
+	 * refusals wait for this (fire): it is short. */
+	char path[ML__PATH_MAX];
+	int fd = report_fd(path, sizeof path);
+	struct ml__symbols *sy = fd >= 0 ? ml__symbols_open(false) : NULL;
+	char *buf = sy ? ml__raw_alloc(OUT_BYTES) : NULL;
+	int done = EARLY_NONE; /* failed: the report at exit is whole */
+	if (buf) {
+		struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
+		put_heading(&o, sy, "==== memlimits report: pid ");
+		put_at_limit(&o);
+		put_trip_stack(&o, sy);
+		ml__out_puts(&o, "(written when the limit was reached; the "
+		                 "rest of the report at exit)\n");
+		finish(&o, "report", path, ml__run.report_path != NULL);
+		done = o.err ? EARLY_NONE : EARLY_DONE;
+	} else if (fd >= 0 && ml__run.report_path) {
+		close(fd);
+	}
+	ml__symbols_close(sy);
+	ml__raw_free(buf, OUT_BYTES);
+	atomic_store(&early, done);
+}
+
+static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp,
+                         bool rest)
 {
 	ml_status why = (ml_status)atomic_load(&ml__run.fired);
 	char path[ML__PATH_MAX];
@@ -627,28 +783,24 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 	if (ml__run.report_path && why == ML_OK && ml__run.report_pid &&
 	    ml__run.report_pid != (uint64_t)getpid()) {
 		return; /* neither the program run started nor limited */
-	} else if (ml__run.report_path) {
-		fd = open_out("report", ml__run.report_path, path, sizeof path);
-		if (fd < 0)
-			return;
-	} else if (why == ML_OK) {
+	} else if (!ml__run.report_path && why == ML_OK) {
 		return; /* on stderr only when a limit was reached */
-	} else {
-		/* Our copy of stderr: the program may have closed fd 2. */
-		if ((fd = ml__diag_fd()) < 0)
-			return;
-		memcpy(path, "stderr", 7);
+	} else if ((fd = report_fd(path, sizeof path)) < 0) {
+		return;
 	}
 	struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
 	uint64_t *samples = tmp + ML__NIDS;
 	struct ml__prof_count all = ml__counts_profile(tmp, samples);
 	uint64_t total = all.bytes;
-	ml__out_puts(&o, "==== memlimits report: pid ");
-	ml__out_u(&o, (uint64_t)getpid(), 10);
-	ml__out_puts(&o, ", ");
-	ml__out_puts(&o, ml__symbols_exe(sy));
-	ml__out_puts(&o, "\n");
-	put_limits(&o);
+	/* The limits and the stack that tripped went out at the limit: the
+	 * rest here, under a heading of its own (nothing said twice). */
+	if (rest)
+		put_heading(
+		    &o, sy,
+		    "==== memlimits, the rest of the report at exit: pid ");
+	else
+		put_heading(&o, sy, "==== memlimits report: pid ");
+	put_limits(&o, !rest);
 	if (ml__malloc_in_front()) {
 		/* Nothing reached us: no figure. */
 		ml__out_puts(&o, "no allocation seen: the malloc of ");
@@ -699,22 +851,8 @@ static void write_report(struct ml__symbols *sy, char *buf, uint64_t *tmp)
 		uint64_t held = ml__held_by_stack(NULL, tmp);
 		put_held(&o, sy, "at exit", tmp, held);
 	}
-	if (trip.why != ML_OK) {
-		ml__out_puts(&o, "stack that tripped the ");
-		ml__out_puts(&o, trip.why == ML_ALLOC_LIMIT  ? "allocation"
-		                 : trip.why == ML_HELD_LIMIT ? "held"
-		                 : atomic_load(&ml__run.tree_fired)
-		                     ? "tree heap"
-		                     : "heap");
-		ml__out_puts(&o, " limit, in an allocation of ");
-		ml__out_size(&o, trip.n);
-		ml__out_puts(&o, ":\n");
-		if (trip.depth & ~ML__STACK_TRUNCATED)
-			ml__put_stack(&o, sy, trip.ip, trip.depth,
-			              ML__STACK_DEPTH);
-		else
-			put_no_frames(&o);
-	}
+	if (!rest)
+		put_trip_stack(&o, sy);
 	put_pictures(&o);
 end:
 	ml__out_puts(&o, "==== end of memlimits report\n");
@@ -816,6 +954,8 @@ void ml__report_write(void)
 		if (!ml__run.profile_path)
 			return;
 	}
+	/* After the limit's part, if a thread is writing it. */
+	bool rest = whole_turn();
 	/* A report written at the trip (abort mode) is written inside an
 	 * allocation: no demangler, which allocates. */
 	bool inside = ml__run.on_limit == ML__ON_LIMIT_ABORT && fired;
@@ -828,7 +968,7 @@ void ml__report_write(void)
 		sched_yield();
 	atomic_store(&peak.next, UINT64_MAX);
 	if (sy && buf && tmp) {
-		write_report(sy, buf, tmp);
+		write_report(sy, buf, tmp, rest);
 		if (ml__run.profile_path)
 			write_profile(sy, buf, tmp);
 		if (ml__run.profile_path && peak.held && peak.total)

@@ -119,6 +119,18 @@ void ml__profile_trip_refused(void);
  * held is taken by stack when it passes the last peak taken by 1/32. */
 void ml__profile_peak(uint64_t held);
 void ml__report_write(void); /* report and profile */
+/* At the first limit reached, inside the allocation (fire): the report's
+ * first part (the limits, the stack that tripped) written at once, so
+ * that a process that then aborts, _exits or is killed leaves it; the
+ * report at exit adds the rest.  ml__report_claim first, at once (true:
+ * the part is this thread's to write, with ml__report_at_limit), so that
+ * another thread's refusal waits from then on; not in abort mode (the
+ * whole report at the trip). */
+bool ml__report_claim(void);
+void ml__report_at_limit(void);
+/* A refusal waits (bounded) for a thread writing that part: a program
+ * that exits at its refusal must not end the process in the middle. */
+void ml__report_wait(void);
 
 /* path with %p made this process's id, in buf[cap]; false (said, naming
  * what) when it does not fit. */

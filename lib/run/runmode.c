@@ -101,10 +101,19 @@ static bool fire(int why_or_tree, uint64_t n, uint64_t s, uint64_t total)
 	bool first =
 	    atomic_compare_exchange_strong(&ml__run.fired, &expect, why);
 	if (first) {
+		/* The report's first part now: a process that aborts at its
+		 * refusal (Rust, V8), _exits (the JVM) or is killed leaves no
+		 * report at exit (issue 41).  Claimed before anything else,
+		 * so that the refusals of other threads wait for it. */
+		bool part = ml__report_claim();
 		if (tree)
 			atomic_store(&ml__run.tree_fired, true);
-		ml__diag_keep(); /* the report on stderr is due at exit */
+		ml__diag_keep(); /* the report on stderr is due */
 		ml__profile_trip(why, n, s, total);
+		if (part)
+			ml__report_at_limit();
+	} else {
+		ml__report_wait();
 	}
 	if (ml__run.timeline_path)
 		ml__timeline_event(why);

@@ -163,3 +163,13 @@ TESTS += tests/cli/test-run-private.sh
 EXTRA_DIST += tests/cli/test-run-private.sh
 tests_cli_test_run_private_SOURCES = tests/cli/test-run-private.c
 tests_cli_test_run_private_LDFLAGS = -no-install
+
+# Issue 41 (7): a process that aborts, _exits, is killed or exits racing
+# after its limit still leaves its report.
+check_PROGRAMS += tests/cli/test-run-die
+TESTS += tests/cli/test-run-die.sh
+EXTRA_DIST += tests/cli/test-run-die.sh
+tests_cli_test_run_die_SOURCES = tests/cli/test-run-die.c
+tests_cli_test_run_die_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_cli_test_run_die_LDFLAGS = -no-install -rdynamic
+tests_cli_test_run_die_LDADD = -lpthread
