@@ -206,7 +206,8 @@ static uint64_t margin(uint64_t limit)
 {
 	uint64_t m =
 	    32 * atomic_load_explicit(&ml__interval, memory_order_relaxed);
-	return m < limit / 8 ? m : limit / 8;
+	m = m < limit / 8 ? m : limit / 8;
+	return m ? m : 1;
 }
 
 /* While refusing (refuse_block): an allocation of n bytes, sampled or not,
@@ -231,12 +232,18 @@ static unsigned on_recheck(struct ml__thread *t, uint64_t n)
 		under = !ml__over_global(plus(n, margin(ml__run.heap_limit)));
 	}
 	if (ml__run.tree) {
-		if (ml__shared_overshoot(n)) {
+		/* One check of n with the margin (it publishes this
+		 * process's heap with them ahead, until its next check, and
+		 * reads every member's slot).  Where another thread holds
+		 * the slots the answer is unknown: let it through, still
+		 * refusing (an overshoot of m, not more). */
+		uint64_t m = margin(ml__shared_limit());
+		uint64_t o = ml__shared_overshoot_or(plus(n, m), m);
+		if (o > m) {
 			fire(ML__TREE_LIMIT, n, 0, 0);
 			return ML__HOOK_REFUSE;
 		}
-		under = under && !ml__shared_overshoot(
-		                     plus(n, margin(ml__shared_limit())));
+		under = under && o == 0;
 	}
 	if (ml__run.held_limit != ML_NO_LIMIT) {
 		/* The held estimate moves only at samples: an allocation

@@ -10,7 +10,8 @@
 #    --data holds it at about 99; before, the retry carried no sample
 #    with probability e^-0.05 and it kept 300 MiB); so do two threads
 #    asking for 200 MiB each;
-#  - the same under --tree-heap-limit 100MiB and --held-limit 100MiB;
+#  - the same under --tree-heap-limit 100MiB (one thread and two) and
+#    --held-limit 100MiB;
 #  - the refusals end with the heap: a shrinking realloc at the limit
 #    succeeds, and once every block is freed, 64 MiB of blocks fit again;
 #  - lua5.4's table growth (a table of tables; an array of integers)
@@ -88,6 +89,12 @@ if tap_case tree; then
 	under --tree-heap-limit keep 1 4096 300
 	held "--tree-heap-limit 100MiB, 300 MiB of 4 KiB blocks, a NULL retried once" \
 		"$(plain keep 1 4096 300)"
+fi
+
+if tap_case tree-threads; then
+	under --tree-heap-limit keep 1 4096 200 2
+	held "--tree-heap-limit 100MiB, two threads asking 200 MiB each in 4 KiB blocks, a NULL retried once" \
+		"$(plain keep 1 4096 200 2)"
 fi
 
 if tap_case held; then
