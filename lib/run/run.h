@@ -6,8 +6,9 @@
  *
  * Every thread gets a root task at the bottom of its stack.  The
  * allocation limit counts the samples of all threads together; the heap
- * limit fails each sampled allocation that would take the heap over it
- * (not sticky: a program that catches the failure goes on), and so does
+ * limit fails each sampled allocation that would take the heap over it,
+ * and after one every allocation that would, sampled or not, until the
+ * heap is back under (not sticky: a program that frees goes on), and so does
  * the held limit, over the bytes all root tasks hold together (one
  * shared held account).  See memlimits(1). */
 #ifndef ML_RUN_H

@@ -128,6 +128,20 @@ static bool fire(int why_or_tree, uint64_t n, uint64_t s, uint64_t total)
 	return first;
 }
 
+/* A block refused for the heap, tree or held limit: from now on every
+ * allocation that would grow the heap is checked (on_recheck), not only
+ * those that carry a sample, until the heap is back under the limits.  A
+ * program that retries a refused malloc (Lua after its emergency
+ * collection, Ruby after a GC) got its retry, which carries no sample
+ * with probability e^(-n/S), and went on growing: 164 MiB under
+ * --heap-limit 100MiB, where prlimit --data held it at 75. */
+static unsigned refuse_block(void)
+{
+	if (!atomic_load_explicit(&ml__refusing, memory_order_relaxed))
+		atomic_store(&ml__refusing, true);
+	return ML__HOOK_REFUSE;
+}
+
 static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 {
 	struct root *root = root_of(t);
@@ -165,7 +179,7 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 			atomic_store(&ml__map_floor,
 			             ml__run.heap_limit - ml__run.heap_room);
 		fire(ML_GLOBAL_LIMIT, n, s, 0);
-		return ML__HOOK_REFUSE; /* this allocation only */
+		return map ? ML__HOOK_REFUSE : refuse_block();
 	}
 	/* --tree-heap-limit: the one shared budget that refuses (its
 	 * processes have no tasks to stop): the allocation that would take
@@ -173,7 +187,7 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	if (ml__run.tree &&
 	    ml__shared_overshoot(n + (map ? ml__run.tree_room : 0))) {
 		fire(ML__TREE_LIMIT, n, s, 0);
-		return ML__HOOK_REFUSE; /* this allocation only */
+		return map ? ML__HOOK_REFUSE : refuse_block();
 	}
 	/* As the core checks a task's held limit (tasks/credit.c), but not
 	 * sticky: the program may free and go on. */
@@ -181,8 +195,83 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	    ml__held_after(t, &process, s * (uint64_t)t->sampler.interval) >=
 	        ml__run.held_limit) {
 		fire(ML_HELD_LIMIT, n, s, 0);
-		return ML__HOOK_REFUSE;
+		return map ? ML__HOOK_REFUSE : refuse_block();
 	}
+	return 0;
+}
+
+static uint64_t plus(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
+/* How far under a limit of `limit` bytes the heap must be for the checks
+ * of every allocation to end: 32 intervals (at most limit/8), so that the
+ * heap then grows past the limit again only through 32 intervals of
+ * allocations with no sample (probability e^-32) before a sample refuses
+ * one and the checks start again.  A heap that hovers within it of the
+ * limit has every allocation checked. */
+static uint64_t margin(uint64_t limit)
+{
+	uint64_t m =
+	    32 * atomic_load_explicit(&ml__interval, memory_order_relaxed);
+	m = m < limit / 8 ? m : limit / 8;
+	return m ? m : 1;
+}
+
+/* While refusing (refuse_block): an allocation of n bytes, sampled or not,
+ * that the sample's checks let through.  The same checks as on_sample's
+ * for a block, without a sample: refused while it would take the heap
+ * (the tree's total, the held bytes) over the limit, as RLIMIT_DATA
+ * refuses; the checks end once the heap is a margin under every limit.
+ * Mappings are not checked here: they have their headroom and, once one
+ * was refused, their own floor (api/mmap.c, ml__map_floor).  A realloc
+ * that does not grow its block grows nothing (as a free, never refused). */
+static unsigned on_recheck(struct ml__thread *t, uint64_t n)
+{
+	if (t->mapping ||
+	    (t->replacing && n <= ml__usable_size((void *)t->replacing)))
+		return 0;
+	bool under = true;
+	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind) {
+		if (ml__over_global(n)) {
+			fire(ML_GLOBAL_LIMIT, n, 0, 0);
+			return ML__HOOK_REFUSE;
+		}
+		under = !ml__over_global(plus(n, margin(ml__run.heap_limit)));
+	}
+	if (ml__run.tree) {
+		/* One check of n with the margin (it publishes this
+		 * process's heap with them ahead, until its next check, and
+		 * reads every member's slot).  Where another thread holds
+		 * the slots the answer is unknown: let it through, still
+		 * refusing (an overshoot of m, not more). */
+		uint64_t m = margin(ml__shared_limit());
+		uint64_t o = ml__shared_overshoot_or(plus(n, m), m);
+		if (o > m) {
+			fire(ML__TREE_LIMIT, n, 0, 0);
+			return ML__HOOK_REFUSE;
+		}
+		under = under && o == 0;
+	}
+	if (ml__run.held_limit != ML_NO_LIMIT) {
+		/* The held estimate moves only at samples: an allocation
+		 * with none adds nothing to it, and one refused at the
+		 * estimate h plus its samples' weight left h under the
+		 * limit.  Refused while a sample of it would reach the limit
+		 * (h + max(n, S)), so that unsampled growth stops where the
+		 * estimate stands, as the heap limit's does. */
+		uint64_t h = ml__held_after(t, &process, 0);
+		uint64_t w = (uint64_t)t->sampler.interval;
+		if (plus(h, n > w ? n : w) >= ml__run.held_limit) {
+			fire(ML_HELD_LIMIT, n, 0, 0);
+			return ML__HOOK_REFUSE;
+		}
+		under = under && plus(h, margin(ml__run.held_limit)) <
+		                     ml__run.held_limit;
+	}
+	if (under)
+		atomic_store(&ml__refusing, false);
 	return 0;
 }
 
@@ -224,6 +313,7 @@ static void fork_child(struct ml__thread *t)
 	atomic_store(&ml__run.fired, ML_OK);
 	atomic_store(&ml__run.tree_fired, false);
 	atomic_store(&ml__map_floor, ML_NO_LIMIT); /* its own budget */
+	atomic_store(&ml__refusing, false);
 	atomic_store(&ml__run.refused_samples, 0);
 	atomic_store(&ml__run.refused_allocs, 0);
 	ml__counts_fork_child(root ? &root->counts : NULL);
@@ -241,6 +331,7 @@ static void fork_child(struct ml__thread *t)
 static struct ml__hooks hooks = {
     .sample = on_sample,
     .unsample = on_unsample,
+    .recheck = on_recheck,
     .thread_start = thread_start,
     .thread_exit = thread_exit,
     .fork_child = fork_child,

@@ -142,11 +142,12 @@ size_t ml__shared_members(ml_shared_member *out, size_t n)
 	return k;
 }
 
-uint64_t ml__shared_overshoot(uint64_t n)
+uint64_t ml__shared_overshoot_or(uint64_t n, uint64_t busy)
 {
-	if (!atomic_load_explicit(&ml__shared_joined, memory_order_relaxed) ||
-	    !ml__spin_trylock(&ml__shared_slot_lock))
-		return 0; /* busy: another thread is publishing */
+	if (!atomic_load_explicit(&ml__shared_joined, memory_order_relaxed))
+		return 0;
+	if (!ml__spin_trylock(&ml__shared_slot_lock))
+		return busy; /* another thread is publishing */
 	struct ml__shared_table *t = ml__shared_table_in_use();
 	if (!t) {
 		ml__spin_unlock(&ml__shared_slot_lock);

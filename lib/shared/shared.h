@@ -48,7 +48,15 @@ void ml__shared_from_env(void);
  * with no slot yet claims one first, and one that finds no free slot is
  * refused every byte (it cannot be counted).  Atomics, and that claim
  * once: callable inside malloc. */
-uint64_t ml__shared_overshoot(uint64_t n);
+uint64_t ml__shared_overshoot_or(uint64_t n, uint64_t busy);
+/* ml__shared_overshoot_or answers `busy` where another thread of this
+ * process holds the slots' lock (the check cannot wait for it inside
+ * malloc); ml__shared_overshoot answers 0 then, letting the allocation
+ * through. */
+static inline uint64_t ml__shared_overshoot(uint64_t n)
+{
+	return ml__shared_overshoot_or(n, 0);
+}
 
 /* ---- Between the layer's files ------------------------------------------ */
 /* The table's layout (docs/internals.md, "Shared budgets") and what the

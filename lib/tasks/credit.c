@@ -83,6 +83,13 @@ static ML__COLD bool alloc_reached(struct ml_task *task, uint64_t total)
 	return total >= k;
 }
 
+bool ml__tasks_refused(struct ml__thread *t, unsigned hook)
+{
+	/* Unless masked or made by the loader (which cannot survive it). */
+	return (hook & ML__HOOK_REFUSE) && !t->mask_depth &&
+	       ml__tasks_frames_check(t, 0) != ML__FRAMES_LOADER;
+}
+
 int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
                      unsigned hook)
 {
@@ -127,10 +134,8 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 	int verdict = 0;
 	if (t->pending)
 		verdict = ml__deliver(t, n, true);
-	/* The consumer refuses this one allocation (run mode's heap limit),
-	 * unless masked or made by the loader (which cannot survive it). */
-	if ((hook & ML__HOOK_REFUSE) && !verdict && !t->mask_depth &&
-	    ml__tasks_frames_check(t, 0) != ML__FRAMES_LOADER)
+	/* The consumer refuses this allocation (run mode's heap limit). */
+	if (!verdict && ml__tasks_refused(t, hook))
 		verdict = -1;
 	/* A refused allocation allocated nothing: its samples do not count
 	 * towards the tasks' estimates. */

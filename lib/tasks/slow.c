@@ -224,6 +224,25 @@ int ml__alloc_begin(uint64_t n, const void *replacing)
 	} else if (t->pending) {
 		verdict = ml__tasks_pending(t, n);
 	}
+	/* After a refusal, every allocation is the consumer's to check, not
+	 * only a sampled one: a retry that carries no sample must not get
+	 * through (Lua's allocator after its emergency collection, Ruby's
+	 * after a GC).  ml__unforce keeps the countdown forced meanwhile. */
+	if (ml__unlikely(
+	        atomic_load_explicit(&ml__refusing, memory_order_relaxed)) &&
+	    !verdict && h->recheck) {
+		t->replacing = replacing;
+		unsigned hv = h->recheck(t, n);
+		t->replacing = NULL;
+		if (ml__tasks_refused(t, hv)) {
+			verdict = -1;
+			if (s) {
+				ml__tasks_unsample(t);
+				if (h->unsample)
+					h->unsample(t, s);
+			}
+		}
+	}
 	t->charged = verdict == 0;
 	t->charged_samples = s;
 	if (ml__unlikely(t->exact)) {

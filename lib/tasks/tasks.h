@@ -127,6 +127,10 @@ int ml__tasks_sample(struct ml__thread *t, uint64_t s, uint64_t n,
 void ml__tasks_unsample(struct ml__thread *t);
 /* An allocation while an interruption is pending. */
 int ml__tasks_pending(struct ml__thread *t, uint64_t n);
+/* The consumer's verdict `hook` (ML__HOOK_*) on an allocation: true when
+ * it is to fail (REFUSE, and the thread neither masked nor inside the
+ * loader, which cannot survive a failure). */
+bool ml__tasks_refused(struct ml__thread *t, unsigned hook);
 /* May an interrupted task's allocation be refused now?  Asks the
  * embedder's refusal guard (guard.c; true without one).  Slow path only. */
 bool ml__refusal_allowed(void);

@@ -14,6 +14,7 @@ uint32_t ml__lineage;
 
 static const struct ml__hooks no_hooks;
 const struct ml__hooks *_Atomic ml__hooks = &no_hooks;
+_Atomic bool ml__refusing;
 
 void ml__hooks_install(const struct ml__hooks *h)
 {
@@ -34,7 +35,8 @@ void ml__force_slow(struct ml__thread *t)
 void ml__unforce(struct ml__thread *t)
 {
 	if (t->forced && !t->busy && !t->pending &&
-	    !ml__hooks_get()->every_alloc) {
+	    !ml__hooks_get()->every_alloc &&
+	    !atomic_load_explicit(&ml__refusing, memory_order_relaxed)) {
 		t->forced = 0;
 		ml__countdown = t->saved;
 	}

@@ -171,9 +171,25 @@ struct ml__hooks {
 	void (*thread_exit)(struct ml__thread *t);
 	/* In a forked child, on its one thread, after the core's reset. */
 	void (*fork_child)(struct ml__thread *t);
+	/* While ml__refusing is set (the consumer set it when it refused
+	 * an allocation), every allocation of every thread that reaches
+	 * the slow path, sampled or not, masked or not, n bytes: ML__HOOK_*
+	 * (REFUSE: fail it, unless masked or the loader's).  The consumer
+	 * clears ml__refusing here once the heap is back under its limits.
+	 * Called after the sample's verdict, only when that let it
+	 * through. */
+	unsigned (*recheck)(struct ml__thread *t, uint64_t n);
 	/* The consumer must see every allocation (alloc above). */
 	bool every_alloc;
 };
+/* Set by the consumer when it refused an allocation for a limit that a
+ * retry would pass by missing a sample (run mode's heap, tree and held
+ * limits): every thread that reaches the slow path while it is set keeps
+ * its countdown forced (ml__unforce), so that each of its allocations is
+ * shown to the recheck hook, not only those that carry a sample.  The
+ * fast path is unchanged: a thread learns of it at its next slow path
+ * (at its next sample, at the latest). */
+extern _Atomic bool ml__refusing;
 extern const struct ml__hooks *_Atomic ml__hooks;
 /* Install h (static storage; once, at start). */
 void ml__hooks_install(const struct ml__hooks *h);

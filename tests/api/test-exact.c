@@ -517,6 +517,63 @@ static void test_two_threads_at_budget(void)
 	       (unsigned long long)worst_lo, (unsigned long long)worst_hi, bad);
 }
 
+/* A program that retries a refused allocation (issue 41, item 5: Lua after
+ * its emergency collection, Ruby after a GC) gets nothing more from an
+ * exact budget: after the first NULL, a retry of the same block (once, or
+ * ten times as a collection loop does), a smaller one and a single byte
+ * all fail, whatever the sampler draws, as the budget is spent. */
+struct retry {
+	size_t block;
+	int kept, retries_got, after_got;
+};
+
+static void *retry_fn(void *arg)
+{
+	struct retry *r = arg;
+	for (int i = 0; i < 10000; i++) {
+		void *p = malloc(r->block);
+		if (p) {
+			sink = p;
+			r->kept++;
+			continue; /* kept: never freed inside the task */
+		}
+		for (int k = 0; k < 11; k++) {
+			p = malloc(r->block);
+			r->retries_got += p != NULL;
+			sink = p;
+		}
+		void *q = malloc(r->block / 2), *b = malloc(1);
+		r->after_got = (q != NULL) + (b != NULL);
+		sink = q;
+		sink = b;
+		return NULL;
+	}
+	return NULL;
+}
+
+static void test_retry(void)
+{
+	static const uint64_t intervals[] = {1, 80000};
+	for (int iv = 0; iv < 2; iv++) {
+		ml_set_sample_interval(intervals[iv]);
+		ml_limits l = ML_LIMITS_INIT;
+		l.alloc_bytes = 1 << 20;
+		l.exact_alloc = true;
+		l.delivery = ML_DELIVER_FAIL;
+		struct retry r = {.block = 4096};
+		ml_status st = ml_run(&l, retry_fn, &r, NULL);
+		/* 255 blocks of 4096 stay below 1 MiB; the 256th reaches it. */
+		tap_ok(st == ML_ALLOC_LIMIT && r.kept == 255 &&
+		           r.retries_got == 0 && r.after_got == 0,
+		       "S = %llu: after the refusal at the budget, 11 retries "
+		       "of the block, half of it and 1 byte all fail (kept %d "
+		       "of 255, %d retries and %d smaller got)",
+		       (unsigned long long)intervals[iv], r.kept, r.retries_got,
+		       r.after_got);
+	}
+	ml_set_sample_interval(80000);
+}
+
 int main(void)
 {
 	tap_case("test_fail", test_fail, 60);
@@ -528,5 +585,6 @@ int main(void)
 	tap_case("test_at_budget", test_at_budget, 120);
 	tap_case("test_budget_zero", test_budget_zero, 60);
 	tap_case("test_two_threads_at_budget", test_two_threads_at_budget, 120);
+	tap_case("test_retry", test_retry, 60);
 	return tap_done();
 }

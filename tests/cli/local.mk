@@ -173,3 +173,13 @@ tests_cli_test_run_die_SOURCES = tests/cli/test-run-die.c
 tests_cli_test_run_die_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_cli_test_run_die_LDFLAGS = -no-install -rdynamic
 tests_cli_test_run_die_LDADD = -lpthread
+
+# A program that retries a refused allocation (issue 41): once a limit has
+# refused a block, retries are refused too until the heap is back under
+# it, as prlimit --data holds it; lua5.4's table growth.
+check_PROGRAMS += tests/cli/test-run-retry
+TESTS += tests/cli/test-run-retry.sh
+EXTRA_DIST += tests/cli/test-run-retry.sh
+tests_cli_test_run_retry_SOURCES = tests/cli/test-run-retry.c
+tests_cli_test_run_retry_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_cli_test_run_retry_LDFLAGS = -no-install
