@@ -119,6 +119,34 @@ static bool fire(int why_or_tree, uint64_t n, uint64_t s, uint64_t total)
 	return first;
 }
 
+/* The count says that n more bytes (a mapping: map) take the heap over
+ * the limit: does the process really hold that much?  Counted bytes are
+ * committed bytes, and a runtime that commits ahead of use (the JVM's
+ * heap expansions, hundreds of MiB of which it never touches) looks over
+ * the limit long before it is.  What it really holds is its blocks as
+ * counted (a block is used once asked for, as RLIMIT_DATA and the heap
+ * limit have always taken it) or, if more, its resident private memory
+ * (anonymous pages: mappings as touched, as a memory cgroup sees them);
+ * refused only if that is over too.  A block is checked with its size
+ * added; a mapping with the headroom only, since it is not resident
+ * until touched, unless it alone is larger than the limit.  What a
+ * granted mapping then has touched is read again at the next allocation
+ * past the limit.  /proc/self/statm (raw system calls,
+ * util/memtotal.c) is read on this path only; a read that fails
+ * refuses, as the count said.  api/mmap.c's floor asks the same. */
+static bool really_over(uint64_t n, bool map)
+{
+	uint64_t l = ml__run.heap_limit, r = ml__resident_private();
+	if (r == UINT64_MAX)
+		return true;
+	uint64_t u = ml__meter_usage(), m = ml__meter_mapped_now();
+	if (u > m && u - m > r)
+		r = u - m; /* the blocks */
+	if (map)
+		return n > l || r > l - ml__run.heap_room;
+	return r > l || n > l - r;
+}
+
 static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 {
 	struct root *root = root_of(t);
@@ -148,7 +176,8 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	 * docs/mapped.md. */
 	bool map = t->mapping;
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
-	    ml__over_global(n + (map ? ml__run.heap_room : 0))) {
+	    ml__over_global(n + (map ? ml__run.heap_room : 0)) &&
+	    really_over(n, map)) {
 		/* From now on every mapping past the same point is refused,
 		 * sampled or not (api/mmap.c): a retry after a garbage
 		 * collection must not get through by missing a sample. */
