@@ -22,6 +22,9 @@
  * the 1 MiB was then refused.  "grow N" (PHP's huge blocks): maps N MiB,
  * writes it, grows it by 16 MiB with mremap, writes it, and grows it by
  * 16 MiB once more: prints whether each growth got.
+ * "unseen N": maps N MiB by a raw system call (no count sees it: Go's
+ * runtime, a static binary's), writes it, then mallocs 1 MiB blocks,
+ * writing each, until one fails: prints the MiB of blocks got.
  * "map N hold": then writes a byte to descriptor 3 and keeps what it
  * mapped until standard input ends (the tree case: both processes hold
  * until both are done). */
@@ -32,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -115,6 +119,23 @@ int main(int argc, char **argv)
 				third = strerror(errno);
 		}
 		printf("%s %s then %s\n", argv[1], second, third);
+		return 0;
+	}
+	if (!strcmp(argv[1], "unseen")) {
+		size_t a = (size_t)n << 20;
+		char *p =
+		    (char *)syscall(SYS_mmap, NULL, a, PROT_READ | PROT_WRITE,
+		                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return 1;
+		memset(p, 1, a);
+		for (;; got++) {
+			char *volatile b = malloc(1 << 20); /* not elided */
+			if (!b)
+				break;
+			memset(b, 1, 1 << 20);
+		}
+		printf("unseen %d\n", got);
 		return 0;
 	}
 	if (!strcmp(argv[1], "regrow")) {

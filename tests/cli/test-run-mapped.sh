@@ -209,6 +209,23 @@ if tap_case ahead; then
 	fi
 fi
 
+if tap_case unseen; then
+	# 24 MiB no count sees (mapped by a raw system call) and written,
+	# then 1 MiB blocks under 64 MiB: within L/8 of the limit by the
+	# count (56 MiB of blocks) the process's resident private memory
+	# (80 MiB) is over, and blocks are refused there; the count alone
+	# let 63 MiB of them through.  Each block carries a sample but with
+	# probability e^-13.1: 2 MiB late with probability 4e-12.
+	under 64MiB unseen 24
+	read -r what got <"$tmp/out"
+	if test "$st" = 0 && test "$what" = unseen && test "$got" -ge 50 &&
+		test "$got" -le 58; then
+		ok "--heap-limit 64MiB: 24 MiB no count sees, then $got MiB of blocks"
+	else
+		failed "memory no count sees, near the limit"
+	fi
+fi
+
 if tap_case realloc; then
 	# A block of 60 MiB grown to 90 under a heap limit of 100 MiB: the
 	# heap after it is 90 MiB.  The check counted the old block too
