@@ -133,7 +133,7 @@ wl R r-base-core Rscript 1 1 'cannot allocate|memory exhausted' \
 wl pack git git 1 0 'Out of memory|out of memory' \
 	"set -o pipefail; echo HEAD | git -C repo pack-objects --revs --stdout --threads=2 --window=40 >/dev/null && echo packed"
 wl make make make 1 1 'out of memory|virtual memory exhausted' \
-	"make -B -s -j2 -f two.mk && echo built"
+	"make -rR -B -s -j2 -f two.mk && echo built"
 wl pool python3 "$PY" 1 0 'MemoryError' \
 	"$PY pool.py"
 split() {
@@ -183,7 +183,7 @@ EOF
 import sys
 d = sys.argv[1]
 with open(d + "/two.mk", "w") as f:
-    f.write("all: a.o b.o\n%.o: big.c\n\tgcc -O2 -c big.c -o $@\n")
+    f.write("all: a.o b.o\na.o b.o: big.c\n\tgcc -O2 -c big.c -o $@\n")
 with open(d + "/pool.py", "w") as f:
     f.write("""import multiprocessing as mp
 def f(n):
@@ -280,7 +280,7 @@ ending() {
 		fi
 		return
 	fi
-	m=$(grep -h -m1 -oE 'MemoryError|NoMemoryError[^.]*|failed to allocate memory|Fatal JavaScript invalid size error|Fatal process out of memory[^)]*|JavaScript heap out of memory|insufficient memory for the Java Runtime Environment|OutOfMemoryError[^"]*|out of memory[^0-9]*|Out of memory[^.]*|virtual memory exhausted[^.]*|Killed signal terminated program [a-z0-9]*|memory exhausted|Cannot allocate memory|cache resources exhausted' \
+	m=$(grep -h -m1 -oE 'MemoryError|NoMemoryError[^.]*|failed to allocate memory|Fatal JavaScript invalid size error|Fatal process out of memory[^)]*|JavaScript heap out of memory|insufficient memory for the Java Runtime Environment|OutOfMemoryError[^"]*|out of memory[^0-9]*|Out of memory[^.]*|virtual memory exhausted[^.]*|Killed signal terminated program [a-z0-9]*|memory exhausted|Cannot allocate memory|cache resources exhausted|cannot allocate vector of size [0-9.]* [GMK]b|not enough memory|memory allocation of [0-9]* bytes failed' \
 		"$tmp/$tag.err" "$tmp/$tag.out" | head -n 1 | cut -c1-60)
 	case $s in
 	13[3-9] | 1[4-5][0-9])
