@@ -160,6 +160,18 @@ static inline bool sampled(uint64_t n)
 	             (!idle(&ml__self) && ml__countdown_take(n)));
 }
 
+/* What the process really holds, its heap u counted: its blocks, or its
+ * resident private memory if more (mappings committed ahead of use are
+ * not over the floor until touched; memory no count sees is): within
+ * floor/8 of the floor by the count, run/runmode.c's heap_over test. */
+static ML__COLD uint64_t held_really(uint64_t u)
+{
+	uint64_t r = ml__resident_private(), m = ml__meter_mapped_now();
+	if (r != UINT64_MAX && u > m && u - m > r)
+		r = u - m;
+	return r;
+}
+
 /* The slow path for n bytes sampled() sent there: false when it is
  * refused (a limit, an exact budget, FAIL delivery); may jump (JUMP
  * delivery), before anything is mapped and with no lock held.  d starts
@@ -175,7 +187,9 @@ static bool decide_slow(uint64_t n, struct decision *d)
 		 * refuses, not by the luck of a sample.  Else the countdown
 		 * sampled() did not take. */
 		uint64_t u = ml__meter_usage();
-		if (u > floor || n > floor - u)
+		uint64_t near = floor - floor / 8;
+		if ((u > near || n > near - u) &&
+		    (n > floor || held_really(u) > floor))
 			return false;
 		if (idle(t) || !ml__countdown_take(n))
 			return true;

@@ -142,6 +142,44 @@ static unsigned refuse_block(void)
 	return ML__HOOK_REFUSE;
 }
 
+/* Is n more bytes (a mapping: map) over the heap limit?  Counted bytes
+ * are committed bytes: a runtime that commits ahead of use (the JVM's
+ * heap expansions, hundreds of MiB of which it never touches) looks over
+ * the limit long before it is, and one whose allocator keeps freed
+ * memory (glibc's arenas: git's threads) or that holds memory no count
+ * sees (V8's) is over before it looks it.  So within L/8 of the limit by
+ * the count, what the process really holds decides: its blocks as
+ * counted (a block is used once asked for, as RLIMIT_DATA and the heap
+ * limit have always taken it) or, if more, its resident private memory
+ * (anonymous pages, as a memory cgroup sees them: mappings as touched).
+ * A block is refused if that plus its size is over L; a mapping if that
+ * is over L less the headroom (it is not resident until touched), or if
+ * it alone is larger than L.  What a granted mapping then touches is
+ * read again at the next allocation near the limit.  /proc/self/statm
+ * (raw system calls, util/memtotal.c) is read only there; where it
+ * cannot be read the count decides.  api/mmap.c's floor asks the same
+ * (held_really). */
+static bool heap_over(const struct ml__thread *t, uint64_t n, bool map)
+{
+	uint64_t l = ml__run.heap_limit, room = map ? ml__run.heap_room : 0;
+	if (!ml__over_global(n + room + l / 8))
+		return false; /* far from it: no read */
+	uint64_t r = ml__resident_private();
+	if (r == UINT64_MAX)
+		return ml__over_global(n + room);
+	/* A realloc's old block goes when the new one comes (as the
+	 * count's check: tasks/global.c), resident or not. */
+	uint64_t u = ml__meter_usage(), m = ml__meter_mapped_now(),
+	         old = map ? 0 : t->resize_old;
+	r = r > old ? r - old : 0;
+	u = u > m ? u - m : 0;
+	if (u > old && u - old > r)
+		r = u - old; /* the blocks */
+	if (map)
+		return n > l || r > l - room;
+	return r > l || n > l - r;
+}
+
 static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 {
 	struct root *root = root_of(t);
@@ -171,7 +209,7 @@ static unsigned on_sample(struct ml__thread *t, uint64_t s, uint64_t n)
 	 * docs/mapped.md. */
 	bool map = t->mapping;
 	if (ml__run.heap_limit != ML_NO_LIMIT && !ml__run.heap_blind &&
-	    ml__over_global(n + (map ? ml__run.heap_room : 0))) {
+	    heap_over(t, n, map)) {
 		/* From now on every mapping past the same point is refused,
 		 * sampled or not (api/mmap.c): a retry after a garbage
 		 * collection must not get through by missing a sample. */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Where the last result came from; one call at a time (at start). */
@@ -161,4 +162,59 @@ uint64_t ml__resident_bytes(void)
 	for (p = p ? p + 1 : buf; *p >= '0' && *p <= '9'; p++)
 		pages = pages * 10 + (uint64_t)(*p - '0');
 	return pages * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* A system call with no errno and no libc wrapper (a program or a
+ * sandbox may interpose open and read): -errno on failure. */
+static long raw_call(long nr, long a, long b, long c, long d)
+{
+#if defined(__x86_64__) && !defined(ML_NO_ASM)
+	long r;
+	register long r10 __asm__("r10") = d;
+	__asm__ volatile("syscall"
+	                 : "=a"(r)
+	                 : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+	                 : "rcx", "r11", "memory");
+	return r;
+#else
+	int e = errno;
+	long r = syscall(nr, a, b, c, d);
+	if (r < 0)
+		r = -errno;
+	errno = e;
+	return r;
+#endif
+}
+
+uint64_t ml__resident_private(void)
+{
+	char buf[128];
+	long fd = raw_call(SYS_openat, AT_FDCWD, (long)"/proc/self/statm",
+	                   O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return UINT64_MAX;
+	long len;
+	do
+		len = raw_call(SYS_read, fd, (long)buf, sizeof buf - 1, 0);
+	while (len == -EINTR);
+	raw_call(SYS_close, fd, 0, 0, 0);
+	if (len <= 0)
+		return UINT64_MAX;
+	buf[len] = 0;
+	/* "size resident shared text lib data dt", in pages: shared is
+	 * the resident file-backed and shared memory pages, so resident
+	 * less shared is the anonymous (private) pages. */
+	uint64_t f[3] = {0, 0, 0};
+	const char *p = buf;
+	for (int i = 0; i < 3; i++) {
+		if (*p < '0' || *p > '9')
+			return UINT64_MAX;
+		for (; *p >= '0' && *p <= '9'; p++)
+			f[i] = f[i] * 10 + (uint64_t)(*p - '0');
+		if (*p == ' ')
+			p++;
+	}
+	if (f[2] > f[1])
+		return UINT64_MAX;
+	return (f[1] - f[2]) * (uint64_t)getpagesize();
 }

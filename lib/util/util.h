@@ -266,6 +266,11 @@ void ml__self_exe(char *buf, size_t cap);
 uint64_t ml__memory_total(const char *cgroup_root, const char **source);
 /* The process's resident size now (/proc/self/statm), 0 if unknown. */
 uint64_t ml__resident_bytes(void);
+/* Its resident private (anonymous) memory now: /proc/self/statm's
+ * resident less its shared pages, read by raw system calls into a stack
+ * buffer (no allocation, no stdio, no lock, errno kept: safe inside
+ * malloc and mmap); UINT64_MAX when it cannot be read. */
+uint64_t ml__resident_private(void);
 uint64_t ml__memory_total_from(const char *self_cgroup, const char *cgroup_root,
                                const char **source);
 

@@ -16,15 +16,26 @@
  * collection): prints the MiB mapped and how many of the 200 it got.
  * "regrow N": mallocs N MiB, writes it, reallocs it to 3 N / 2 MiB (git's
  * buffer grown by half) and says whether the realloc got it.
+ * "ahead N" (the JVM's commits): maps N MiB writable and writes 1 MiB
+ * of it, maps N MiB more, then writes both whole and maps 1 MiB at a
+ * time (16 at most): prints whether the second got and whether one of
+ * the 1 MiB was then refused.  "grow N" (PHP's huge blocks): maps N MiB,
+ * writes it, grows it by 16 MiB with mremap, writes it, and grows it by
+ * 16 MiB once more: prints whether each growth got.
+ * "unseen N": maps N MiB by a raw system call (no count sees it: Go's
+ * runtime, a static binary's), writes it, then mallocs 1 MiB blocks,
+ * writing each, until one fails: prints the MiB of blocks got.
  * "map N hold": then writes a byte to descriptor 3 and keeps what it
  * mapped until standard input ends (the tree case: both processes hold
  * until both are done). */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int main(int argc, char **argv)
@@ -66,6 +77,65 @@ int main(int argc, char **argv)
 			         0) != MAP_FAILED)
 				got++;
 		printf("mapretry %zu retries got %d\n", k / 16, got);
+		return 0;
+	}
+	if (!strcmp(argv[1], "ahead") || !strcmp(argv[1], "grow")) {
+		size_t a = (size_t)n << 20, step = 16 << 20;
+		int rw = PROT_READ | PROT_WRITE,
+		    pa = MAP_PRIVATE | MAP_ANONYMOUS;
+		char *p = mmap(NULL, a, rw, pa, -1, 0), *q;
+		const char *second = "got", *third = "got";
+		if (p == MAP_FAILED) {
+			printf("%s first %s\n", argv[1], strerror(errno));
+			return 0;
+		}
+		if (argv[1][0] == 'a') {
+			memset(p, 1, 1 << 20);
+			q = mmap(NULL, a, rw, pa, -1, 0);
+			if (q == MAP_FAILED)
+				second = strerror(errno);
+			else {
+				memset(p, 1, a);
+				memset(q, 1, a);
+			}
+			for (int i = 0; i < 16; i++)
+				if (mmap(NULL, 1 << 20, rw, pa, -1, 0) ==
+				    MAP_FAILED) {
+					third = strerror(errno);
+					break;
+				}
+		} else {
+			memset(p, 1, a);
+			q = mremap(p, a, a + step, MREMAP_MAYMOVE);
+			if (q == MAP_FAILED)
+				second = strerror(errno);
+			else {
+				memset(q, 1, a + step);
+				p = q;
+				a += step;
+			}
+			if (mremap(p, a, a + step, MREMAP_MAYMOVE) ==
+			    MAP_FAILED)
+				third = strerror(errno);
+		}
+		printf("%s %s then %s\n", argv[1], second, third);
+		return 0;
+	}
+	if (!strcmp(argv[1], "unseen")) {
+		size_t a = (size_t)n << 20;
+		char *p =
+		    (char *)syscall(SYS_mmap, NULL, a, PROT_READ | PROT_WRITE,
+		                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return 1;
+		memset(p, 1, a);
+		for (;; got++) {
+			char *volatile b = malloc(1 << 20); /* not elided */
+			if (!b)
+				break;
+			memset(b, 1, 1 << 20);
+		}
+		printf("unseen %d\n", got);
 		return 0;
 	}
 	if (!strcmp(argv[1], "regrow")) {

@@ -186,6 +186,46 @@ if tap_case retry; then
 	fi
 fi
 
+if tap_case ahead; then
+	# The JVM commits ahead of use (docs/mapped.md): 96 MiB mapped, 1 MiB
+	# of it written, under 64 MiB is not over, as the count alone said
+	# (it refused the second 48 MiB); once written whole it is, and a
+	# mapping is refused.  Each 1 MiB carries a sample but with
+	# probability e^-13.1; none of 16 with none: 1e-91.
+	under 64MiB ahead 48
+	if test "$st" = 0 && test "$(cat "$tmp/out")" = "ahead got then Cannot allocate memory"; then
+		ok "--heap-limit 64MiB: 96 MiB committed, 1 MiB written: got; written whole: refused"
+	else
+		failed "a mapping committed ahead of use"
+	fi
+	# PHP grows a huge block with mremap: 40 MiB written, grown to 56
+	# under 64 MiB: the count with the headroom (66.7 MiB) refused it,
+	# what it holds (40 MiB and the headroom) does not; to 72 it is.
+	under 64MiB grow 40
+	if test "$st" = 0 && test "$(cat "$tmp/out")" = "grow got then Cannot allocate memory"; then
+		ok "--heap-limit 64MiB: mremap 40 to 56 MiB got, 56 to 72 refused"
+	else
+		failed "mremap growth into the headroom"
+	fi
+fi
+
+if tap_case unseen; then
+	# 24 MiB no count sees (mapped by a raw system call) and written,
+	# then 1 MiB blocks under 64 MiB: within L/8 of the limit by the
+	# count (56 MiB of blocks) the process's resident private memory
+	# (80 MiB) is over, and blocks are refused there; the count alone
+	# let 63 MiB of them through.  Each block carries a sample but with
+	# probability e^-13.1: 2 MiB late with probability 4e-12.
+	under 64MiB unseen 24
+	read -r what got <"$tmp/out"
+	if test "$st" = 0 && test "$what" = unseen && test "$got" -ge 50 &&
+		test "$got" -le 58; then
+		ok "--heap-limit 64MiB: 24 MiB no count sees, then $got MiB of blocks"
+	else
+		failed "memory no count sees, near the limit"
+	fi
+fi
+
 if tap_case realloc; then
 	# A block of 60 MiB grown to 90 under a heap limit of 100 MiB: the
 	# heap after it is 90 MiB.  The check counted the old block too
