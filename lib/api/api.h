@@ -48,6 +48,13 @@ void ml__unmap_private(uintptr_t a, uintptr_t b);
  * between processes), and IPC_PRIVATE ones its table had no room for;
  * bytes, all told.  For run mode's report. */
 extern _Atomic uint64_t ml__shm_keyed_bytes, ml__shm_untracked_bytes;
+/* The IPC_PRIVATE segments attached and counted (private.c), in bytes. */
+extern _Atomic uint64_t ml__shm_private_bytes;
+/* What the process really holds, less `old` (realloc's old block): its
+ * blocks as counted or, if more, its resident private memory and the
+ * IPC_PRIVATE segments it attached; UINT64_MAX where that cannot be read.
+ * Raw system calls, no lock, errno kept (mmap.c). */
+uint64_t ml__held_really(uint64_t old);
 
 #pragma GCC visibility pop
 

@@ -160,15 +160,25 @@ static inline bool sampled(uint64_t n)
 	             (!idle(&ml__self) && ml__countdown_take(n)));
 }
 
-/* What the process really holds, its heap u counted: its blocks, or its
- * resident private memory if more (mappings committed ahead of use are
- * not over the floor until touched; memory no count sees is): within
- * floor/8 of the floor by the count, run/runmode.c's heap_over test. */
-static ML__COLD uint64_t held_really(uint64_t u)
+/* What the process really holds (api.h), less `old`: its blocks as
+ * counted, or, if more, its resident private memory (mappings committed
+ * ahead of use are not held until touched; memory no count sees is) and
+ * the IPC_PRIVATE segments it attached (private.c: whole, touched or not;
+ * statm counts their pages as shared).  UINT64_MAX where statm cannot be
+ * read.  The floor below and run mode's heap_over ask it. */
+_Atomic uint64_t ml__shm_private_bytes; /* private.c keeps it */
+
+uint64_t ml__held_really(uint64_t old)
 {
-	uint64_t r = ml__resident_private(), m = ml__meter_mapped_now();
-	if (r != UINT64_MAX && u > m && u - m > r)
-		r = u - m;
+	uint64_t r = ml__resident_private();
+	if (r == UINT64_MAX)
+		return r;
+	r += atomic_load_explicit(&ml__shm_private_bytes, memory_order_relaxed);
+	uint64_t u = ml__meter_usage(), m = ml__meter_mapped_now();
+	u = u > m ? u - m : 0;
+	r = r > old ? r - old : 0;
+	if (u > old && u - old > r)
+		r = u - old; /* the blocks */
 	return r;
 }
 
@@ -189,7 +199,7 @@ static bool decide_slow(uint64_t n, struct decision *d)
 		uint64_t u = ml__meter_usage();
 		uint64_t near = floor - floor / 8;
 		if ((u > near || n > near - u) &&
-		    (n > floor || held_really(u) > floor))
+		    (n > floor || ml__held_really(0) > floor))
 			return false;
 		if (idle(t) || !ml__countdown_take(n))
 			return true;

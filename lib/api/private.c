@@ -266,6 +266,8 @@ ML__API void *shmat(int id, const void *addr, int flags)
 	}
 	s->len = n;
 	s->id = id;
+	atomic_fetch_add_explicit(&ml__shm_private_bytes, n,
+	                          memory_order_relaxed);
 	atomic_store_explicit(&s->at, got, memory_order_release);
 	return a.p;
 }
@@ -293,6 +295,8 @@ ML__API int shmdt(const void *addr)
 		int e = errno;
 		ml__unmap_private(at, at + len);
 		errno = e;
+		atomic_fetch_sub_explicit(&ml__shm_private_bytes, len,
+		                          memory_order_relaxed);
 		atomic_store_explicit(&s->at, 0, memory_order_release);
 		break;
 	}

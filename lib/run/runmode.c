@@ -164,17 +164,11 @@ static bool heap_over(const struct ml__thread *t, uint64_t n, bool map)
 	uint64_t l = ml__run.heap_limit, room = map ? ml__run.heap_room : 0;
 	if (!ml__over_global(n + room + l / 8))
 		return false; /* far from it: no read */
-	uint64_t r = ml__resident_private();
-	if (r == UINT64_MAX)
-		return ml__over_global(n + room);
 	/* A realloc's old block goes when the new one comes (as the
 	 * count's check: tasks/global.c), resident or not. */
-	uint64_t u = ml__meter_usage(), m = ml__meter_mapped_now(),
-	         old = map ? 0 : t->resize_old;
-	r = r > old ? r - old : 0;
-	u = u > m ? u - m : 0;
-	if (u > old && u - old > r)
-		r = u - old; /* the blocks */
+	uint64_t r = ml__held_really(map ? 0 : t->resize_old);
+	if (r == UINT64_MAX)
+		return ml__over_global(n + room);
 	if (map)
 		return n > l || r > l - room;
 	return r > l || n > l - r;
