@@ -291,6 +291,9 @@ struct ml__range {
 	uint64_t samples;     /* the samples its bytes carry */
 	uint64_t unit;        /* bytes per sample (the interval then) */
 	uint8_t state;        /* ML__RANGE_* */
+	/* An unmap in flight claimed it (its ticket, 0: none): the unmap's
+	 * settle removes only what it claimed (mapped.c). */
+	uint32_t op;
 };
 /* The records lie in one array with free slots on both sides (a deque):
  * r is the first record in use, `front` slots free before it, `cap`
@@ -321,6 +324,14 @@ bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
 uint64_t ml__ranges_protect(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                             unsigned state, uintptr_t key, uint64_t s,
                             uint64_t unit);
+/* An unmap in flight (mapped.c): the records of [a, b) are claimed with
+ * ticket op (cut at a and b); ml__ranges_unclaim removes the records of
+ * [a, b) still claimed with op (`drop`: the system call succeeded) or
+ * clears their claim. */
+void ml__ranges_claim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                      uint32_t op);
+void ml__ranges_unclaim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                        uint32_t op, bool drop);
 /* mremap's move: the records of [from, from + len) now lie at to. */
 void ml__ranges_move(struct ml__ranges *R, uintptr_t from, uintptr_t len,
                      uintptr_t to);
@@ -459,9 +470,86 @@ static inline bool ml__ranges_remove(struct ml__ranges *R, uintptr_t a,
 }
 
 /* The process's ranges (mapped.c), under their lock (ML__RANK_MAPPED,
- * taken with no other lock of ours held: nested ones rank after it). */
+ * taken with no other lock of ours held: nested ones rank after it).
+ *
+ * The lock is the owner word: 0, or the tag of the thread that holds the
+ * table (the address of its ml__mapped_self), taken by one compare and
+ * swap, so that a signal handler on that thread tells for certain that
+ * its own thread holds it and defers its update (ml__mapped_defer)
+ * rather than spin for ever; bit 0 says that such updates wait, and the
+ * owner applies them before it lets go (ml__mapped_give).
+ * ml__mapped_lock, the fork registry's, is taken inside it and held with
+ * it: around fork nobody holds the table.  No system call and no hook is
+ * made under it (the drop hook's calls wait in a buffer until the lock
+ * is let go).  docs/internals.md, "The mapped ranges' lock". */
 #define ML__MAPPED_CAP ((size_t)1 << 16)
 extern struct ml__lock ml__mapped_lock;
+extern _Atomic uintptr_t ml__mapped_owner;
+/* A table update a signal handler could not make (its thread held the
+ * table): made by the owner before it lets go. */
+enum { ML__OP_PUT = 1, ML__OP_PROTECT, ML__OP_MOVE, ML__OP_ADVISE };
+struct ml__mapped_op {
+	uint8_t kind, state; /* ML__OP_*, ML__RANGE_* (0: an unmap) */
+	uintptr_t a, b, to;  /* [a, b); MOVE: to */
+	uintptr_t key;
+	uint64_t s, unit;
+};
+struct ml__mapped_self {
+	struct ml__mapped_op q[3];
+	_Atomic unsigned n;
+};
+extern ML__TLS struct ml__mapped_self ml__mapped_self;
+static inline uintptr_t ml__mapped_me(void)
+{
+	return (uintptr_t)&ml__mapped_self;
+}
+/* Take the table if nobody holds it (true), never waiting. */
+static inline bool ml__mapped_try(void)
+{
+	uintptr_t z = 0;
+	if (!atomic_compare_exchange_strong_explicit(
+	        &ml__mapped_owner, &z, ml__mapped_me(), memory_order_acquire,
+	        memory_order_relaxed))
+		return false;
+	/* Held by fork's prepare handler only. */
+	ml__spin_lock(&ml__mapped_lock);
+	return true;
+}
+/* Take the table, waiting for another thread; false (nothing taken):
+ * this thread holds it already, a signal handler arrived inside. */
+bool ml__mapped_take(void);
+void ml__mapped_give_slow(bool relock);
+/* Let go: the deferred updates and the buffered drops out of line, the
+ * meter told of the deferred updates' bytes, errno kept. */
+extern unsigned ml__mapped_ndrops;
+static inline void ml__mapped_give(void)
+{
+	uintptr_t me = ml__mapped_me();
+	if (ml__unlikely(
+	        ml__mapped_ndrops ||
+	        (atomic_load_explicit(&ml__mapped_owner, memory_order_relaxed) &
+	         1))) {
+		ml__mapped_give_slow(false);
+		return;
+	}
+	ml__spin_unlock(&ml__mapped_lock);
+	if (ml__unlikely(!atomic_compare_exchange_strong_explicit(
+	        &ml__mapped_owner, &me, 0, memory_order_release,
+	        memory_order_relaxed)))
+		ml__mapped_give_slow(true); /* queued since the test */
+}
+/* Queue op for the owner (this thread, interrupted): false when the
+ * queue is full (the update is lost: docs/internals.md). */
+bool ml__mapped_defer(const struct ml__mapped_op *op);
+/* Apply op to the table (held).  Results for the caller's settle:
+ * `recorded` (a counted PUT found a record), `left` (PROTECT: samples no
+ * piece took). */
+struct ml__mapped_done {
+	bool recorded;
+	uint64_t left;
+};
+struct ml__mapped_done ml__mapped_apply(struct ml__ranges *R,
+                                        const struct ml__mapped_op *op);
 /* The ranges, their storage mapped at the first call; NULL if it cannot
  * be (nothing is counted then).  Under the lock. */
 extern struct ml__ranges ml__mapped_table;
@@ -481,7 +569,8 @@ extern _Atomic bool ml__mapped_on;
 /* Stop counting: every range forgotten, the meter told (once, at start). */
 void ml__mapped_disable(void);
 /* Set by the layer above (held.c's ml__held_drop): samples of a range
- * given back.  Called under the ranges' lock. */
+ * given back.  Called after the ranges' lock is let go (buffered under
+ * it), or under it when the buffer is full. */
 extern void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
 /* pc lies in the allocator underneath's object (jemalloc, tcmalloc,
  * mimalloc: the mappings it makes, inside our calls of its members, from

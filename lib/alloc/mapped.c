@@ -1,8 +1,12 @@
 /* The process's mapped ranges (ranges.c's structure): its storage, its
  * lock, whether counting runs, and the guard that keeps the allocator
  * underneath's own mappings out.  The interposed mmap family
- * (api/mmap.c) takes the lock around its system call and the update, so
- * that an address the kernel hands out again is never still recorded.
+ * (api/mmap.c) holds the table for its updates only, never across its
+ * system calls (issue 41): an unmap claims its records before the call
+ * and removes what it claimed after, a new mapping replaces whatever
+ * records lie at its addresses.  A signal handler whose thread holds the
+ * table queues its update for that thread (docs/internals.md, "The
+ * ranges' lock").
  *
  * The storage, ML__MAPPED_CAP records (3 MiB of address space), is mapped
  * with the kernel directly at the first use and touched where records
@@ -12,9 +16,13 @@
 #define _GNU_SOURCE
 #include "alloc/alloc.h"
 
+#include <errno.h>
+#include <sched.h>
 #include <sys/mman.h>
 
 ML__LOCK(, ml__mapped_lock, ML__RANK_MAPPED)
+_Atomic uintptr_t ml__mapped_owner;
+ML__TLS struct ml__mapped_self ml__mapped_self;
 _Atomic bool ml__mapped_on = true;
 void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
 
@@ -22,13 +30,191 @@ struct ml__ranges ml__mapped_table;
 #define ranges ml__mapped_table
 static bool failed;
 
-static void drop(void *ctx, uintptr_t key, uint64_t weight)
+/* The drop hook's calls made under the table (samples given back) wait
+ * here, under the table too, and are made once it is let go: the hook
+ * takes the held table's locks and may reach the shared budget's hooks
+ * (which read /proc), none of which may run under the table.  A full
+ * buffer calls the hook at once (a rare unmap of many sampled pieces):
+ * the owner word keeps even that safe from a handler on this thread. */
+#define DROPS 16
+static struct {
+	uintptr_t key;
+	uint64_t weight;
+} drops[DROPS];
+unsigned ml__mapped_ndrops;
+
+static void call_drop(uintptr_t key, uint64_t weight)
 {
 	void (*hook)(uintptr_t, uint64_t) =
 	    atomic_load_explicit(&ml__mapped_drop_hook, memory_order_acquire);
-	(void)ctx;
 	if (hook)
 		hook(key, weight);
+}
+
+static void drop(void *ctx, uintptr_t key, uint64_t weight)
+{
+	(void)ctx;
+	for (unsigned i = 0; i < ml__mapped_ndrops; i++)
+		if (drops[i].key == key) {
+			drops[i].weight += weight;
+			return;
+		}
+	if (ml__mapped_ndrops == DROPS) {
+		call_drop(key, weight);
+		return;
+	}
+	drops[ml__mapped_ndrops].key = key;
+	drops[ml__mapped_ndrops++].weight = weight;
+}
+
+bool ml__mapped_take(void)
+{
+	uintptr_t me = ml__mapped_me();
+	for (;;) {
+		uintptr_t z = 0;
+		if (atomic_compare_exchange_weak_explicit(
+		        &ml__mapped_owner, &z, me, memory_order_acquire,
+		        memory_order_relaxed))
+			break;
+		if ((z & ~(uintptr_t)1) == me)
+			return false; /* a handler: its thread holds it */
+		if (z)
+			sched_yield();
+	}
+	ml__spin_lock(&ml__mapped_lock);
+	return true;
+}
+
+bool ml__mapped_defer(const struct ml__mapped_op *op)
+{
+	struct ml__mapped_self *q = &ml__mapped_self;
+	unsigned n = atomic_load_explicit(&q->n, memory_order_relaxed);
+	if (n == sizeof q->q / sizeof q->q[0]) {
+		__atomic_fetch_add(&ranges.lost, 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	q->q[n] = *op;
+	/* The owner is this thread, suspended under us: a signal fence
+	 * orders the slot before its count, the count before the flag. */
+	atomic_store_explicit(&q->n, n + 1, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
+	atomic_fetch_or_explicit(&ml__mapped_owner, 1, memory_order_relaxed);
+	return true;
+}
+
+struct ml__mapped_done ml__mapped_apply(struct ml__ranges *R,
+                                        const struct ml__mapped_op *op)
+{
+	struct ml__mapped_done d = {.recorded = false, .left = op->s};
+	switch (op->kind) {
+	case ML__OP_PUT:
+		d.recorded = ml__ranges_put(R, op->a, op->b, op->state, op->key,
+		                            op->s, op->unit);
+		if (d.recorded)
+			d.left = 0;
+		break;
+	case ML__OP_PROTECT:
+		d.left = ml__ranges_protect(R, op->a, op->b, op->state, op->key,
+		                            op->s, op->unit);
+		d.recorded = true;
+		break;
+	case ML__OP_MOVE:
+		ml__ranges_move(R, op->a, op->b - op->a, op->to);
+		d.recorded = true;
+		d.left = 0;
+		break;
+	default:
+		break;
+	}
+	return d;
+}
+
+/* The updates handlers on this thread queued while it held the table:
+ * made now, in their order (the table held since before their system
+ * calls, so no other thread's update of the same pages came between).
+ * Samples no record took go back (the handler settled as recorded). */
+static void drain(void)
+{
+	struct ml__mapped_self *q = &ml__mapped_self;
+	struct ml__ranges *R = ml__mapped_ranges();
+	atomic_fetch_and_explicit(&ml__mapped_owner, ~(uintptr_t)1,
+	                          memory_order_relaxed);
+	for (unsigned i = 0;;) {
+		unsigned k = atomic_load_explicit(&q->n, memory_order_relaxed);
+		if (i < k) {
+			struct ml__mapped_op op = q->q[i++];
+			if (!R)
+				continue;
+			struct ml__mapped_done d = ml__mapped_apply(R, &op);
+			if (op.key && d.left)
+				drop(NULL, op.key, d.left * op.unit);
+			continue;
+		}
+		if (atomic_compare_exchange_strong_explicit(
+		        &q->n, &k, 0, memory_order_relaxed,
+		        memory_order_relaxed))
+			break;
+	}
+}
+
+void ml__mapped_give_slow(bool relock)
+{
+	uintptr_t me = ml__mapped_me();
+	int e = errno;
+	if (relock)
+		ml__spin_lock(&ml__mapped_lock);
+	int64_t delta = 0;
+	for (;;) {
+		uint64_t before = ranges.counted;
+		if (atomic_load_explicit(&ml__mapped_owner,
+		                         memory_order_relaxed) &
+		    1)
+			drain();
+		delta += (int64_t)(ranges.counted - before);
+		unsigned n = ml__mapped_ndrops;
+		uintptr_t key[DROPS];
+		uint64_t weight[DROPS];
+		for (unsigned i = 0; i < n; i++) {
+			key[i] = drops[i].key;
+			weight[i] = drops[i].weight;
+		}
+		ml__mapped_ndrops = 0;
+		ml__spin_unlock(&ml__mapped_lock);
+		uintptr_t want = me;
+		if (atomic_compare_exchange_strong_explicit(
+		        &ml__mapped_owner, &want, 0, memory_order_release,
+		        memory_order_relaxed)) {
+			/* The drained updates' bytes and the drops after the
+			 * lock (the hooks take others). */
+			if (delta)
+				ml__meter_mapped(delta);
+			for (unsigned i = 0; i < n; i++)
+				call_drop(key[i], weight[i]);
+			break;
+		}
+		/* A handler queued an update after the drain: the table is
+		 * still ours (only fork's prepare handler may hold the inner
+		 * lock meanwhile); the drops wait for the next round. */
+		ml__spin_lock(&ml__mapped_lock);
+		for (unsigned i = 0; i < n; i++)
+			drop(NULL, key[i], weight[i]);
+	}
+	errno = e;
+}
+
+/* The child of a fork: its one thread holds nothing.  A thread that had
+ * taken the owner word and was waiting for the inner lock (held by the
+ * fork registry's prepare handler) does not exist here. */
+static void mapped_child(void)
+{
+	atomic_store_explicit(&ml__mapped_owner, 0, memory_order_relaxed);
+	atomic_store_explicit(&ml__mapped_self.n, 0, memory_order_relaxed);
+}
+
+__attribute__((constructor(101))) static void mapped_init(void)
+{
+	ml__atfork(NULL, NULL, mapped_child,
+	           "a fork child may wait for ever to map memory");
 }
 
 struct ml__ranges *ml__mapped_ranges_make(void)
@@ -54,12 +240,13 @@ struct ml__ranges *ml__mapped_ranges_make(void)
 
 void ml__mapped_disable(void)
 {
-	ml__spin_lock(&ml__mapped_lock);
+	if (!ml__mapped_take())
+		return; /* at start, never inside a mapping */
 	atomic_store_explicit(&ml__mapped_on, false, memory_order_relaxed);
 	int64_t was = (int64_t)ranges.counted;
 	if (ranges.r)
 		ml__ranges_put(&ranges, 0, UINTPTR_MAX, 0, 0, 0, 0);
-	ml__spin_unlock(&ml__mapped_lock);
+	ml__mapped_give();
 	if (was)
 		ml__meter_mapped(-was);
 }

@@ -282,6 +282,43 @@ uint64_t ml__ranges_protect(struct ml__ranges *R, uintptr_t a, uintptr_t b,
 	return s; /* samples no piece took: none, unless nothing changed */
 }
 
+void ml__ranges_claim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                      uint32_t op)
+{
+	if (a >= b)
+		return;
+	size_t i = ml__ranges_find(R, a);
+	if (i == R->n || R->r[i].start >= b)
+		return; /* nothing tracked there */
+	size_t j;
+	cut_edges(R, a, b, &i, &j);
+	for (size_t k = i; k < j; k++)
+		R->r[k].op = op;
+}
+
+void ml__ranges_unclaim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                        uint32_t op, bool drop)
+{
+	/* The claimed records lie in [a, b), perhaps cut further since (a
+	 * cut copies the claim), perhaps replaced by a mapping the kernel
+	 * made there after the unmap (not claimed: it stays). */
+	size_t i = ml__ranges_find(R, a);
+	while (i < R->n && R->r[i].start < b) {
+		if (R->r[i].op != op) {
+			i++;
+			continue;
+		}
+		if (!drop) {
+			R->r[i++].op = 0;
+			continue;
+		}
+		size_t j = i + 1;
+		while (j < R->n && R->r[j].start < b && R->r[j].op == op)
+			j++;
+		remove_run(R, i, j);
+	}
+}
+
 /* Reverse records [i, j). */
 static void reverse(struct ml__range *r, size_t i, size_t j)
 {

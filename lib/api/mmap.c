@@ -2,7 +2,8 @@
  * and as allocations.  Private, anonymous, writable mappings count while
  * they exist and are writable; private anonymous ones that are not
  * writable (reservations) are tracked, and count once made writable.
- * The records are alloc/ranges.c's, under alloc/mapped.c's lock; the
+ * The records are alloc/ranges.c's, under alloc/mapped.c's lock (held
+ * for the update only, never across the system call: issue 41); the
  * bytes go to the meter (ml__meter_mapped), the samples through the
  * malloc family's one pair (ml__alloc_begin / ml__alloc_end) and are held
  * under a key of their own until the bytes go (ml__held_drop).
@@ -276,25 +277,53 @@ static void *refused(const char *op, uint64_t n, uintptr_t pc)
 #define PF_PROT(pf) ((int)(pf))
 #define PF_FLAGS(pf) ((int)((pf) >> 32))
 
-/* A new counted mapping [p, p + n) at an address the kernel chose is
- * recorded with its samples, under the lock (the munmap that freed the
- * address updated under it); the meter told.  false: no record took it
- * (a full table). */
-static bool record_new(uintptr_t p, uintptr_t n, uintptr_t pc, uintptr_t key,
-                       uint64_t s, uint64_t unit)
+/* A table update (alloc/mapped.c's op), made under the table or, on a
+ * signal handler whose thread holds the table, queued for that thread
+ * to make before it lets go (then taken as made: the queue gives back
+ * the samples no record took; a full queue loses the update).  *delta:
+ * the counted bytes it added, for the meter (0 when queued: the owner
+ * meters those). */
+static struct ml__mapped_done update(const struct ml__mapped_op *op,
+                                     int64_t *delta)
 {
-	bool recorded = false;
-	int64_t delta = 0;
-	ml__spin_lock(&ml__mapped_lock);
+	struct ml__mapped_done d = {.recorded = true, .left = 0};
+	*delta = 0;
+	if (ml__unlikely(!ml__mapped_take())) {
+		if (!ml__mapped_defer(op))
+			d = (struct ml__mapped_done){false, op->s};
+		return d;
+	}
 	struct ml__ranges *R = ml__mapped_ranges();
 	if (ml__likely(R != NULL)) {
 		uint64_t before = R->counted;
-		recorded = ml__ranges_add(R, p, p + n, key, s, unit) ||
-		           ml__ranges_put(R, p, p + n, ML__RANGE_COUNTED, key,
-		                          s, unit);
-		delta = (int64_t)(R->counted - before);
+		d = ml__mapped_apply(R, op);
+		*delta = (int64_t)(R->counted - before);
+	} else {
+		d = (struct ml__mapped_done){false, op->s};
 	}
-	ml__spin_unlock(&ml__mapped_lock);
+	ml__mapped_give();
+	return d;
+}
+
+/* A new mapping [p, p + n) of `state` at an address the kernel handed
+ * out (or MAP_FIXED over what was there) is recorded with its samples
+ * after the system call, and the meter told.  A record left at those
+ * addresses by an unmap in flight is replaced (the kernel gave the pages
+ * out again: they are gone), and that unmap's settle leaves this one
+ * alone (it removes only what it claimed).  false: no record took it (a
+ * full table). */
+static bool record_new(uintptr_t p, uintptr_t n, unsigned state, uintptr_t pc,
+                       uintptr_t key, uint64_t s, uint64_t unit)
+{
+	int64_t delta;
+	struct ml__mapped_op op = {.kind = ML__OP_PUT,
+	                           .state = (uint8_t)state,
+	                           .a = p,
+	                           .b = p + n,
+	                           .key = key,
+	                           .s = s,
+	                           .unit = unit};
+	bool recorded = update(&op, &delta).recorded;
 	meter(delta);
 	counted_from(pc, delta);
 	return recorded;
@@ -313,16 +342,18 @@ map_sampled(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
 	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
 	bool ok = p != MAP_FAILED;
 	settle(&d, ok,
-	       ok && record_new((uintptr_t)p, n, pc, d.key, d.s, d.unit), 0);
+	       ok && record_new((uintptr_t)p, n, ML__RANGE_COUNTED, pc, d.key,
+	                        d.s, d.unit),
+	       0);
 	return p;
 }
 
-/* The fast path's way out when the lock was taken, the table is not made
- * yet, or [p, p + n) is not a plain gap: the general recording. */
+/* The fast path's way out when the table was held, is not made yet, or
+ * [p, p + n) is not a plain gap: the general recording. */
 static __attribute__((noinline)) void *map_record(void *p, uintptr_t n,
                                                   uintptr_t pc)
 {
-	record_new((uintptr_t)p, n, pc, 0, 0, 0);
+	record_new((uintptr_t)p, n, ML__RANGE_COUNTED, pc, 0, 0, 0);
 	return p;
 }
 
@@ -337,11 +368,11 @@ static __attribute__((noinline)) void *map_after(void *p, int64_t m, int64_t n,
 	return p;
 }
 
-/* The fast path's end: [p, p + n) is recorded (the lock still held). */
+/* The fast path's end: [p, p + n) is recorded (the table still held). */
 static inline __attribute__((always_inline)) void *
 map_done(void *p, uintptr_t n, uintptr_t pc)
 {
-	ml__spin_unlock(&ml__mapped_lock);
+	ml__mapped_give();
 	int64_t m = ml__meter_mapped_add((int64_t)n);
 	if (ml__unlikely(ML__METER_ON ||
 	                 atomic_load_explicit(&ml__mapped_attribute,
@@ -361,7 +392,7 @@ static __attribute__((noinline)) void *map_insert(void *p, uintptr_t n,
 	uintptr_t a = (uintptr_t)p;
 	size_t i = ml__ranges_gap(R, a, a + n);
 	if (i == SIZE_MAX) {
-		ml__spin_unlock(&ml__mapped_lock);
+		ml__mapped_give();
 		return map_record(p, n, pc);
 	}
 	ml__ranges_insert(R, i, a, a + n, 0, 0, 0);
@@ -393,14 +424,14 @@ map_counted(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 	if (ml__unlikely(p == MAP_FAILED))
 		return p;
 	struct ml__ranges *R = &ml__mapped_table;
-	if (ml__unlikely(!ml__spin_trylock(&ml__mapped_lock)))
+	if (ml__unlikely(!ml__mapped_try()))
 		return map_record(p, n, pc);
 	/* After the last record (the bench's under valgrind): appended.  A
 	 * kernel handing out addresses downwards puts it before them all:
 	 * map_insert, a search and no record moved. */
 	size_t k = R->n;
 	if (ml__unlikely(!R->r || k == R->cap)) {
-		ml__spin_unlock(&ml__mapped_lock);
+		ml__mapped_give();
 		return map_record(p, n, pc);
 	}
 	if (k && R->r[k - 1].end > (uintptr_t)p)
@@ -431,34 +462,13 @@ map_other(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED && !decide(n, &d))
 		return refused("mmap", n, pc);
-	bool recorded = false;
-	int64_t delta = 0;
-	void *p;
-	/* MAP_FIXED replaces what was there: the system call and the
-	 * update under one lock, so that nobody records the old pages'
-	 * replacement first.  A fresh address needs the lock only for the
-	 * update (the munmap that freed it updated under the lock). */
-	if (fixed)
-		ml__spin_lock(&ml__mapped_lock);
-	p = ml__sys_mmap(addr, len, prot, flags, fd, off);
-	if (p != MAP_FAILED) {
-		if (!fixed)
-			ml__spin_lock(&ml__mapped_lock);
-		struct ml__ranges *R = ml__mapped_ranges();
-		if (R) {
-			uint64_t before = R->counted;
-			recorded =
-			    ml__ranges_put(R, (uintptr_t)p, (uintptr_t)p + n,
-			                   state, d.key, d.s, d.unit);
-			delta = (int64_t)(R->counted - before);
-		}
-		if (!fixed)
-			ml__spin_unlock(&ml__mapped_lock);
-	}
-	if (fixed)
-		ml__spin_unlock(&ml__mapped_lock);
-	meter(delta);
-	counted_from(pc, delta);
+	/* MAP_FIXED replaces what was there: the record after the system
+	 * call replaces the old pages' records too.  No lock across the
+	 * call: a thread that unmaps what another maps over at the same
+	 * moment races in the program already. */
+	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
+	bool recorded = p != MAP_FAILED && record_new((uintptr_t)p, n, state,
+	                                              pc, d.key, d.s, d.unit);
 	if (state == ML__RANGE_COUNTED)
 		settle(&d, p != MAP_FAILED, recorded, 0);
 	return p;
@@ -497,27 +507,65 @@ ML__API void *mmap64(void *addr, size_t len, int prot, int flags, int fd,
 	           (uintptr_t)__builtin_return_address(0));
 }
 
-/* munmap's general update, the lock held (the system call made): r is its
- * result, `before` the counted bytes before. */
-static __attribute__((noinline)) int unmap_rest(void *addr, size_t len, int r,
-                                                uint64_t before)
+static _Atomic uint32_t tickets;
+
+/* munmap's general case: the records of [addr, addr + len) are claimed
+ * under the table, the system call made without it, then the claimed
+ * records go (or lose their claim, if the kernel refused).  A mapping
+ * the kernel makes at those addresses meanwhile replaces the claimed
+ * records and keeps its own.  On a signal handler whose thread holds the
+ * table: the system call, then the removal queued for that thread (the
+ * table is held across it: nobody else's update comes between). */
+static __attribute__((noinline)) int unmap_general(void *addr, size_t len)
 {
-	struct ml__ranges *R = &ml__mapped_table;
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
-	if (r == 0 && R->n && !ml__ranges_remove(R, a, b))
-		ml__ranges_put(R, a, b, 0, 0, 0, 0);
-	int64_t delta = (int64_t)(R->counted - before);
-	ml__spin_unlock(&ml__mapped_lock);
+	if (!len || misaligned(addr) || b < a)
+		return ml__sys_munmap(addr, len); /* refused: EINVAL */
+	uint32_t op;
+	while (!(
+	    op = atomic_fetch_add_explicit(&tickets, 1, memory_order_relaxed) +
+	         1))
+		;
+	if (!ml__mapped_take()) {
+		int r = ml__sys_munmap(addr, len);
+		struct ml__mapped_op q = {.kind = ML__OP_PUT, .a = a, .b = b};
+		if (r == 0)
+			ml__mapped_defer(&q);
+		return r;
+	}
+	struct ml__ranges *R = &ml__mapped_table;
+	bool any = R->n != 0;
+	if (any)
+		ml__ranges_claim(R, a, b, op);
+	ml__mapped_give();
+	int r = ml__sys_munmap(addr, len);
+	if (!any)
+		return r;
+	int64_t delta = 0;
+	if (ml__mapped_take()) {
+		uint64_t before = R->counted;
+		ml__ranges_unclaim(R, a, b, op, r == 0);
+		delta = (int64_t)(R->counted - before);
+		ml__mapped_give();
+	}
 	meter(delta);
 	return r;
 }
 
-/* Under a lock some other thread holds: wait for it, then as above. */
-static __attribute__((noinline)) int unmap_wait(void *addr, size_t len)
+/* The fast path's system call failed after its record went: the kernel
+ * kept the pages (munmap changes nothing when it fails), so the record
+ * comes back. */
+static __attribute__((noinline)) int unmap_undo(uintptr_t a, uintptr_t n, int r)
 {
-	ml__spin_wait(&ml__mapped_lock);
-	uint64_t before = ml__mapped_table.counted;
-	return unmap_rest(addr, len, ml__sys_munmap(addr, len), before);
+	int e = errno;
+	int64_t delta;
+	struct ml__mapped_op op = {
+	    .kind = ML__OP_PUT, .state = ML__RANGE_COUNTED, .a = a, .b = a + n};
+	update(&op, &delta);
+	/* The meter never saw the record go. */
+	meter(delta - (int64_t)n);
+	errno = e;
+	return r;
 }
 
 /* The meter's work while it runs, after the fast path uncounted -d
@@ -529,33 +577,36 @@ static __attribute__((noinline)) int unmap_after(int64_t m, int64_t d)
 }
 
 /* The fast path (issue 34): [addr, addr + len) is the last record, whole,
- * counted, holding no samples (the mapping the fast mmap appended): it
- * goes, with no search.  Every other case leaves by a tail call for the
- * general update (unmap_rest: the first record, a top-down kernel's
- * newest mapping, goes with a search and no record moved).  The kernel refuses
- * a length of 0 or an address off a page (nothing changes then): no check
- * before the call. The table not made yet has n = 0. */
+ * counted, holding no samples, claimed by nobody (the mapping the fast
+ * mmap appended): its record goes before the system call, with no
+ * search, and comes back if the kernel refuses (unmap_undo); the table
+ * is not held across the call.  Every other case leaves by a tail call
+ * for the general update (unmap_general).  The table not made yet has
+ * n = 0. */
 ML__API int munmap(void *addr, size_t len)
 {
 	if (!counting())
 		return ml__sys_munmap(addr, len);
-	if (ml__unlikely(!ml__spin_trylock(&ml__mapped_lock)))
-		return unmap_wait(addr, len);
+	if (ml__unlikely(!ml__mapped_try()))
+		return unmap_general(addr, len);
 	struct ml__ranges *R = &ml__mapped_table;
-	int r = ml__sys_munmap(addr, len);
 	size_t n = R->n;
-	if (r != 0 || !n) {
-		ml__spin_unlock(&ml__mapped_lock);
-		return r;
+	if (!n) {
+		ml__mapped_give();
+		return ml__sys_munmap(addr, len);
 	}
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
 	const struct ml__range *last = R->r + n - 1;
 	if (ml__unlikely(last->start != a || last->end != b || last->samples ||
-	                 last->state != ML__RANGE_COUNTED))
-		return unmap_rest(addr, len, r, R->counted);
+	                 last->state != ML__RANGE_COUNTED || last->op)) {
+		ml__mapped_give();
+		return unmap_general(addr, len);
+	}
 	R->n = n - 1;
 	R->counted -= b - a;
-	ml__spin_unlock(&ml__mapped_lock);
+	ml__mapped_give();
+	if (ml__unlikely(ml__sys_munmap(addr, len) != 0))
+		return unmap_undo(a, b - a, -1);
 	int64_t m = ml__meter_mapped_add(-(int64_t)(b - a));
 	if (ml__unlikely(ML__METER_ON))
 		return unmap_after(m, -(int64_t)(b - a));
@@ -573,28 +624,34 @@ ML__API int mprotect(void *addr, size_t len, int prot)
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED) {
 		/* A commit: the reserved bytes it makes writable are
-		 * sampled (and may be refused) before the system call. */
-		ml__spin_lock(&ml__mapped_lock);
-		struct ml__ranges *R = ml__mapped_ranges();
-		uint64_t k =
-		    R ? ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED) : 0;
-		ml__spin_unlock(&ml__mapped_lock);
+		 * sampled (and may be refused) before the system call.  A
+		 * handler on a thread that holds the table commits
+		 * unsampled (the bytes count). */
+		uint64_t k = 0;
+		if (ml__mapped_take()) {
+			struct ml__ranges *R = ml__mapped_ranges();
+			k = R ? ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED)
+			      : 0;
+			ml__mapped_give();
+		}
 		if (k && !decide(k, &d)) {
 			note_refused("mprotect", k, pc);
 			return -1;
 		}
 	}
+	int r = ml__sys_mprotect(addr, len, prot);
 	int64_t delta = 0;
 	uint64_t left = d.s;
-	ml__spin_lock(&ml__mapped_lock);
-	int r = ml__sys_mprotect(addr, len, prot);
-	struct ml__ranges *R = ml__mapped_ranges();
-	if (r == 0 && R && R->n) {
-		uint64_t before = R->counted;
-		left = ml__ranges_protect(R, a, b, state, d.key, d.s, d.unit);
-		delta = (int64_t)(R->counted - before);
+	if (r == 0) {
+		struct ml__mapped_op op = {.kind = ML__OP_PROTECT,
+		                           .state = (uint8_t)state,
+		                           .a = a,
+		                           .b = b,
+		                           .key = d.key,
+		                           .s = d.s,
+		                           .unit = d.unit};
+		left = update(&op, &delta).left;
 	}
-	ml__spin_unlock(&ml__mapped_lock);
 	meter(delta);
 	counted_from(pc, delta);
 	settle(&d, r == 0, true, left);
@@ -617,39 +674,79 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 	uintptr_t a = (uintptr_t)old, on = page_up(oldlen),
 	          nn = page_up(newlen);
 	bool keep_old = flags & MREMAP_DONTUNMAP;
-	ml__spin_lock(&ml__mapped_lock);
-	struct ml__ranges *R = ml__mapped_ranges();
-	unsigned state = R ? ml__ranges_state_at(R, a) : 0;
-	ml__spin_unlock(&ml__mapped_lock);
+	unsigned state = 0;
+	if (ml__mapped_take()) {
+		struct ml__ranges *R = ml__mapped_ranges();
+		state = R ? ml__ranges_state_at(R, a) : 0;
+		ml__mapped_give();
+	}
 	/* The bytes that are new: growth, or all of them when the old
 	 * pages stay (MREMAP_DONTUNMAP leaves them mapped, empty). */
 	uint64_t grow = keep_old ? nn : nn > on ? nn - on : 0;
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED && grow && !decide(grow, &d))
 		return refused("mremap", grow, pc);
+	/* No lock across the call: the records follow it after.  (A
+	 * mapping another thread makes at the old addresses, and records,
+	 * between the two is moved with them: docs/internals.md.) */
+	void *p = ml__sys_mremap(old, oldlen, newlen, flags, to);
 	bool recorded = !d.key;
 	int64_t delta = 0;
-	ml__spin_lock(&ml__mapped_lock);
-	void *p = ml__sys_mremap(old, oldlen, newlen, flags, to);
-	R = ml__mapped_ranges();
-	if (p != MAP_FAILED && R) {
+	if (p != MAP_FAILED) {
 		uintptr_t q = (uintptr_t)p;
-		uint64_t before = R->counted;
+		struct ml__mapped_op ops[3];
+		unsigned k = 0, grown = 3;
 		if (keep_old) {
-			recorded = ml__ranges_put(R, q, q + nn, state, d.key,
-			                          d.s, d.unit);
+			grown = k;
+			ops[k++] =
+			    (struct ml__mapped_op){.kind = ML__OP_PUT,
+			                           .state = (uint8_t)state,
+			                           .a = q,
+			                           .b = q + nn,
+			                           .key = d.key,
+			                           .s = d.s,
+			                           .unit = d.unit};
 		} else {
 			if (nn < on)
-				ml__ranges_put(R, a + nn, a + on, 0, 0, 0, 0);
-			ml__ranges_move(R, a, nn < on ? nn : on, q);
-			if (nn > on)
-				recorded =
-				    ml__ranges_put(R, q + on, q + nn, state,
-				                   d.key, d.s, d.unit);
+				ops[k++] =
+				    (struct ml__mapped_op){.kind = ML__OP_PUT,
+				                           .a = a + nn,
+				                           .b = a + on};
+			ops[k++] =
+			    (struct ml__mapped_op){.kind = ML__OP_MOVE,
+			                           .a = a,
+			                           .b = a + (nn < on ? nn : on),
+			                           .to = q};
+			if (nn > on) {
+				grown = k;
+				ops[k++] = (struct ml__mapped_op){
+				    .kind = ML__OP_PUT,
+				    .state = (uint8_t)state,
+				    .a = q + on,
+				    .b = q + nn,
+				    .key = d.key,
+				    .s = d.s,
+				    .unit = d.unit};
+			}
 		}
-		delta = (int64_t)(R->counted - before);
+		if (ml__mapped_take()) {
+			struct ml__ranges *R = ml__mapped_ranges();
+			uint64_t before = R ? R->counted : 0;
+			for (unsigned i = 0; R && i < k; i++) {
+				struct ml__mapped_done dn =
+				    ml__mapped_apply(R, &ops[i]);
+				if (i == grown)
+					recorded = dn.recorded;
+			}
+			if (R)
+				delta = (int64_t)(R->counted - before);
+			ml__mapped_give();
+		} else {
+			for (unsigned i = 0; i < k; i++)
+				ml__mapped_defer(&ops[i]);
+			recorded = true;
+		}
 	}
-	ml__spin_unlock(&ml__mapped_lock);
 	meter(delta);
 	counted_from(pc, delta);
 	settle(&d, p != MAP_FAILED, recorded, 0);

@@ -163,13 +163,19 @@ void ml__held_free(void *p)
 /* Issue 34: a mapping's record (keyed by api/mmap.c's odd key, never a
  * block's address) gives back `weight` of its bytes: part of the mapping
  * went (alloc/ranges.c draws which samples).  The record goes with its
- * last byte.  Called under the ranges' lock, which ranks before ours. */
+ * last byte.  Called after the ranges' lock (alloc/mapped.c buffers the
+ * calls), or under it when its buffer is full: it ranks before ours. */
 void ml__held_drop(uintptr_t key, uint64_t weight)
 {
 	struct record r = {0};
 	bool drained = false, part = false;
 	unsigned k = shard_of(key);
 	struct shard *sh = &shards[k];
+	/* Busy: a signal handler's allocation on this thread meanwhile is
+	 * not sampled, so takes no shard lock (issue 41). */
+	struct ml__thread *t = &ml__self;
+	uint8_t busy = t->busy;
+	t->busy = 1;
 	ml__spin_lock(&shard_lock[k].lock);
 	struct record *e = find(sh, key);
 	if (e) {
@@ -194,6 +200,7 @@ void ml__held_drop(uintptr_t key, uint64_t weight)
 		release(&r);
 		held_moved(-(int64_t)r.weight);
 	}
+	t->busy = busy;
 	if (ml__unlikely(drained))
 		ml__held_drain_check();
 }

@@ -155,3 +155,10 @@ TESTS += tests/cli/test-run-mapped.sh
 EXTRA_DIST += tests/cli/test-run-mapped.sh
 tests_cli_test_run_mapped_SOURCES = tests/cli/test-run-mapped.c
 tests_cli_test_run_mapped_LDFLAGS = -no-install
+# A signal handler that maps and mallocs on a thread inside the mmap
+# family, under run mode (issue 41, item 2).
+check_PROGRAMS += tests/cli/test-run-signal
+TESTS += tests/cli/test-run-signal.sh
+EXTRA_DIST += tests/cli/test-run-signal.sh
+tests_cli_test_run_signal_SOURCES = tests/cli/test-run-signal.c
+tests_cli_test_run_signal_LDFLAGS = -no-install
