@@ -201,30 +201,34 @@ static inline bool decide(uint64_t n, struct decision *d)
 	return !sampled(n) || decide_slow(n, d);
 }
 
-/* After the system call: a failure takes the charges back; samples no
- * record took (a full table) are not held.  Leaves errno alone. */
-static void settle_begun(struct decision *d, bool ok, bool recorded,
-                         uint64_t left)
+/* After the system call and before the record (issue 41): a failure
+ * takes the charges back; a success publishes the samples' held record
+ * under d->key, so that a range's record carrying the key always finds
+ * it: an unmap that races the record and removes it gives back what the
+ * held record holds (before, the key went into the table first, and an
+ * unmap in between dropped nothing from a record made after it, held for
+ * good).  Leaves errno alone. */
+static void settle_begun(struct decision *d, bool ok)
 {
 	if (!ok) {
 		ml__alloc_end(NULL, d->n);
 		return;
 	}
-	if (!recorded) {
-		/* Allocated, but nothing will give the samples back. */
-		ml__self.charged = 0;
-		left = 0;
-	}
 	ml__alloc_end(d->key ? (void *)d->key : (void *)d, d->n);
-	if (d->key && left)
-		ml__held_drop(d->key, left * d->unit);
 }
 
-static inline void settle(struct decision *d, bool ok, bool recorded,
-                          uint64_t left)
+static inline void settle(struct decision *d, bool ok)
 {
 	if (ml__unlikely(d->begun))
-		settle_begun(d, ok, recorded, left);
+		settle_begun(d, ok);
+}
+
+/* After the record: the samples no record took (a full table; a commit
+ * that changed nothing) stop being held. */
+static inline void unheld(const struct decision *d, uint64_t left)
+{
+	if (ml__unlikely(d->key && left))
+		ml__held_drop(d->key, left * d->unit);
 }
 
 /* The meter, after the lock; and, once, that the table filled up
@@ -310,10 +314,11 @@ static struct ml__mapped_done update(const struct ml__mapped_op *op,
  * after the system call, and the meter told.  A record left at those
  * addresses by an unmap in flight is replaced (the kernel gave the pages
  * out again: they are gone), and that unmap's settle leaves this one
- * alone (it removes only what it claimed).  false: no record took it (a
- * full table). */
-static bool record_new(uintptr_t p, uintptr_t n, unsigned state, uintptr_t pc,
-                       uintptr_t key, uint64_t s, uint64_t unit)
+ * alone (it removes only what it claimed).  Returns the samples no record
+ * took (all s: a full table). */
+static uint64_t record_new(uintptr_t p, uintptr_t n, unsigned state,
+                           uintptr_t pc, uintptr_t key, uint64_t s,
+                           uint64_t unit)
 {
 	int64_t delta;
 	struct ml__mapped_op op = {.kind = ML__OP_PUT,
@@ -323,10 +328,10 @@ static bool record_new(uintptr_t p, uintptr_t n, unsigned state, uintptr_t pc,
 	                           .key = key,
 	                           .s = s,
 	                           .unit = unit};
-	bool recorded = update(&op, &delta).recorded;
+	uint64_t left = update(&op, &delta).left;
 	meter(delta);
 	counted_from(pc, delta);
-	return recorded;
+	return left;
 }
 
 /* The common mapping made while sampling takes its slow path: sampled,
@@ -341,10 +346,10 @@ map_sampled(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
 		return refused("mmap", n, pc);
 	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
 	bool ok = p != MAP_FAILED;
-	settle(&d, ok,
-	       ok && record_new((uintptr_t)p, n, ML__RANGE_COUNTED, pc, d.key,
-	                        d.s, d.unit),
-	       0);
+	settle(&d, ok);
+	if (ok)
+		unheld(&d, record_new((uintptr_t)p, n, ML__RANGE_COUNTED, pc,
+		                      d.key, d.s, d.unit));
 	return p;
 }
 
@@ -467,10 +472,10 @@ map_other(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
 	 * call: a thread that unmaps what another maps over at the same
 	 * moment races in the program already. */
 	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
-	bool recorded = p != MAP_FAILED && record_new((uintptr_t)p, n, state,
-	                                              pc, d.key, d.s, d.unit);
-	if (state == ML__RANGE_COUNTED)
-		settle(&d, p != MAP_FAILED, recorded, 0);
+	settle(&d, p != MAP_FAILED);
+	if (p != MAP_FAILED)
+		unheld(&d, record_new((uintptr_t)p, n, state, pc, d.key, d.s,
+		                      d.unit));
 	return p;
 }
 
@@ -641,7 +646,8 @@ ML__API int mprotect(void *addr, size_t len, int prot)
 	}
 	int r = ml__sys_mprotect(addr, len, prot);
 	int64_t delta = 0;
-	uint64_t left = d.s;
+	uint64_t left = 0;
+	settle(&d, r == 0);
 	if (r == 0) {
 		struct ml__mapped_op op = {.kind = ML__OP_PROTECT,
 		                           .state = (uint8_t)state,
@@ -654,7 +660,7 @@ ML__API int mprotect(void *addr, size_t len, int prot)
 	}
 	meter(delta);
 	counted_from(pc, delta);
-	settle(&d, r == 0, true, left);
+	unheld(&d, left);
 	return r;
 }
 
@@ -690,8 +696,9 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 	 * mapping another thread makes at the old addresses, and records,
 	 * between the two is moved with them: docs/internals.md.) */
 	void *p = ml__sys_mremap(old, oldlen, newlen, flags, to);
-	bool recorded = !d.key;
+	uint64_t left = 0;
 	int64_t delta = 0;
+	settle(&d, p != MAP_FAILED);
 	if (p != MAP_FAILED) {
 		uintptr_t q = (uintptr_t)p;
 		struct ml__mapped_op ops[3];
@@ -736,19 +743,19 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 				struct ml__mapped_done dn =
 				    ml__mapped_apply(R, &ops[i]);
 				if (i == grown)
-					recorded = dn.recorded;
+					left = dn.left;
 			}
 			if (R)
 				delta = (int64_t)(R->counted - before);
 			ml__mapped_give();
 		} else {
 			for (unsigned i = 0; i < k; i++)
-				ml__mapped_defer(&ops[i]);
-			recorded = true;
+				if (!ml__mapped_defer(&ops[i]) && i == grown)
+					left = ops[i].s;
 		}
 	}
 	meter(delta);
 	counted_from(pc, delta);
-	settle(&d, p != MAP_FAILED, recorded, 0);
+	unheld(&d, left);
 	return p;
 }

@@ -162,3 +162,10 @@ TESTS += tests/cli/test-run-signal.sh
 EXTRA_DIST += tests/cli/test-run-signal.sh
 tests_cli_test_run_signal_SOURCES = tests/cli/test-run-signal.c
 tests_cli_test_run_signal_LDFLAGS = -no-install
+# A JUMP out of mmap leaves no mapping flag behind (issue 41, item 3).
+check_PROGRAMS += tests/cli/test-run-jump-map
+TESTS += tests/cli/test-run-jump-map.sh
+EXTRA_DIST += tests/cli/test-run-jump-map.sh
+tests_cli_test_run_jump_map_SOURCES = tests/cli/test-run-jump-map.c
+tests_cli_test_run_jump_map_LDADD = lib/libmemlimits.la
+tests_cli_test_run_jump_map_LDFLAGS = -no-install
