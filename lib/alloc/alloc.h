@@ -495,7 +495,7 @@ struct ml__mapped_op {
 	uint64_t s, unit;
 };
 struct ml__mapped_self {
-	struct ml__mapped_op q[3];
+	struct ml__mapped_op q[6];
 	_Atomic unsigned n;
 };
 extern ML__TLS struct ml__mapped_self ml__mapped_self;

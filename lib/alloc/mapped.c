@@ -90,7 +90,13 @@ bool ml__mapped_defer(const struct ml__mapped_op *op)
 	struct ml__mapped_self *q = &ml__mapped_self;
 	unsigned n = atomic_load_explicit(&q->n, memory_order_relaxed);
 	if (n == sizeof q->q / sizeof q->q[0]) {
-		__atomic_fetch_add(&ranges.lost, 1, __ATOMIC_RELAXED);
+		/* Handlers that each queued while the thread held the table
+		 * (it was preempted there, and a signal came at each
+		 * return): this update is lost, said once. */
+		static _Atomic bool said;
+		if (!atomic_exchange(&said, true))
+			ml__diag("a signal handler's mapping was not counted "
+			         "(its thread was inside the mmap family)");
 		return false;
 	}
 	q->q[n] = *op;

@@ -141,6 +141,12 @@ void ml__held_free(void *p)
 	bool drained = false;
 	unsigned k = shard_of((uintptr_t)p);
 	struct shard *sh = &shards[k];
+	/* Busy under the shard's lock (issue 41): a signal handler's
+	 * allocation on this thread meanwhile is not sampled, so it never
+	 * waits for the lock its own thread holds. */
+	struct ml__thread *t = &ml__self;
+	uint8_t busy = t->busy;
+	t->busy = 1;
 	ml__spin_lock(&shard_lock[k].lock);
 	struct record *e = find(sh, (uintptr_t)p);
 	if (e) {
@@ -152,6 +158,7 @@ void ml__held_free(void *p)
 		drained = !sh->used && !ML__HELD_ON;
 	}
 	ml__spin_unlock(&shard_lock[k].lock);
+	t->busy = busy;
 	if (r.addr) {
 		release(&r);
 		held_moved(-(int64_t)r.weight);
@@ -232,6 +239,9 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 	bool kept = false;
 	unsigned k = shard_of(r.addr);
 	struct shard *sh = &shards[k];
+	/* Busy under the lock, as in ml__held_free. */
+	uint8_t busy = t->busy;
+	t->busy = 1;
 	ml__spin_lock(&shard_lock[k].lock);
 	/* A block freed behind our back (the allocator's own free called
 	 * directly) whose address came back: its old record goes.  No record
@@ -255,6 +265,7 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 		kept = true;
 	}
 	ml__spin_unlock(&shard_lock[k].lock);
+	t->busy = busy;
 	if (stale.addr)
 		release(&stale);
 	if (!kept)

@@ -525,7 +525,18 @@ static void *race_body(void *arg)
 static void test_race_held(void)
 {
 	ml_set_seed(41);
-	race_at = map(RACE_LEN, PROT_NONE, PA, NULL);
+	/* Far below where the kernel places mappings (top-down from under
+	 * the stack): the range the other thread unmaps over and over is
+	 * never handed out to anything else meanwhile (the library's own
+	 * tables, glibc's arenas), which its next munmap would take away. */
+	race_at = MAP_FAILED;
+	for (uintptr_t at = (uintptr_t)1 << 34;
+	     race_at == MAP_FAILED && at < (uintptr_t)1 << 40; at <<= 1)
+		race_at = mmap((void *)at, RACE_LEN, PROT_NONE,
+		               PA | MAP_FIXED_NOREPLACE, -1, 0);
+	if (race_at == MAP_FAILED)
+		tap_bail("no room low in the address space: %s",
+		         strerror(errno));
 	ml_limits l = ML_LIMITS_INIT;
 	ml_task *t = ml_task_new(&l);
 	pthread_t th;
