@@ -291,6 +291,9 @@ struct ml__range {
 	uint64_t samples;     /* the samples its bytes carry */
 	uint64_t unit;        /* bytes per sample (the interval then) */
 	uint8_t state;        /* ML__RANGE_* */
+	/* COUNTED, made not writable since (issue 41: it stays counted;
+	 * MADV_DONTNEED or MADV_FREE then gives it back). */
+	uint8_t ro;
 	/* An unmap in flight claimed it (its ticket, 0: none): the unmap's
 	 * settle removes only what it claimed (mapped.c). */
 	uint32_t op;
@@ -318,9 +321,12 @@ struct ml__ranges {
  * gives the samples back). */
 bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                     unsigned state, uintptr_t key, uint64_t s, uint64_t unit);
-/* mprotect: the tracked bytes of [a, b) take `state`; those that become
- * COUNTED share s samples of key by size.  Returns the samples no piece
- * took (all s when no byte changed state). */
+/* mprotect: `state` COUNTED (writable): the RESERVED bytes of [a, b)
+ * become COUNTED, sharing s samples of key by size, and COUNTED ones are
+ * writable again; RESERVED (not writable): COUNTED bytes stay COUNTED,
+ * marked `ro` (counted memory stays counted whatever its protection:
+ * issue 41).  Returns the samples no piece took (all s when no byte
+ * changed state). */
 uint64_t ml__ranges_protect(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                             unsigned state, uintptr_t key, uint64_t s,
                             uint64_t unit);
@@ -332,6 +338,10 @@ void ml__ranges_claim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                       uint32_t op);
 void ml__ranges_unclaim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                         uint32_t op, bool drop);
+/* MADV_DONTNEED, MADV_FREE: the COUNTED `ro` bytes of [a, b) are given
+ * back (RESERVED, their samples dropped); writable ones stay COUNTED
+ * (the program may fill them again, as RLIMIT_DATA counts them). */
+void ml__ranges_advise(struct ml__ranges *R, uintptr_t a, uintptr_t b);
 /* mremap's move: the records of [from, from + len) now lie at to. */
 void ml__ranges_move(struct ml__ranges *R, uintptr_t from, uintptr_t len,
                      uintptr_t to);

@@ -124,6 +124,11 @@ struct ml__mapped_done ml__mapped_apply(struct ml__ranges *R,
 		                            op->s, op->unit);
 		d.recorded = true;
 		break;
+	case ML__OP_ADVISE:
+		ml__ranges_advise(R, op->a, op->b);
+		d.recorded = true;
+		d.left = 0;
+		break;
 	case ML__OP_MOVE:
 		ml__ranges_move(R, op->a, op->b - op->a, op->to);
 		d.recorded = true;

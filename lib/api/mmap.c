@@ -618,14 +618,88 @@ ML__API int munmap(void *addr, size_t len)
 	return 0;
 }
 
-ML__API int mprotect(void *addr, size_t len, int prot)
+/* System calls only these need (util.h has the family's). */
+#if defined(__x86_64__) && !defined(ML_NO_ASM)
+static inline int sys_pkey_mprotect(void *addr, size_t len, int prot, int pkey)
 {
-	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+	return (int)ml__sys6(329, (long)addr, (long)len, prot, pkey, 0, 0);
+}
+static inline int sys_madvise(void *addr, size_t len, int advice)
+{
+	return (int)ml__sys6(28, (long)addr, (long)len, advice, 0, 0, 0);
+}
+static inline int sys_msync(void *addr, size_t len, int flags)
+{
+	return (int)ml__sys6(26, (long)addr, (long)len, flags, 0, 0, 0);
+}
+#else
+#include <sys/syscall.h>
+static inline int sys_pkey_mprotect(void *addr, size_t len, int prot, int pkey)
+{
+	return (int)syscall(SYS_pkey_mprotect, addr, len, prot, pkey);
+}
+static inline int sys_madvise(void *addr, size_t len, int advice)
+{
+	return (int)syscall(SYS_madvise, addr, len, advice);
+}
+static inline int sys_msync(void *addr, size_t len, int flags)
+{
+	return (int)syscall(SYS_msync, addr, len, flags);
+}
+#endif
+
+/* mprotect, or pkey_mprotect with key pkey (pk). */
+static int sys_protect(void *addr, size_t len, int prot, bool pk, int pkey)
+{
+	return pk ? sys_pkey_mprotect(addr, len, prot, pkey)
+	          : ml__sys_mprotect(addr, len, prot);
+}
+
+/* A protection change the kernel refused with errno e after changing
+ * part of [a, b) (issue 41): it applies the change VMA by VMA from a and
+ * stops at a hole (ENOMEM) or at a mapping that refuses it (EACCES,
+ * EPERM), leaving what came before changed.  Returns where the change
+ * stops: the first hole (msync finds holes, ENOMEM, and changes nothing
+ * with MS_ASYNC: a binary search); for a mapping that refused, the end
+ * of the records that lie contiguous from a (ours are private anonymous
+ * mappings, which never refuse: the refusing one lies past them, or
+ * between them, where the count may then stay with pages that did not
+ * change: above the truth, never below).  a: nothing changed (EINVAL). */
+static ML__COLD uintptr_t changed_to(uintptr_t a, uintptr_t b, int e)
+{
+	uintptr_t pg = page_size();
+	if (e == ENOMEM) {
+		uintptr_t lo = a, hi = b; /* [a, lo) mapped; hi: not known */
+		while (hi - lo > pg) {
+			uintptr_t mid = lo + ((hi - lo) / 2 & ~(pg - 1));
+			if (sys_msync((void *)a, mid - a, MS_ASYNC) == 0)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		return sys_msync((void *)a, hi - a, MS_ASYNC) == 0 ? hi : lo;
+	}
+	if (e != EACCES && e != EPERM)
+		return a;
+	uintptr_t x = a;
+	if (ml__mapped_take()) {
+		struct ml__ranges *R = ml__mapped_ranges();
+		for (size_t i = R ? ml__ranges_find(R, a) : 0;
+		     R && i < R->n && R->r[i].start <= x && x < b; i++)
+			x = R->r[i].end;
+		ml__mapped_give();
+	}
+	return x < b ? x : b;
+}
+
+static int protect(void *addr, size_t len, int prot, bool pk, int pkey,
+                   uintptr_t pc)
+{
 	if (!len || misaligned(addr) || !counting())
-		return ml__sys_mprotect(addr, len, prot);
+		return sys_protect(addr, len, prot, pk, pkey);
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
 	unsigned state =
-	    prot & PROT_WRITE ? ML__RANGE_COUNTED : ML__RANGE_RESERVED;
+	    (prot & PROT_WRITE) ? ML__RANGE_COUNTED : ML__RANGE_RESERVED;
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED) {
 		/* A commit: the reserved bytes it makes writable are
@@ -640,19 +714,25 @@ ML__API int mprotect(void *addr, size_t len, int prot)
 			ml__mapped_give();
 		}
 		if (k && !decide(k, &d)) {
-			note_refused("mprotect", k, pc);
+			note_refused(pk ? "pkey_mprotect" : "mprotect", k, pc);
 			return -1;
 		}
 	}
-	int r = ml__sys_mprotect(addr, len, prot);
+	int r = sys_protect(addr, len, prot, pk, pkey);
+	uintptr_t end = b;
+	if (ml__unlikely(r != 0)) {
+		int e = errno;
+		end = changed_to(a, b, e);
+		errno = e;
+	}
 	int64_t delta = 0;
 	uint64_t left = 0;
-	settle(&d, r == 0);
-	if (r == 0) {
+	settle(&d, end > a);
+	if (end > a) {
 		struct ml__mapped_op op = {.kind = ML__OP_PROTECT,
 		                           .state = (uint8_t)state,
 		                           .a = a,
-		                           .b = b,
+		                           .b = end,
 		                           .key = d.key,
 		                           .s = d.s,
 		                           .unit = d.unit};
@@ -661,6 +741,46 @@ ML__API int mprotect(void *addr, size_t len, int prot)
 	meter(delta);
 	counted_from(pc, delta);
 	unheld(&d, left);
+	return r;
+}
+
+ML__API int mprotect(void *addr, size_t len, int prot)
+{
+	return protect(addr, len, prot, false, 0,
+	               (uintptr_t)__builtin_return_address(0));
+}
+
+/* pkey_mprotect(2) (issue 41): mprotect with a protection key, which
+ * commits a reservation as mprotect does; uncounted before. */
+ML__API int pkey_mprotect(void *addr, size_t len, int prot, int pkey)
+{
+	return protect(addr, len, prot, true, pkey,
+	               (uintptr_t)__builtin_return_address(0));
+}
+
+/* madvise (issue 41): MADV_DONTNEED and MADV_FREE (and MADV_REMOVE,
+ * MADV_DONTNEED_LOCKED) give back counted pages that are no longer
+ * writable (a runtime that uncommits: PROT_NONE, then madvise, as V8
+ * does); writable ones stay counted, as RLIMIT_DATA counts them.  The
+ * allocator underneath's calls (jemalloc's purges) and every other
+ * advice go straight to the kernel. */
+ML__API int madvise(void *addr, size_t len, int advice)
+{
+	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+	bool gives = advice == MADV_DONTNEED || advice == MADV_FREE ||
+	             advice == MADV_REMOVE || advice == 24 /* _LOCKED */;
+	if (!gives || !len || misaligned(addr) || !counting() ||
+	    ml__allocator_holds(pc))
+		return sys_madvise(addr, len, advice);
+	int r = sys_madvise(addr, len, advice);
+	if (r == 0) {
+		int64_t delta;
+		uintptr_t a = (uintptr_t)addr;
+		struct ml__mapped_op op = {
+		    .kind = ML__OP_ADVISE, .a = a, .b = a + page_up(len)};
+		update(&op, &delta);
+		meter(delta);
+	}
 	return r;
 }
 

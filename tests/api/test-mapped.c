@@ -199,9 +199,22 @@ static void test_reserve(void)
 	tap_is(mapped() - base, 0, "a 64 MiB reservation counts nothing");
 	tap_ok(mprotect(r, 16 * MiB, RW) == 0 && mapped() - base == 16 * MiB,
 	       "16 MiB of it made writable: 16 MiB");
+	/* Issue 41: counted memory stays counted whatever its protection,
+	 * until unmapped or given back. */
 	tap_ok(mprotect(r + 8 * MiB, 8 * MiB, PROT_READ) == 0 &&
+	           mapped() - base == 16 * MiB,
+	       "8 MiB of those made read-only: still 16 MiB");
+	tap_ok(madvise(r, 8 * MiB, MADV_DONTNEED) == 0 &&
+	           mapped() - base == 16 * MiB,
+	       "MADV_DONTNEED on 8 writable MiB: still 16 MiB");
+	tap_ok(madvise(r + 8 * MiB, 8 * MiB, MADV_DONTNEED) == 0 &&
 	           mapped() - base == 8 * MiB,
-	       "8 MiB of those made read-only: 8 MiB");
+	       "MADV_DONTNEED on the 8 read-only MiB: given back, 8 MiB");
+	tap_ok(mprotect(r + 8 * MiB, 8 * MiB, RW) == 0 &&
+	           mprotect(r + 8 * MiB, 8 * MiB, PROT_NONE) == 0 &&
+	           madvise(r + 8 * MiB, 8 * MiB, MADV_FREE) == 0 &&
+	           mapped() - base == 8 * MiB,
+	       "committed again, PROT_NONE, MADV_FREE: 8 MiB");
 	map(8 * MiB, RW, PA | MAP_FIXED, r + 32 * MiB);
 	tap_is(mapped() - base, 16 * MiB, "8 MiB committed by MAP_FIXED");
 	tap_ok(mprotect(r, 64 * MiB, RW) == 0 && mapped() - base == 64 * MiB,

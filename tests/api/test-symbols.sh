@@ -29,10 +29,12 @@ sed 's#/\*.*\*/##; /^[[:space:]]*\/\*/,/\*\//d' "$map" | awk '
 	/^\}/ { g = 0; next }
 	g && /^[[:space:]]*[a-z_0-9]+;/ { gsub(/[;[:space:]]/, ""); print $0, node }' >"$tmp/nodes"
 # The malloc family is exported unversioned (lib/memlimits.map says why),
-# and so is the mmap family since 0.4 (lib/api/mmap.c), for the same reason.
+# and so is the mmap family since 0.4 (lib/api/mmap.c; pkey_mprotect and
+# madvise since 0.5), for the same reason.
 family="malloc free calloc realloc reallocarray posix_memalign aligned_alloc
 	memalign valloc pvalloc malloc_usable_size cfree
-	mmap mmap64 munmap mremap mprotect"
+	mmap mmap64 munmap mremap mprotect
+	pkey_mprotect madvise"
 {
 	awk '{ print $1 }' "$tmp/nodes"
 	for f in $family; do echo "$f"; done

@@ -169,3 +169,9 @@ EXTRA_DIST += tests/cli/test-run-jump-map.sh
 tests_cli_test_run_jump_map_SOURCES = tests/cli/test-run-jump-map.c
 tests_cli_test_run_jump_map_LDADD = lib/libmemlimits.la
 tests_cli_test_run_jump_map_LDFLAGS = -no-install
+# Private memory made through protection changes (issue 41, item 6).
+check_PROGRAMS += tests/cli/test-run-protect
+TESTS += tests/cli/test-run-protect.sh
+EXTRA_DIST += tests/cli/test-run-protect.sh
+tests_cli_test_run_protect_SOURCES = tests/cli/test-run-protect.c
+tests_cli_test_run_protect_LDFLAGS = -no-install
