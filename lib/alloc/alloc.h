@@ -483,7 +483,7 @@ static inline bool ml__ranges_remove(struct ml__ranges *R, uintptr_t a,
  * taken with no other lock of ours held: nested ones rank after it).
  *
  * The lock is the owner word: 0, or the tag of the thread that holds the
- * table (the address of its ml__mapped_self), taken by one compare and
+ * table (the address of its ml__mapped_tag), taken by one compare and
  * swap, so that a signal handler on that thread tells for certain that
  * its own thread holds it and defers its update (ml__mapped_defer)
  * rather than spin for ever; bit 0 says that such updates wait, and the
@@ -504,14 +504,14 @@ struct ml__mapped_op {
 	uintptr_t key;
 	uint64_t s, unit;
 };
-struct ml__mapped_self {
-	struct ml__mapped_op q[6];
-	_Atomic unsigned n;
-};
-extern ML__TLS struct ml__mapped_self ml__mapped_self;
+/* A thread's tag is the address of its ml__mapped_tag (8-aligned: bit 0
+ * is free for the owner word's flag).  The queue itself is one for the
+ * process (mapped.c): only the handlers of the thread that holds the
+ * table queue, and it is empty again before the table is let go. */
+extern ML__TLS _Alignas(8) uint8_t ml__mapped_tag;
 static inline uintptr_t ml__mapped_me(void)
 {
-	return (uintptr_t)&ml__mapped_self;
+	return (uintptr_t)&ml__mapped_tag;
 }
 /* Take the table if nobody holds it (true), never waiting. */
 static inline bool ml__mapped_try(void)

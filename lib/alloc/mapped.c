@@ -22,7 +22,10 @@
 
 ML__LOCK(, ml__mapped_lock, ML__RANK_MAPPED)
 _Atomic uintptr_t ml__mapped_owner;
-ML__TLS struct ml__mapped_self ml__mapped_self;
+ML__TLS _Alignas(8) uint8_t ml__mapped_tag;
+/* The updates the holder's signal handlers queued (ml__mapped_defer). */
+static struct ml__mapped_op queue[8];
+static _Atomic unsigned queued;
 _Atomic bool ml__mapped_on = true;
 void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
 
@@ -87,9 +90,8 @@ bool ml__mapped_take(void)
 
 bool ml__mapped_defer(const struct ml__mapped_op *op)
 {
-	struct ml__mapped_self *q = &ml__mapped_self;
-	unsigned n = atomic_load_explicit(&q->n, memory_order_relaxed);
-	if (n == sizeof q->q / sizeof q->q[0]) {
+	unsigned n = atomic_load_explicit(&queued, memory_order_relaxed);
+	if (n == sizeof queue / sizeof queue[0]) {
 		/* Handlers that each queued while the thread held the table
 		 * (it was preempted there, and a signal came at each
 		 * return): this update is lost, said once. */
@@ -99,10 +101,10 @@ bool ml__mapped_defer(const struct ml__mapped_op *op)
 			         "(its thread was inside the mmap family)");
 		return false;
 	}
-	q->q[n] = *op;
+	queue[n] = *op;
 	/* The owner is this thread, suspended under us: a signal fence
 	 * orders the slot before its count, the count before the flag. */
-	atomic_store_explicit(&q->n, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&queued, n + 1, memory_order_relaxed);
 	atomic_signal_fence(memory_order_seq_cst);
 	atomic_fetch_or_explicit(&ml__mapped_owner, 1, memory_order_relaxed);
 	return true;
@@ -146,14 +148,14 @@ struct ml__mapped_done ml__mapped_apply(struct ml__ranges *R,
  * Samples no record took go back (the handler settled as recorded). */
 static void drain(void)
 {
-	struct ml__mapped_self *q = &ml__mapped_self;
 	struct ml__ranges *R = ml__mapped_ranges();
 	atomic_fetch_and_explicit(&ml__mapped_owner, ~(uintptr_t)1,
 	                          memory_order_relaxed);
 	for (unsigned i = 0;;) {
-		unsigned k = atomic_load_explicit(&q->n, memory_order_relaxed);
+		unsigned k =
+		    atomic_load_explicit(&queued, memory_order_relaxed);
 		if (i < k) {
-			struct ml__mapped_op op = q->q[i++];
+			struct ml__mapped_op op = queue[i++];
 			if (!R)
 				continue;
 			struct ml__mapped_done d = ml__mapped_apply(R, &op);
@@ -162,7 +164,7 @@ static void drain(void)
 			continue;
 		}
 		if (atomic_compare_exchange_strong_explicit(
-		        &q->n, &k, 0, memory_order_relaxed,
+		        &queued, &k, 0, memory_order_relaxed,
 		        memory_order_relaxed))
 			break;
 	}
@@ -219,7 +221,7 @@ void ml__mapped_give_slow(bool relock)
 static void mapped_child(void)
 {
 	atomic_store_explicit(&ml__mapped_owner, 0, memory_order_relaxed);
-	atomic_store_explicit(&ml__mapped_self.n, 0, memory_order_relaxed);
+	atomic_store_explicit(&queued, 0, memory_order_relaxed);
 }
 
 __attribute__((constructor(101))) static void mapped_init(void)
