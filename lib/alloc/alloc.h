@@ -486,8 +486,9 @@ static inline bool ml__ranges_remove(struct ml__ranges *R, uintptr_t a,
  * table (the address of its ml__mapped_tag), taken by one compare and
  * swap, so that a signal handler on that thread tells for certain that
  * its own thread holds it and defers its update (ml__mapped_defer)
- * rather than spin for ever; bit 0 says that such updates wait, and the
- * owner applies them before it lets go (ml__mapped_give).
+ * rather than spin for ever; the next holder makes the queued updates
+ * before its own (ml__mapped_drain: the table stayed held from before
+ * the handler's system call, so no other update came between).
  * ml__mapped_lock, the fork registry's, is taken inside it and held with
  * it: around fork nobody holds the table.  No system call and no hook is
  * made under it (the drop hook's calls wait in a buffer until the lock
@@ -504,16 +505,24 @@ struct ml__mapped_op {
 	uintptr_t key;
 	uint64_t s, unit;
 };
-/* A thread's tag is the address of its ml__mapped_tag (8-aligned: bit 0
- * is free for the owner word's flag).  The queue itself is one for the
- * process (mapped.c): only the handlers of the thread that holds the
- * table queue, and it is empty again before the table is let go. */
-extern ML__TLS _Alignas(8) uint8_t ml__mapped_tag;
+/* A thread's tag is the address of its ml__mapped_tag.  The queue itself is one
+ * for the process (mapped.c): only the handlers of the thread that holds the
+ * table queue, and the next holder empties it. */
+extern ML__TLS uint8_t ml__mapped_tag;
 static inline uintptr_t ml__mapped_me(void)
 {
 	return (uintptr_t)&ml__mapped_tag;
 }
-/* Take the table if nobody holds it (true), never waiting. */
+/* Updates queued by a holder's signal handlers, not made yet: the next
+ * holder that takes the table with ml__mapped_take makes them first
+ * thing (ml__mapped_drain), before its own. */
+extern _Atomic unsigned ml__mapped_queued;
+void ml__mapped_drain(void);
+/* Take the table if nobody holds it (true), never waiting: the fast
+ * paths', which leave the queued updates to ml__mapped_take (they act
+ * only on a gap, or on the last record whole: a queued update of the
+ * same pages leaves a record there that sends them to the general way,
+ * which drains first). */
 static inline bool ml__mapped_try(void)
 {
 	uintptr_t z = 0;
@@ -528,25 +537,27 @@ static inline bool ml__mapped_try(void)
 /* Take the table, waiting for another thread; false (nothing taken):
  * this thread holds it already, a signal handler arrived inside. */
 bool ml__mapped_take(void);
-void ml__mapped_give_slow(bool relock);
-/* Let go: the deferred updates and the buffered drops out of line, the
- * meter told of the deferred updates' bytes, errno kept. */
+void ml__mapped_give_slow(void);
+/* Let go, the fast paths' way (they leave no drops): the updates a
+ * handler queued meanwhile wait for the next holder. */
+static inline void ml__mapped_give_fast(void)
+{
+	ml__spin_unlock(&ml__mapped_lock);
+	atomic_store_explicit(&ml__mapped_owner, 0, memory_order_release);
+}
+/* Let go: the buffered drops and the queued updates out of line, the
+ * meter told of the queued updates' bytes, errno kept. */
 extern unsigned ml__mapped_ndrops;
+extern int64_t ml__mapped_pending;
 static inline void ml__mapped_give(void)
 {
-	uintptr_t me = ml__mapped_me();
-	if (ml__unlikely(
-	        ml__mapped_ndrops ||
-	        (atomic_load_explicit(&ml__mapped_owner, memory_order_relaxed) &
-	         1))) {
-		ml__mapped_give_slow(false);
+	if (ml__unlikely(ml__mapped_ndrops || ml__mapped_pending ||
+	                 atomic_load_explicit(&ml__mapped_queued,
+	                                      memory_order_relaxed))) {
+		ml__mapped_give_slow();
 		return;
 	}
-	ml__spin_unlock(&ml__mapped_lock);
-	if (ml__unlikely(!atomic_compare_exchange_strong_explicit(
-	        &ml__mapped_owner, &me, 0, memory_order_release,
-	        memory_order_relaxed)))
-		ml__mapped_give_slow(true); /* queued since the test */
+	ml__mapped_give_fast();
 }
 /* Queue op for the owner (this thread, interrupted): false when the
  * queue is full (the update is lost: docs/internals.md). */

@@ -22,10 +22,11 @@
 
 ML__LOCK(, ml__mapped_lock, ML__RANK_MAPPED)
 _Atomic uintptr_t ml__mapped_owner;
-ML__TLS _Alignas(8) uint8_t ml__mapped_tag;
+ML__TLS uint8_t ml__mapped_tag;
 /* The updates the holder's signal handlers queued (ml__mapped_defer). */
 static struct ml__mapped_op queue[8];
-static _Atomic unsigned queued;
+_Atomic unsigned ml__mapped_queued;
+#define queued ml__mapped_queued
 _Atomic bool ml__mapped_on = true;
 void (*_Atomic ml__mapped_drop_hook)(uintptr_t key, uint64_t weight);
 
@@ -45,6 +46,10 @@ static struct {
 	uint64_t weight;
 } drops[DROPS];
 unsigned ml__mapped_ndrops;
+/* Counted bytes the drained updates changed, for the meter after the
+ * lock (under the table). */
+int64_t ml__mapped_pending;
+#define pending_delta ml__mapped_pending
 
 static void call_drop(uintptr_t key, uint64_t weight)
 {
@@ -79,12 +84,14 @@ bool ml__mapped_take(void)
 		        &ml__mapped_owner, &z, me, memory_order_acquire,
 		        memory_order_relaxed))
 			break;
-		if ((z & ~(uintptr_t)1) == me)
+		if (z == me)
 			return false; /* a handler: its thread holds it */
 		if (z)
 			sched_yield();
 	}
 	ml__spin_lock(&ml__mapped_lock);
+	if (atomic_load_explicit(&queued, memory_order_relaxed))
+		ml__mapped_drain();
 	return true;
 }
 
@@ -103,10 +110,9 @@ bool ml__mapped_defer(const struct ml__mapped_op *op)
 	}
 	queue[n] = *op;
 	/* The owner is this thread, suspended under us: a signal fence
-	 * orders the slot before its count, the count before the flag. */
-	atomic_store_explicit(&queued, n + 1, memory_order_relaxed);
+	 * orders the slot before its count. */
 	atomic_signal_fence(memory_order_seq_cst);
-	atomic_fetch_or_explicit(&ml__mapped_owner, 1, memory_order_relaxed);
+	atomic_store_explicit(&queued, n + 1, memory_order_relaxed);
 	return true;
 }
 
@@ -142,15 +148,15 @@ struct ml__mapped_done ml__mapped_apply(struct ml__ranges *R,
 	return d;
 }
 
-/* The updates handlers on this thread queued while it held the table:
- * made now, in their order (the table held since before their system
- * calls, so no other thread's update of the same pages came between).
+/* The updates a holder's handlers queued while it held the table, made
+ * now by the next holder (perhaps the same thread, perhaps not), before
+ * its own: the table stayed held from before their system calls to
+ * here, so no other thread's update of the same pages came between.
  * Samples no record took go back (the handler settled as recorded). */
-static void drain(void)
+void ml__mapped_drain(void)
 {
 	struct ml__ranges *R = ml__mapped_ranges();
-	atomic_fetch_and_explicit(&ml__mapped_owner, ~(uintptr_t)1,
-	                          memory_order_relaxed);
+	uint64_t before = R ? R->counted : 0;
 	for (unsigned i = 0;;) {
 		unsigned k =
 		    atomic_load_explicit(&queued, memory_order_relaxed);
@@ -168,50 +174,33 @@ static void drain(void)
 		        memory_order_relaxed))
 			break;
 	}
+	if (R)
+		pending_delta += (int64_t)(R->counted - before);
 }
 
-void ml__mapped_give_slow(bool relock)
+void ml__mapped_give_slow(void)
 {
-	uintptr_t me = ml__mapped_me();
 	int e = errno;
-	if (relock)
-		ml__spin_lock(&ml__mapped_lock);
-	int64_t delta = 0;
-	for (;;) {
-		uint64_t before = ranges.counted;
-		if (atomic_load_explicit(&ml__mapped_owner,
-		                         memory_order_relaxed) &
-		    1)
-			drain();
-		delta += (int64_t)(ranges.counted - before);
-		unsigned n = ml__mapped_ndrops;
-		uintptr_t key[DROPS];
-		uint64_t weight[DROPS];
-		for (unsigned i = 0; i < n; i++) {
-			key[i] = drops[i].key;
-			weight[i] = drops[i].weight;
-		}
-		ml__mapped_ndrops = 0;
-		ml__spin_unlock(&ml__mapped_lock);
-		uintptr_t want = me;
-		if (atomic_compare_exchange_strong_explicit(
-		        &ml__mapped_owner, &want, 0, memory_order_release,
-		        memory_order_relaxed)) {
-			/* The drained updates' bytes and the drops after the
-			 * lock (the hooks take others). */
-			if (delta)
-				ml__meter_mapped(delta);
-			for (unsigned i = 0; i < n; i++)
-				call_drop(key[i], weight[i]);
-			break;
-		}
-		/* A handler queued an update after the drain: the table is
-		 * still ours (only fork's prepare handler may hold the inner
-		 * lock meanwhile); the drops wait for the next round. */
-		ml__spin_lock(&ml__mapped_lock);
-		for (unsigned i = 0; i < n; i++)
-			drop(NULL, key[i], weight[i]);
+	if (atomic_load_explicit(&queued, memory_order_relaxed))
+		ml__mapped_drain();
+	int64_t delta = pending_delta;
+	pending_delta = 0;
+	unsigned n = ml__mapped_ndrops;
+	uintptr_t key[DROPS];
+	uint64_t weight[DROPS];
+	for (unsigned i = 0; i < n; i++) {
+		key[i] = drops[i].key;
+		weight[i] = drops[i].weight;
 	}
+	ml__mapped_ndrops = 0;
+	ml__mapped_give_fast();
+	/* The drained updates' bytes and the drops after the lock (the
+	 * hooks take others).  A handler that queued after the drain
+	 * leaves its update to the next holder. */
+	if (delta)
+		ml__meter_mapped(delta);
+	for (unsigned i = 0; i < n; i++)
+		call_drop(key[i], weight[i]);
 	errno = e;
 }
 

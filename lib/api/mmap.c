@@ -377,7 +377,7 @@ static __attribute__((noinline)) void *map_after(void *p, int64_t m, int64_t n,
 static inline __attribute__((always_inline)) void *
 map_done(void *p, uintptr_t n, uintptr_t pc)
 {
-	ml__mapped_give();
+	ml__mapped_give_fast();
 	int64_t m = ml__meter_mapped_add((int64_t)n);
 	if (ml__unlikely(ML__METER_ON ||
 	                 atomic_load_explicit(&ml__mapped_attribute,
@@ -582,8 +582,9 @@ static __attribute__((noinline)) int unmap_after(int64_t m, int64_t d)
 }
 
 /* The fast path (issue 34): [addr, addr + len) is the last record, whole,
- * counted, holding no samples, claimed by nobody (the mapping the fast
- * mmap appended): its record goes before the system call, with no
+ * counted, holding no samples (the mapping the fast mmap appended; an
+ * unmap in flight that claimed it finds it gone, as it would after its
+ * own call): its record goes before the system call, with no
  * search, and comes back if the kernel refuses (unmap_undo); the table
  * is not held across the call.  Every other case leaves by a tail call
  * for the general update (unmap_general).  The table not made yet has
@@ -603,13 +604,13 @@ ML__API int munmap(void *addr, size_t len)
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
 	const struct ml__range *last = R->r + n - 1;
 	if (ml__unlikely(last->start != a || last->end != b || last->samples ||
-	                 last->state != ML__RANGE_COUNTED || last->op)) {
+	                 last->state != ML__RANGE_COUNTED)) {
 		ml__mapped_give();
 		return unmap_general(addr, len);
 	}
 	R->n = n - 1;
 	R->counted -= b - a;
-	ml__mapped_give();
+	ml__mapped_give_fast();
 	if (ml__unlikely(ml__sys_munmap(addr, len) != 0))
 		return unmap_undo(a, b - a, -1);
 	int64_t m = ml__meter_mapped_add(-(int64_t)(b - a));
