@@ -359,6 +359,12 @@ struct ml__range {
 	uint64_t samples;     /* the samples its bytes carry */
 	uint64_t unit;        /* bytes per sample (the interval then) */
 	uint8_t state;        /* ML__RANGE_* */
+	/* COUNTED, made not writable since (issue 41: it stays counted;
+	 * MADV_DONTNEED or MADV_FREE then gives it back). */
+	uint8_t ro;
+	/* An unmap in flight claimed it (its ticket, 0: none): the unmap's
+	 * settle removes only what it claimed (mapped.c). */
+	uint32_t op;
 };
 /* The records lie in one array with free slots on both sides (a deque):
  * r is the first record in use, `front` slots free before it, `cap`
@@ -383,12 +389,27 @@ struct ml__ranges {
  * gives the samples back). */
 bool ml__ranges_put(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                     unsigned state, uintptr_t key, uint64_t s, uint64_t unit);
-/* mprotect: the tracked bytes of [a, b) take `state`; those that become
- * COUNTED share s samples of key by size.  Returns the samples no piece
- * took (all s when no byte changed state). */
+/* mprotect: `state` COUNTED (writable): the RESERVED bytes of [a, b)
+ * become COUNTED, sharing s samples of key by size, and COUNTED ones are
+ * writable again; RESERVED (not writable): COUNTED bytes stay COUNTED,
+ * marked `ro` (counted memory stays counted whatever its protection:
+ * issue 41).  Returns the samples no piece took (all s when no byte
+ * changed state). */
 uint64_t ml__ranges_protect(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                             unsigned state, uintptr_t key, uint64_t s,
                             uint64_t unit);
+/* An unmap in flight (mapped.c): the records of [a, b) are claimed with
+ * ticket op (cut at a and b); ml__ranges_unclaim removes the records of
+ * [a, b) still claimed with op (`drop`: the system call succeeded) or
+ * clears their claim. */
+void ml__ranges_claim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                      uint32_t op);
+void ml__ranges_unclaim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                        uint32_t op, bool drop);
+/* MADV_DONTNEED, MADV_FREE: the COUNTED `ro` bytes of [a, b) are given
+ * back (RESERVED, their samples dropped); writable ones stay COUNTED
+ * (the program may fill them again, as RLIMIT_DATA counts them). */
+void ml__ranges_advise(struct ml__ranges *R, uintptr_t a, uintptr_t b);
 /* mremap's move: the records of [from, from + len) now lie at to. */
 void ml__ranges_move(struct ml__ranges *R, uintptr_t from, uintptr_t len,
                      uintptr_t to);
@@ -527,9 +548,97 @@ static inline bool ml__ranges_remove(struct ml__ranges *R, uintptr_t a,
 }
 
 /* The process's ranges (mapped.c), under their lock (ML__RANK_MAPPED,
- * taken with no other lock of ours held: nested ones rank after it). */
+ * taken with no other lock of ours held: nested ones rank after it).
+ *
+ * The lock is the owner word: 0, or the tag of the thread that holds the
+ * table (the address of its ml__mapped_tag), taken by one compare and
+ * swap, so that a signal handler on that thread tells for certain that
+ * its own thread holds it and defers its update (ml__mapped_defer)
+ * rather than spin for ever; the next holder makes the queued updates
+ * before its own (ml__mapped_drain: the table stayed held from before
+ * the handler's system call, so no other update came between).
+ * ml__mapped_lock, the fork registry's, is taken inside it and held with
+ * it: around fork nobody holds the table.  No system call and no hook is
+ * made under it (the drop hook's calls wait in a buffer until the lock
+ * is let go).  docs/internals.md, "The mapped ranges' lock". */
 #define ML__MAPPED_CAP ((size_t)1 << 16)
 extern struct ml__lock ml__mapped_lock;
+extern _Atomic uintptr_t ml__mapped_owner;
+/* A table update a signal handler could not make (its thread held the
+ * table): made by the owner before it lets go. */
+enum { ML__OP_PUT = 1, ML__OP_PROTECT, ML__OP_MOVE, ML__OP_ADVISE };
+struct ml__mapped_op {
+	uint8_t kind, state; /* ML__OP_*, ML__RANGE_* (0: an unmap) */
+	uintptr_t a, b, to;  /* [a, b); MOVE: to */
+	uintptr_t key;
+	uint64_t s, unit;
+};
+/* A thread's tag is the address of its ml__mapped_tag.  The queue itself is one
+ * for the process (mapped.c): only the handlers of the thread that holds the
+ * table queue, and the next holder empties it. */
+extern ML__TLS uint8_t ml__mapped_tag;
+static inline uintptr_t ml__mapped_me(void)
+{
+	return (uintptr_t)&ml__mapped_tag;
+}
+/* Updates queued by a holder's signal handlers, not made yet: the next
+ * holder that takes the table with ml__mapped_take makes them first
+ * thing (ml__mapped_drain), before its own. */
+extern _Atomic unsigned ml__mapped_queued;
+void ml__mapped_drain(void);
+/* Take the table if nobody holds it (true), never waiting: the fast
+ * paths', which leave the queued updates to ml__mapped_take (they act
+ * only on a gap, or on the last record whole: a queued update of the
+ * same pages leaves a record there that sends them to the general way,
+ * which drains first). */
+static inline bool ml__mapped_try(void)
+{
+	uintptr_t z = 0;
+	if (!atomic_compare_exchange_strong_explicit(
+	        &ml__mapped_owner, &z, ml__mapped_me(), memory_order_acquire,
+	        memory_order_relaxed))
+		return false;
+	/* Held by fork's prepare handler only. */
+	ml__spin_lock(&ml__mapped_lock);
+	return true;
+}
+/* Take the table, waiting for another thread; false (nothing taken):
+ * this thread holds it already, a signal handler arrived inside. */
+bool ml__mapped_take(void);
+void ml__mapped_give_slow(void);
+/* Let go, the fast paths' way (they leave no drops): the updates a
+ * handler queued meanwhile wait for the next holder. */
+static inline void ml__mapped_give_fast(void)
+{
+	ml__spin_unlock(&ml__mapped_lock);
+	atomic_store_explicit(&ml__mapped_owner, 0, memory_order_release);
+}
+/* Let go: the buffered drops and the queued updates out of line, the
+ * meter told of the queued updates' bytes, errno kept. */
+extern unsigned ml__mapped_ndrops;
+extern int64_t ml__mapped_pending;
+static inline void ml__mapped_give(void)
+{
+	if (ml__unlikely(ml__mapped_ndrops || ml__mapped_pending ||
+	                 atomic_load_explicit(&ml__mapped_queued,
+	                                      memory_order_relaxed))) {
+		ml__mapped_give_slow();
+		return;
+	}
+	ml__mapped_give_fast();
+}
+/* Queue op for the owner (this thread, interrupted): false when the
+ * queue is full (the update is lost: docs/internals.md). */
+bool ml__mapped_defer(const struct ml__mapped_op *op);
+/* Apply op to the table (held).  Results for the caller's settle:
+ * `recorded` (a counted PUT found a record), `left` (PROTECT: samples no
+ * piece took). */
+struct ml__mapped_done {
+	bool recorded;
+	uint64_t left;
+};
+struct ml__mapped_done ml__mapped_apply(struct ml__ranges *R,
+                                        const struct ml__mapped_op *op);
 /* The ranges, their storage mapped at the first call; NULL if it cannot
  * be (nothing is counted then).  Under the lock. */
 extern struct ml__ranges ml__mapped_table;

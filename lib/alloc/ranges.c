@@ -245,41 +245,116 @@ unsigned ml__ranges_state_at(const struct ml__ranges *R, uintptr_t x)
 	return i < R->n && R->r[i].start <= x ? R->r[i].state : 0;
 }
 
+/* Does protecting [a, b) writable (w) or not change a record? */
+static bool protect_changes(const struct ml__ranges *R, uintptr_t a,
+                            uintptr_t b, bool w)
+{
+	for (size_t i = ml__ranges_find(R, a); i < R->n && R->r[i].start < b;
+	     i++) {
+		const struct ml__range *r = &R->r[i];
+		if (w ? r->state == ML__RANGE_RESERVED || r->ro
+		      : r->state == ML__RANGE_COUNTED && !r->ro)
+			return true;
+	}
+	return false;
+}
+
 uint64_t ml__ranges_protect(struct ml__ranges *R, uintptr_t a, uintptr_t b,
                             unsigned state, uintptr_t key, uint64_t s,
                             uint64_t unit)
 {
-	if (a >= b || !(ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED) +
-	                ml__ranges_bytes(R, a, b, ML__RANGE_COUNTED)))
-		return s; /* nothing tracked there: nothing to change */
+	bool w = state == ML__RANGE_COUNTED;
+	if (a >= b || !protect_changes(R, a, b, w))
+		return s; /* nothing there changes */
 	size_t i, j;
 	cut_edges(R, a, b, &i, &j);
-	/* The bytes that change state share the new samples by size. */
+	/* The bytes a commit makes counted share its samples by size. */
 	uint64_t m = 0;
 	for (size_t k = i; k < j; k++)
-		if (R->r[k].state != state)
+		if (w && R->r[k].state == ML__RANGE_RESERVED)
 			m += len_of(&R->r[k]);
 	for (size_t k = i; k < j; k++) {
 		struct ml__range *r = &R->r[k];
-		if (r->state == state)
+		if (r->state == ML__RANGE_COUNTED) {
+			/* Counted stays counted: made read-only or PROT_NONE
+			 * it keeps its bytes (filled, then protected, they are
+			 * still resident) until unmapped or given back. */
+			r->ro = !w;
 			continue;
-		if (state == ML__RANGE_COUNTED) {
-			uint64_t got = binomial(R, s, len_of(r), m);
-			m -= len_of(r);
-			s -= got;
-			r->key = key;
-			r->samples = got;
-			r->unit = unit;
-			R->counted += len_of(r);
-		} else {
-			give_back(R, r->key, r->samples, r->unit);
-			r->key = 0;
-			r->samples = 0;
-			R->counted -= len_of(r);
 		}
-		r->state = (uint8_t)state;
+		if (!w)
+			continue;
+		uint64_t got = binomial(R, s, len_of(r), m);
+		m -= len_of(r);
+		s -= got;
+		r->key = key;
+		r->samples = got;
+		r->unit = unit;
+		r->ro = 0;
+		r->state = ML__RANGE_COUNTED;
+		R->counted += len_of(r);
 	}
-	return s; /* samples no piece took: none, unless nothing changed */
+	return s; /* samples no piece took: none, unless nothing was reserved */
+}
+
+void ml__ranges_advise(struct ml__ranges *R, uintptr_t a, uintptr_t b)
+{
+	bool any = false;
+	for (size_t i = ml__ranges_find(R, a);
+	     i < R->n && R->r[i].start < b && !any; i++)
+		any = R->r[i].state == ML__RANGE_COUNTED && R->r[i].ro;
+	if (a >= b || !any)
+		return;
+	size_t i, j;
+	cut_edges(R, a, b, &i, &j);
+	for (size_t k = i; k < j; k++) {
+		struct ml__range *r = &R->r[k];
+		if (r->state != ML__RANGE_COUNTED || !r->ro)
+			continue;
+		give_back(R, r->key, r->samples, r->unit);
+		R->counted -= len_of(r);
+		r->key = 0;
+		r->samples = 0;
+		r->ro = 0;
+		r->state = ML__RANGE_RESERVED;
+	}
+}
+
+void ml__ranges_claim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                      uint32_t op)
+{
+	if (a >= b)
+		return;
+	size_t i = ml__ranges_find(R, a);
+	if (i == R->n || R->r[i].start >= b)
+		return; /* nothing tracked there */
+	size_t j;
+	cut_edges(R, a, b, &i, &j);
+	for (size_t k = i; k < j; k++)
+		R->r[k].op = op;
+}
+
+void ml__ranges_unclaim(struct ml__ranges *R, uintptr_t a, uintptr_t b,
+                        uint32_t op, bool drop)
+{
+	/* The claimed records lie in [a, b), perhaps cut further since (a
+	 * cut copies the claim), perhaps replaced by a mapping the kernel
+	 * made there after the unmap (not claimed: it stays). */
+	size_t i = ml__ranges_find(R, a);
+	while (i < R->n && R->r[i].start < b) {
+		if (R->r[i].op != op) {
+			i++;
+			continue;
+		}
+		if (!drop) {
+			R->r[i++].op = 0;
+			continue;
+		}
+		size_t j = i + 1;
+		while (j < R->n && R->r[j].start < b && R->r[j].op == op)
+			j++;
+		remove_run(R, i, j);
+	}
 }
 
 /* Reverse records [i, j). */
@@ -332,7 +407,7 @@ bool ml__ranges_check(const struct ml__ranges *R)
 		if (r->state != ML__RANGE_RESERVED &&
 		    r->state != ML__RANGE_COUNTED)
 			return false;
-		if (r->state == ML__RANGE_RESERVED && r->samples)
+		if (r->state == ML__RANGE_RESERVED && (r->samples || r->ro))
 			return false;
 		if (r->state == ML__RANGE_COUNTED)
 			counted += len_of(r);

@@ -2,7 +2,8 @@
  * and as allocations.  Private, anonymous, writable mappings count while
  * they exist and are writable; private anonymous ones that are not
  * writable (reservations) are tracked, and count once made writable.
- * The records are alloc/ranges.c's, under alloc/mapped.c's lock; the
+ * The records are alloc/ranges.c's, under alloc/mapped.c's lock (held
+ * for the update only, never across the system call: issue 41); the
  * bytes go to the meter (ml__meter_mapped), the samples through the
  * malloc family's one pair (ml__alloc_begin / ml__alloc_end) and are held
  * under a key of their own until the bytes go (ml__held_drop).
@@ -224,30 +225,34 @@ static inline bool decide(uint64_t n, struct decision *d)
 	return !sampled(n) || decide_slow(n, d);
 }
 
-/* After the system call: a failure takes the charges back; samples no
- * record took (a full table) are not held.  Leaves errno alone. */
-static void settle_begun(struct decision *d, bool ok, bool recorded,
-                         uint64_t left)
+/* After the system call and before the record (issue 41): a failure
+ * takes the charges back; a success publishes the samples' held record
+ * under d->key, so that a range's record carrying the key always finds
+ * it: an unmap that races the record and removes it gives back what the
+ * held record holds (before, the key went into the table first, and an
+ * unmap in between dropped nothing from a record made after it, held for
+ * good).  Leaves errno alone. */
+static void settle_begun(struct decision *d, bool ok)
 {
 	if (!ok) {
 		ml__alloc_end(NULL, d->n);
 		return;
 	}
-	if (!recorded) {
-		/* Allocated, but nothing will give the samples back. */
-		ml__self.charged = 0;
-		left = 0;
-	}
 	ml__alloc_end(d->key ? (void *)d->key : (void *)d, d->n);
-	if (d->key && left)
-		ml__held_drop(d->key, left * d->unit);
 }
 
-static inline void settle(struct decision *d, bool ok, bool recorded,
-                          uint64_t left)
+static inline void settle(struct decision *d, bool ok)
 {
 	if (ml__unlikely(d->begun))
-		settle_begun(d, ok, recorded, left);
+		settle_begun(d, ok);
+}
+
+/* After the record: the samples no record took (a full table; a commit
+ * that changed nothing) stop being held. */
+static inline void unheld(const struct decision *d, uint64_t left)
+{
+	if (ml__unlikely(d->key && left))
+		ml__held_drop(d->key, left * d->unit);
 }
 
 /* The meter, after the lock; and, once, that the table filled up
@@ -300,28 +305,57 @@ static void *refused(const char *op, uint64_t n, uintptr_t pc)
 #define PF_PROT(pf) ((int)(pf))
 #define PF_FLAGS(pf) ((int)((pf) >> 32))
 
-/* A new counted mapping [p, p + n) at an address the kernel chose is
- * recorded with its samples, under the lock (the munmap that freed the
- * address updated under it); the meter told.  false: no record took it
- * (a full table). */
-static bool record_new(uintptr_t p, uintptr_t n, uintptr_t pc, uintptr_t key,
-                       uint64_t s, uint64_t unit)
+/* A table update (alloc/mapped.c's op), made under the table or, on a
+ * signal handler whose thread holds the table, queued for that thread
+ * to make before it lets go (then taken as made: the queue gives back
+ * the samples no record took; a full queue loses the update).  *delta:
+ * the counted bytes it added, for the meter (0 when queued: the owner
+ * meters those). */
+static struct ml__mapped_done update(const struct ml__mapped_op *op,
+                                     int64_t *delta)
 {
-	bool recorded = false;
-	int64_t delta = 0;
-	ml__spin_lock(&ml__mapped_lock);
+	struct ml__mapped_done d = {.recorded = true, .left = 0};
+	*delta = 0;
+	if (ml__unlikely(!ml__mapped_take())) {
+		if (!ml__mapped_defer(op))
+			d = (struct ml__mapped_done){false, op->s};
+		return d;
+	}
 	struct ml__ranges *R = ml__mapped_ranges();
 	if (ml__likely(R != NULL)) {
 		uint64_t before = R->counted;
-		recorded = ml__ranges_add(R, p, p + n, key, s, unit) ||
-		           ml__ranges_put(R, p, p + n, ML__RANGE_COUNTED, key,
-		                          s, unit);
-		delta = (int64_t)(R->counted - before);
+		d = ml__mapped_apply(R, op);
+		*delta = (int64_t)(R->counted - before);
+	} else {
+		d = (struct ml__mapped_done){false, op->s};
 	}
-	ml__spin_unlock(&ml__mapped_lock);
+	ml__mapped_give();
+	return d;
+}
+
+/* A new mapping [p, p + n) of `state` at an address the kernel handed
+ * out (or MAP_FIXED over what was there) is recorded with its samples
+ * after the system call, and the meter told.  A record left at those
+ * addresses by an unmap in flight is replaced (the kernel gave the pages
+ * out again: they are gone), and that unmap's settle leaves this one
+ * alone (it removes only what it claimed).  Returns the samples no record
+ * took (all s: a full table). */
+static uint64_t record_new(uintptr_t p, uintptr_t n, unsigned state,
+                           uintptr_t pc, uintptr_t key, uint64_t s,
+                           uint64_t unit)
+{
+	int64_t delta;
+	struct ml__mapped_op op = {.kind = ML__OP_PUT,
+	                           .state = (uint8_t)state,
+	                           .a = p,
+	                           .b = p + n,
+	                           .key = key,
+	                           .s = s,
+	                           .unit = unit};
+	uint64_t left = update(&op, &delta).left;
 	meter(delta);
 	counted_from(pc, delta);
-	return recorded;
+	return left;
 }
 
 /* The common mapping made while sampling takes its slow path: sampled,
@@ -336,17 +370,19 @@ map_sampled(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
 		return refused("mmap", n, pc);
 	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
 	bool ok = p != MAP_FAILED;
-	settle(&d, ok,
-	       ok && record_new((uintptr_t)p, n, pc, d.key, d.s, d.unit), 0);
+	settle(&d, ok);
+	if (ok)
+		unheld(&d, record_new((uintptr_t)p, n, ML__RANGE_COUNTED, pc,
+		                      d.key, d.s, d.unit));
 	return p;
 }
 
-/* The fast path's way out when the lock was taken, the table is not made
- * yet, or [p, p + n) is not a plain gap: the general recording. */
+/* The fast path's way out when the table was held, is not made yet, or
+ * [p, p + n) is not a plain gap: the general recording. */
 static __attribute__((noinline)) void *map_record(void *p, uintptr_t n,
                                                   uintptr_t pc)
 {
-	record_new((uintptr_t)p, n, pc, 0, 0, 0);
+	record_new((uintptr_t)p, n, ML__RANGE_COUNTED, pc, 0, 0, 0);
 	return p;
 }
 
@@ -361,11 +397,11 @@ static __attribute__((noinline)) void *map_after(void *p, int64_t m, int64_t n,
 	return p;
 }
 
-/* The fast path's end: [p, p + n) is recorded (the lock still held). */
+/* The fast path's end: [p, p + n) is recorded (the table still held). */
 static inline __attribute__((always_inline)) void *
 map_done(void *p, uintptr_t n, uintptr_t pc)
 {
-	ml__spin_unlock(&ml__mapped_lock);
+	ml__mapped_give_fast();
 	int64_t m = ml__meter_mapped_add((int64_t)n);
 	if (ml__unlikely(ML__METER_ON ||
 	                 atomic_load_explicit(&ml__mapped_attribute,
@@ -385,7 +421,7 @@ static __attribute__((noinline)) void *map_insert(void *p, uintptr_t n,
 	uintptr_t a = (uintptr_t)p;
 	size_t i = ml__ranges_gap(R, a, a + n);
 	if (i == SIZE_MAX) {
-		ml__spin_unlock(&ml__mapped_lock);
+		ml__mapped_give();
 		return map_record(p, n, pc);
 	}
 	ml__ranges_insert(R, i, a, a + n, 0, 0, 0);
@@ -417,14 +453,14 @@ map_counted(void *addr, size_t len, int prot, int flags, int fd, off_t off,
 	if (ml__unlikely(p == MAP_FAILED))
 		return p;
 	struct ml__ranges *R = &ml__mapped_table;
-	if (ml__unlikely(!ml__spin_trylock(&ml__mapped_lock)))
+	if (ml__unlikely(!ml__mapped_try()))
 		return map_record(p, n, pc);
 	/* After the last record (the bench's under valgrind): appended.  A
 	 * kernel handing out addresses downwards puts it before them all:
 	 * map_insert, a search and no record moved. */
 	size_t k = R->n;
 	if (ml__unlikely(!R->r || k == R->cap)) {
-		ml__spin_unlock(&ml__mapped_lock);
+		ml__mapped_give();
 		return map_record(p, n, pc);
 	}
 	if (k && R->r[k - 1].end > (uintptr_t)p)
@@ -455,36 +491,15 @@ map_other(void *addr, size_t len, long pf, int fd, off_t off, uintptr_t pc)
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED && !decide(n, &d))
 		return refused("mmap", n, pc);
-	bool recorded = false;
-	int64_t delta = 0;
-	void *p;
-	/* MAP_FIXED replaces what was there: the system call and the
-	 * update under one lock, so that nobody records the old pages'
-	 * replacement first.  A fresh address needs the lock only for the
-	 * update (the munmap that freed it updated under the lock). */
-	if (fixed)
-		ml__spin_lock(&ml__mapped_lock);
-	p = ml__sys_mmap(addr, len, prot, flags, fd, off);
-	if (p != MAP_FAILED) {
-		if (!fixed)
-			ml__spin_lock(&ml__mapped_lock);
-		struct ml__ranges *R = ml__mapped_ranges();
-		if (R) {
-			uint64_t before = R->counted;
-			recorded =
-			    ml__ranges_put(R, (uintptr_t)p, (uintptr_t)p + n,
-			                   state, d.key, d.s, d.unit);
-			delta = (int64_t)(R->counted - before);
-		}
-		if (!fixed)
-			ml__spin_unlock(&ml__mapped_lock);
-	}
-	if (fixed)
-		ml__spin_unlock(&ml__mapped_lock);
-	meter(delta);
-	counted_from(pc, delta);
-	if (state == ML__RANGE_COUNTED)
-		settle(&d, p != MAP_FAILED, recorded, 0);
+	/* MAP_FIXED replaces what was there: the record after the system
+	 * call replaces the old pages' records too.  No lock across the
+	 * call: a thread that unmaps what another maps over at the same
+	 * moment races in the program already. */
+	void *p = ml__sys_mmap(addr, len, prot, flags, fd, off);
+	settle(&d, p != MAP_FAILED);
+	if (p != MAP_FAILED)
+		unheld(&d, record_new((uintptr_t)p, n, state, pc, d.key, d.s,
+		                      d.unit));
 	return p;
 }
 
@@ -521,27 +536,65 @@ ML__API void *mmap64(void *addr, size_t len, int prot, int flags, int fd,
 	           (uintptr_t)__builtin_return_address(0));
 }
 
-/* munmap's general update, the lock held (the system call made): r is its
- * result, `before` the counted bytes before. */
-static __attribute__((noinline)) int unmap_rest(void *addr, size_t len, int r,
-                                                uint64_t before)
+static _Atomic uint32_t tickets;
+
+/* munmap's general case: the records of [addr, addr + len) are claimed
+ * under the table, the system call made without it, then the claimed
+ * records go (or lose their claim, if the kernel refused).  A mapping
+ * the kernel makes at those addresses meanwhile replaces the claimed
+ * records and keeps its own.  On a signal handler whose thread holds the
+ * table: the system call, then the removal queued for that thread (the
+ * table is held across it: nobody else's update comes between). */
+static __attribute__((noinline)) int unmap_general(void *addr, size_t len)
 {
-	struct ml__ranges *R = &ml__mapped_table;
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
-	if (r == 0 && R->n && !ml__ranges_remove(R, a, b))
-		ml__ranges_put(R, a, b, 0, 0, 0, 0);
-	int64_t delta = (int64_t)(R->counted - before);
-	ml__spin_unlock(&ml__mapped_lock);
+	if (!len || misaligned(addr) || b < a)
+		return ml__sys_munmap(addr, len); /* refused: EINVAL */
+	uint32_t op;
+	while (!(
+	    op = atomic_fetch_add_explicit(&tickets, 1, memory_order_relaxed) +
+	         1))
+		;
+	if (!ml__mapped_take()) {
+		int r = ml__sys_munmap(addr, len);
+		struct ml__mapped_op q = {.kind = ML__OP_PUT, .a = a, .b = b};
+		if (r == 0)
+			ml__mapped_defer(&q);
+		return r;
+	}
+	struct ml__ranges *R = &ml__mapped_table;
+	bool any = R->n != 0;
+	if (any)
+		ml__ranges_claim(R, a, b, op);
+	ml__mapped_give();
+	int r = ml__sys_munmap(addr, len);
+	if (!any)
+		return r;
+	int64_t delta = 0;
+	if (ml__mapped_take()) {
+		uint64_t before = R->counted;
+		ml__ranges_unclaim(R, a, b, op, r == 0);
+		delta = (int64_t)(R->counted - before);
+		ml__mapped_give();
+	}
 	meter(delta);
 	return r;
 }
 
-/* Under a lock some other thread holds: wait for it, then as above. */
-static __attribute__((noinline)) int unmap_wait(void *addr, size_t len)
+/* The fast path's system call failed after its record went: the kernel
+ * kept the pages (munmap changes nothing when it fails), so the record
+ * comes back. */
+static __attribute__((noinline)) int unmap_undo(uintptr_t a, uintptr_t n, int r)
 {
-	ml__spin_wait(&ml__mapped_lock);
-	uint64_t before = ml__mapped_table.counted;
-	return unmap_rest(addr, len, ml__sys_munmap(addr, len), before);
+	int e = errno;
+	int64_t delta;
+	struct ml__mapped_op op = {
+	    .kind = ML__OP_PUT, .state = ML__RANGE_COUNTED, .a = a, .b = a + n};
+	update(&op, &delta);
+	/* The meter never saw the record go. */
+	meter(delta - (int64_t)n);
+	errno = e;
+	return r;
 }
 
 /* The meter's work while it runs, after the fast path uncounted -d
@@ -553,75 +606,206 @@ static __attribute__((noinline)) int unmap_after(int64_t m, int64_t d)
 }
 
 /* The fast path (issue 34): [addr, addr + len) is the last record, whole,
- * counted, holding no samples (the mapping the fast mmap appended): it
- * goes, with no search.  Every other case leaves by a tail call for the
- * general update (unmap_rest: the first record, a top-down kernel's
- * newest mapping, goes with a search and no record moved).  The kernel refuses
- * a length of 0 or an address off a page (nothing changes then): no check
- * before the call. The table not made yet has n = 0. */
+ * counted, holding no samples (the mapping the fast mmap appended; an
+ * unmap in flight that claimed it finds it gone, as it would after its
+ * own call): its record goes before the system call, with no
+ * search, and comes back if the kernel refuses (unmap_undo); the table
+ * is not held across the call.  Every other case leaves by a tail call
+ * for the general update (unmap_general).  The table not made yet has
+ * n = 0. */
 ML__API int munmap(void *addr, size_t len)
 {
 	if (!counting())
 		return ml__sys_munmap(addr, len);
-	if (ml__unlikely(!ml__spin_trylock(&ml__mapped_lock)))
-		return unmap_wait(addr, len);
+	if (ml__unlikely(!ml__mapped_try()))
+		return unmap_general(addr, len);
 	struct ml__ranges *R = &ml__mapped_table;
-	int r = ml__sys_munmap(addr, len);
 	size_t n = R->n;
-	if (r != 0 || !n) {
-		ml__spin_unlock(&ml__mapped_lock);
-		return r;
+	if (!n) {
+		ml__mapped_give();
+		return ml__sys_munmap(addr, len);
 	}
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
 	const struct ml__range *last = R->r + n - 1;
 	if (ml__unlikely(last->start != a || last->end != b || last->samples ||
-	                 last->state != ML__RANGE_COUNTED))
-		return unmap_rest(addr, len, r, R->counted);
+	                 last->state != ML__RANGE_COUNTED)) {
+		ml__mapped_give();
+		return unmap_general(addr, len);
+	}
 	R->n = n - 1;
 	R->counted -= b - a;
-	ml__spin_unlock(&ml__mapped_lock);
+	ml__mapped_give_fast();
+	if (ml__unlikely(ml__sys_munmap(addr, len) != 0))
+		return unmap_undo(a, b - a, -1);
 	int64_t m = ml__meter_mapped_add(-(int64_t)(b - a));
 	if (ml__unlikely(ML__METER_ON))
 		return unmap_after(m, -(int64_t)(b - a));
 	return 0;
 }
 
-ML__API int mprotect(void *addr, size_t len, int prot)
+/* System calls only these need (util.h has the family's). */
+#if defined(__x86_64__) && !defined(ML_NO_ASM)
+static inline int sys_pkey_mprotect(void *addr, size_t len, int prot, int pkey)
 {
-	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+	return (int)ml__sys6(329, (long)addr, (long)len, prot, pkey, 0, 0);
+}
+static inline int sys_madvise(void *addr, size_t len, int advice)
+{
+	return (int)ml__sys6(28, (long)addr, (long)len, advice, 0, 0, 0);
+}
+static inline int sys_msync(void *addr, size_t len, int flags)
+{
+	return (int)ml__sys6(26, (long)addr, (long)len, flags, 0, 0, 0);
+}
+#else
+#include <sys/syscall.h>
+static inline int sys_pkey_mprotect(void *addr, size_t len, int prot, int pkey)
+{
+	return (int)syscall(SYS_pkey_mprotect, addr, len, prot, pkey);
+}
+static inline int sys_madvise(void *addr, size_t len, int advice)
+{
+	return (int)syscall(SYS_madvise, addr, len, advice);
+}
+static inline int sys_msync(void *addr, size_t len, int flags)
+{
+	return (int)syscall(SYS_msync, addr, len, flags);
+}
+#endif
+
+/* mprotect, or pkey_mprotect with key pkey (pk). */
+static int sys_protect(void *addr, size_t len, int prot, bool pk, int pkey)
+{
+	return pk ? sys_pkey_mprotect(addr, len, prot, pkey)
+	          : ml__sys_mprotect(addr, len, prot);
+}
+
+/* A protection change the kernel refused with errno e after changing
+ * part of [a, b) (issue 41): it applies the change VMA by VMA from a and
+ * stops at a hole (ENOMEM) or at a mapping that refuses it (EACCES,
+ * EPERM), leaving what came before changed.  Returns where the change
+ * stops: the first hole (msync finds holes, ENOMEM, and changes nothing
+ * with MS_ASYNC: a binary search); for a mapping that refused, the end
+ * of the records that lie contiguous from a (ours are private anonymous
+ * mappings, which never refuse: the refusing one lies past them, or
+ * between them, where the count may then stay with pages that did not
+ * change: above the truth, never below).  a: nothing changed (EINVAL). */
+static ML__COLD uintptr_t changed_to(uintptr_t a, uintptr_t b, int e)
+{
+	uintptr_t pg = page_size();
+	if (e == ENOMEM) {
+		uintptr_t lo = a, hi = b; /* [a, lo) mapped; hi: not known */
+		while (hi - lo > pg) {
+			uintptr_t mid = lo + ((hi - lo) / 2 & ~(pg - 1));
+			if (sys_msync((void *)a, mid - a, MS_ASYNC) == 0)
+				lo = mid;
+			else
+				hi = mid;
+		}
+		return sys_msync((void *)a, hi - a, MS_ASYNC) == 0 ? hi : lo;
+	}
+	if (e != EACCES && e != EPERM)
+		return a;
+	uintptr_t x = a;
+	if (ml__mapped_take()) {
+		struct ml__ranges *R = ml__mapped_ranges();
+		for (size_t i = R ? ml__ranges_find(R, a) : 0;
+		     R && i < R->n && R->r[i].start <= x && x < b; i++)
+			x = R->r[i].end;
+		ml__mapped_give();
+	}
+	return x < b ? x : b;
+}
+
+static int protect(void *addr, size_t len, int prot, bool pk, int pkey,
+                   uintptr_t pc)
+{
 	if (!len || misaligned(addr) || !counting())
-		return ml__sys_mprotect(addr, len, prot);
+		return sys_protect(addr, len, prot, pk, pkey);
 	uintptr_t a = (uintptr_t)addr, b = a + page_up(len);
 	unsigned state =
-	    prot & PROT_WRITE ? ML__RANGE_COUNTED : ML__RANGE_RESERVED;
+	    (prot & PROT_WRITE) ? ML__RANGE_COUNTED : ML__RANGE_RESERVED;
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED) {
 		/* A commit: the reserved bytes it makes writable are
-		 * sampled (and may be refused) before the system call. */
-		ml__spin_lock(&ml__mapped_lock);
-		struct ml__ranges *R = ml__mapped_ranges();
-		uint64_t k =
-		    R ? ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED) : 0;
-		ml__spin_unlock(&ml__mapped_lock);
+		 * sampled (and may be refused) before the system call.  A
+		 * handler on a thread that holds the table commits
+		 * unsampled (the bytes count). */
+		uint64_t k = 0;
+		if (ml__mapped_take()) {
+			struct ml__ranges *R = ml__mapped_ranges();
+			k = R ? ml__ranges_bytes(R, a, b, ML__RANGE_RESERVED)
+			      : 0;
+			ml__mapped_give();
+		}
 		if (k && !decide(k, &d)) {
-			note_refused("mprotect", k, pc);
+			note_refused(pk ? "pkey_mprotect" : "mprotect", k, pc);
 			return -1;
 		}
 	}
-	int64_t delta = 0;
-	uint64_t left = d.s;
-	ml__spin_lock(&ml__mapped_lock);
-	int r = ml__sys_mprotect(addr, len, prot);
-	struct ml__ranges *R = ml__mapped_ranges();
-	if (r == 0 && R && R->n) {
-		uint64_t before = R->counted;
-		left = ml__ranges_protect(R, a, b, state, d.key, d.s, d.unit);
-		delta = (int64_t)(R->counted - before);
+	int r = sys_protect(addr, len, prot, pk, pkey);
+	uintptr_t end = b;
+	if (ml__unlikely(r != 0)) {
+		int e = errno;
+		end = changed_to(a, b, e);
+		errno = e;
 	}
-	ml__spin_unlock(&ml__mapped_lock);
+	int64_t delta = 0;
+	uint64_t left = 0;
+	settle(&d, end > a);
+	if (end > a) {
+		struct ml__mapped_op op = {.kind = ML__OP_PROTECT,
+		                           .state = (uint8_t)state,
+		                           .a = a,
+		                           .b = end,
+		                           .key = d.key,
+		                           .s = d.s,
+		                           .unit = d.unit};
+		left = update(&op, &delta).left;
+	}
 	meter(delta);
 	counted_from(pc, delta);
-	settle(&d, r == 0, true, left);
+	unheld(&d, left);
+	return r;
+}
+
+ML__API int mprotect(void *addr, size_t len, int prot)
+{
+	return protect(addr, len, prot, false, 0,
+	               (uintptr_t)__builtin_return_address(0));
+}
+
+/* pkey_mprotect(2) (issue 41): mprotect with a protection key, which
+ * commits a reservation as mprotect does; uncounted before. */
+ML__API int pkey_mprotect(void *addr, size_t len, int prot, int pkey)
+{
+	return protect(addr, len, prot, true, pkey,
+	               (uintptr_t)__builtin_return_address(0));
+}
+
+/* madvise (issue 41): MADV_DONTNEED and MADV_FREE (and MADV_REMOVE,
+ * MADV_DONTNEED_LOCKED) give back counted pages that are no longer
+ * writable (a runtime that uncommits: PROT_NONE, then madvise, as V8
+ * does); writable ones stay counted, as RLIMIT_DATA counts them.  The
+ * allocator underneath's calls (jemalloc's purges) and every other
+ * advice go straight to the kernel. */
+ML__API int madvise(void *addr, size_t len, int advice)
+{
+	uintptr_t pc = (uintptr_t)__builtin_return_address(0);
+	bool gives = advice == MADV_DONTNEED || advice == MADV_FREE ||
+	             advice == MADV_REMOVE || advice == 24 /* _LOCKED */;
+	if (!gives || !len || misaligned(addr) || !counting() ||
+	    ml__allocator_holds(pc))
+		return sys_madvise(addr, len, advice);
+	int r = sys_madvise(addr, len, advice);
+	if (r == 0) {
+		int64_t delta;
+		uintptr_t a = (uintptr_t)addr;
+		struct ml__mapped_op op = {
+		    .kind = ML__OP_ADVISE, .a = a, .b = a + page_up(len)};
+		update(&op, &delta);
+		meter(delta);
+	}
 	return r;
 }
 
@@ -641,42 +825,83 @@ ML__API void *mremap(void *old, size_t oldlen, size_t newlen, int flags, ...)
 	uintptr_t a = (uintptr_t)old, on = page_up(oldlen),
 	          nn = page_up(newlen);
 	bool keep_old = flags & MREMAP_DONTUNMAP;
-	ml__spin_lock(&ml__mapped_lock);
-	struct ml__ranges *R = ml__mapped_ranges();
-	unsigned state = R ? ml__ranges_state_at(R, a) : 0;
-	ml__spin_unlock(&ml__mapped_lock);
+	unsigned state = 0;
+	if (ml__mapped_take()) {
+		struct ml__ranges *R = ml__mapped_ranges();
+		state = R ? ml__ranges_state_at(R, a) : 0;
+		ml__mapped_give();
+	}
 	/* The bytes that are new: growth, or all of them when the old
 	 * pages stay (MREMAP_DONTUNMAP leaves them mapped, empty). */
 	uint64_t grow = keep_old ? nn : nn > on ? nn - on : 0;
 	struct decision d = {0};
 	if (state == ML__RANGE_COUNTED && grow && !decide(grow, &d))
 		return refused("mremap", grow, pc);
-	bool recorded = !d.key;
-	int64_t delta = 0;
-	ml__spin_lock(&ml__mapped_lock);
+	/* No lock across the call: the records follow it after.  (A
+	 * mapping another thread makes at the old addresses, and records,
+	 * between the two is moved with them: docs/internals.md.) */
 	void *p = ml__sys_mremap(old, oldlen, newlen, flags, to);
-	R = ml__mapped_ranges();
-	if (p != MAP_FAILED && R) {
+	uint64_t left = 0;
+	int64_t delta = 0;
+	settle(&d, p != MAP_FAILED);
+	if (p != MAP_FAILED) {
 		uintptr_t q = (uintptr_t)p;
-		uint64_t before = R->counted;
+		struct ml__mapped_op ops[3];
+		unsigned k = 0, grown = 3;
 		if (keep_old) {
-			recorded = ml__ranges_put(R, q, q + nn, state, d.key,
-			                          d.s, d.unit);
+			grown = k;
+			ops[k++] =
+			    (struct ml__mapped_op){.kind = ML__OP_PUT,
+			                           .state = (uint8_t)state,
+			                           .a = q,
+			                           .b = q + nn,
+			                           .key = d.key,
+			                           .s = d.s,
+			                           .unit = d.unit};
 		} else {
 			if (nn < on)
-				ml__ranges_put(R, a + nn, a + on, 0, 0, 0, 0);
-			ml__ranges_move(R, a, nn < on ? nn : on, q);
-			if (nn > on)
-				recorded =
-				    ml__ranges_put(R, q + on, q + nn, state,
-				                   d.key, d.s, d.unit);
+				ops[k++] =
+				    (struct ml__mapped_op){.kind = ML__OP_PUT,
+				                           .a = a + nn,
+				                           .b = a + on};
+			ops[k++] =
+			    (struct ml__mapped_op){.kind = ML__OP_MOVE,
+			                           .a = a,
+			                           .b = a + (nn < on ? nn : on),
+			                           .to = q};
+			if (nn > on) {
+				grown = k;
+				ops[k++] = (struct ml__mapped_op){
+				    .kind = ML__OP_PUT,
+				    .state = (uint8_t)state,
+				    .a = q + on,
+				    .b = q + nn,
+				    .key = d.key,
+				    .s = d.s,
+				    .unit = d.unit};
+			}
 		}
-		delta = (int64_t)(R->counted - before);
+		if (ml__mapped_take()) {
+			struct ml__ranges *R = ml__mapped_ranges();
+			uint64_t before = R ? R->counted : 0;
+			for (unsigned i = 0; R && i < k; i++) {
+				struct ml__mapped_done dn =
+				    ml__mapped_apply(R, &ops[i]);
+				if (i == grown)
+					left = dn.left;
+			}
+			if (R)
+				delta = (int64_t)(R->counted - before);
+			ml__mapped_give();
+		} else {
+			for (unsigned i = 0; i < k; i++)
+				if (!ml__mapped_defer(&ops[i]) && i == grown)
+					left = ops[i].s;
+		}
 	}
-	ml__spin_unlock(&ml__mapped_lock);
 	meter(delta);
 	counted_from(pc, delta);
-	settle(&d, p != MAP_FAILED, recorded, 0);
+	unheld(&d, left);
 	return p;
 }
 
@@ -701,8 +926,10 @@ uintptr_t ml__map_private(uintptr_t n, uintptr_t (*make)(void *), void *arg,
 		return 0;
 	}
 	uintptr_t p = make(arg);
-	settle(&d, p != 0, p != 0 && record_new(p, n, pc, d.key, d.s, d.unit),
-	       0);
+	settle(&d, p != 0);
+	if (p)
+		unheld(&d, record_new(p, n, ML__RANGE_COUNTED, pc, d.key, d.s,
+		                      d.unit));
 	return p;
 }
 
@@ -713,14 +940,8 @@ void ml__unmap_private(uintptr_t a, uintptr_t b)
 {
 	if (a >= b || !counting())
 		return;
-	int64_t delta = 0;
-	ml__spin_lock(&ml__mapped_lock);
-	struct ml__ranges *R = ml__mapped_ranges();
-	if (R && R->n) {
-		uint64_t before = R->counted;
-		ml__ranges_put(R, a, b, 0, 0, 0, 0);
-		delta = (int64_t)(R->counted - before);
-	}
-	ml__spin_unlock(&ml__mapped_lock);
+	int64_t delta;
+	struct ml__mapped_op op = {.kind = ML__OP_PUT, .a = a, .b = b};
+	update(&op, &delta);
 	meter(delta);
 }

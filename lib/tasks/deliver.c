@@ -37,6 +37,12 @@ static _Noreturn void jump(struct ml__thread *t, struct ml__slice *target)
 	/* Cleanup handlers run innermost first, masked, as ordinary code:
 	 * their allocations are sampled but nothing is delivered. */
 	t->busy = 0;
+	/* What the slow path that jumps had set for the allocation it
+	 * decided (issue 41): left set, run mode judged the thread's next
+	 * blocks as mappings (the headroom) and held checks counted a block
+	 * as replaced. */
+	t->mapping = 0;
+	t->replacing = NULL;
 	t->mask_depth++;
 	ml__cleanup_run_to(t, target->cleanups);
 	t->cleanups = target->cleanups;

@@ -136,6 +136,12 @@ void ml__held_free(void *p)
 	bool drained = false;
 	unsigned k = shard_of((uintptr_t)p);
 	struct shard *sh = &shards[k];
+	/* Busy under the shard's lock (issue 41): a signal handler's
+	 * allocation on this thread meanwhile is not sampled, so it never
+	 * waits for the lock its own thread holds. */
+	struct ml__thread *t = &ml__self;
+	uint8_t busy = t->busy;
+	t->busy = 1;
 	ml__spin_lock(&shard_lock[k].lock);
 	struct record *e = find(sh, (uintptr_t)p);
 	if (e) {
@@ -147,6 +153,7 @@ void ml__held_free(void *p)
 		drained = !sh->used && !ML__HELD_ON;
 	}
 	ml__spin_unlock(&shard_lock[k].lock);
+	t->busy = busy;
 	if (r.addr) {
 		release(&r);
 		held_moved(-(int64_t)r.weight);
@@ -158,13 +165,19 @@ void ml__held_free(void *p)
 /* Issue 34: a mapping's record (keyed by api/mmap.c's odd key, never a
  * block's address) gives back `weight` of its bytes: part of the mapping
  * went (alloc/ranges.c draws which samples).  The record goes with its
- * last byte.  Called under the ranges' lock, which ranks before ours. */
+ * last byte.  Called after the ranges' lock (alloc/mapped.c buffers the
+ * calls), or under it when its buffer is full: it ranks before ours. */
 void ml__held_drop(uintptr_t key, uint64_t weight)
 {
 	struct record r = {0};
 	bool drained = false, part = false;
 	unsigned k = shard_of(key);
 	struct shard *sh = &shards[k];
+	/* Busy: a signal handler's allocation on this thread meanwhile is
+	 * not sampled, so takes no shard lock (issue 41). */
+	struct ml__thread *t = &ml__self;
+	uint8_t busy = t->busy;
+	t->busy = 1;
 	ml__spin_lock(&shard_lock[k].lock);
 	struct record *e = find(sh, key);
 	if (e) {
@@ -189,6 +202,7 @@ void ml__held_drop(uintptr_t key, uint64_t weight)
 		release(&r);
 		held_moved(-(int64_t)r.weight);
 	}
+	t->busy = busy;
 	if (ml__unlikely(drained))
 		ml__held_drain_check();
 }
@@ -220,6 +234,9 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 	bool kept = false;
 	unsigned k = shard_of(r.addr);
 	struct shard *sh = &shards[k];
+	/* Busy under the lock, as in ml__held_free. */
+	uint8_t busy = t->busy;
+	t->busy = 1;
 	ml__spin_lock(&shard_lock[k].lock);
 	/* A block freed behind our back (the allocator's own free called
 	 * directly) whose address came back: its old record goes.  No record
@@ -243,6 +260,7 @@ void ml__held_note(struct ml__thread *t, void *p, uint64_t s)
 		kept = true;
 	}
 	ml__spin_unlock(&shard_lock[k].lock);
+	t->busy = busy;
 	if (stale.addr)
 		release(&stale);
 	if (!kept)

@@ -239,3 +239,13 @@ tests_api_test_mapped_SOURCES = tests/api/test-mapped.c
 tests_api_test_mapped_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_mapped_LDADD = $(ML_TEST_LIBS) -lpthread
 tests_api_test_mapped_LDFLAGS = $(ML_TEST_LINK)
+
+# Issue 41, item 2: a signal handler that maps and mallocs on a thread
+# inside the mmap family; no lock across munmap's system call.
+check_PROGRAMS += tests/api/test-mapped-signal
+TESTS += tests/api/test-mapped-signal
+EXTRA_DIST += tests/api/signal-maps.h
+tests_api_test_mapped_signal_SOURCES = tests/api/test-mapped-signal.c
+tests_api_test_mapped_signal_CFLAGS = $(ML_TEST_CFLAGS) -pthread
+tests_api_test_mapped_signal_LDADD = $(ML_TEST_LIBS)
+tests_api_test_mapped_signal_LDFLAGS = $(ML_TEST_LINK) -pthread

@@ -29,15 +29,17 @@ sed 's#/\*.*\*/##; /^[[:space:]]*\/\*/,/\*\//d' "$map" | awk '
 	/^\}/ { g = 0; next }
 	g && /^[[:space:]]*[a-z_0-9]+;/ { gsub(/[;[:space:]]/, ""); print $0, node }' >"$tmp/nodes"
 # The malloc family is exported unversioned (lib/memlimits.map says why),
-# and so is the mmap family since 0.4 (lib/api/mmap.c), for the same reason,
-# and glibc's public __libc_* names of the family (issue 41: a program that
-# calls __libc_malloc@GLIBC_2.2.5 binds to an unversioned definition), and
-# sbrk, __sbrk, brk, shmat and shmdt (lib/api/private.c).
+# and so is the mmap family since 0.4 (lib/api/mmap.c; pkey_mprotect and
+# madvise since 0.5), for the same reason, and glibc's public __libc_* names
+# of the family (issue 41: a program that calls __libc_malloc@GLIBC_2.2.5
+# binds to an unversioned definition), and sbrk, __sbrk, brk, shmat and
+# shmdt (lib/api/private.c).
 family="malloc free calloc realloc reallocarray posix_memalign aligned_alloc
 	memalign valloc pvalloc malloc_usable_size cfree
 	__libc_malloc __libc_free __libc_calloc __libc_realloc
 	__libc_reallocarray __libc_memalign __libc_valloc __libc_pvalloc
-	mmap mmap64 munmap mremap mprotect sbrk __sbrk brk shmat shmdt"
+	mmap mmap64 munmap mremap mprotect pkey_mprotect madvise
+	sbrk __sbrk brk shmat shmdt"
 {
 	awk '{ print $1 }' "$tmp/nodes"
 	for f in $family; do echo "$f"; done

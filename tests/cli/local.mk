@@ -183,3 +183,24 @@ EXTRA_DIST += tests/cli/test-run-retry.sh
 tests_cli_test_run_retry_SOURCES = tests/cli/test-run-retry.c
 tests_cli_test_run_retry_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_cli_test_run_retry_LDFLAGS = -no-install
+
+# A signal handler that maps and mallocs on a thread inside the mmap
+# family, under run mode (issue 41, item 2).
+check_PROGRAMS += tests/cli/test-run-signal
+TESTS += tests/cli/test-run-signal.sh
+EXTRA_DIST += tests/cli/test-run-signal.sh
+tests_cli_test_run_signal_SOURCES = tests/cli/test-run-signal.c
+tests_cli_test_run_signal_LDFLAGS = -no-install
+# A JUMP out of mmap leaves no mapping flag behind (issue 41, item 3).
+check_PROGRAMS += tests/cli/test-run-jump-map
+TESTS += tests/cli/test-run-jump-map.sh
+EXTRA_DIST += tests/cli/test-run-jump-map.sh
+tests_cli_test_run_jump_map_SOURCES = tests/cli/test-run-jump-map.c
+tests_cli_test_run_jump_map_LDADD = lib/libmemlimits.la
+tests_cli_test_run_jump_map_LDFLAGS = -no-install
+# Private memory made through protection changes (issue 41, item 6).
+check_PROGRAMS += tests/cli/test-run-protect
+TESTS += tests/cli/test-run-protect.sh
+EXTRA_DIST += tests/cli/test-run-protect.sh
+tests_cli_test_run_protect_SOURCES = tests/cli/test-run-protect.c
+tests_cli_test_run_protect_LDFLAGS = -no-install
