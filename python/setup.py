@@ -52,6 +52,10 @@ def version():
 
 
 VERSION = version()
+# The module's C files (src/module.h is what they share; python/local.mk
+# lists the same for make dist).
+SOURCES = ["src/_memlimits.c", "src/hooks.c", "src/pymalloc.c",
+           "src/guard.c", "src/task.c"]
 cflags = flags("MEMLIMITS_CFLAGS", ["--cflags"])
 libs = flags("MEMLIMITS_LIBS", ["--libs"])
 
@@ -62,7 +66,8 @@ setup(
     packages=["memlimits"],
     package_data={"memlimits": ["py.typed", "*.pyi"]},
     ext_modules=[Extension(
-        "memlimits._memlimits", ["src/_memlimits.c"],
+        "memlimits._memlimits", SOURCES,
+        depends=["src/module.h"],
         define_macros=[("ML_PY_VERSION", '"%s"' % VERSION)],
         extra_compile_args=cflags + ["-std=gnu11"],
         extra_link_args=libs)],
