@@ -15,10 +15,11 @@ ML_PY_FILES = python/setup.py python/pyproject.toml python/src/_memlimits.c \
 ML_PY_TESTS = python/tests/conftest.py python/tests/test_limit.py \
 	python/tests/test_bombs.py python/tests/test_wsgi.py \
 	python/tests/test_asgi.py python/tests/test_servers.py \
-	python/tests/servers_app.py python/tests/test_structure.py
+	python/tests/servers_app.py python/tests/test_structure.py \
+	python/tests/test_versions.py
 EXTRA_DIST += $(ML_PY_FILES) $(ML_PY_TESTS) docs/python.md
-TESTS += tests/python/test-python.sh
-EXTRA_DIST += tests/python/test-python.sh
+TESTS += tests/python/test-python.sh tests/python/test-python-versions.sh
+EXTRA_DIST += tests/python/test-python.sh tests/python/test-python-versions.sh
 AM_TESTS_ENVIRONMENT += ML_PYTHON='$(ML_PYTHON)'; export ML_PYTHON;
 if BUILD_PYTHON
 all-local: python/build/pkg/.built

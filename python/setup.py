@@ -71,5 +71,18 @@ setup(
         define_macros=[("ML_PY_VERSION", '"%s"' % VERSION)],
         extra_compile_args=cflags + ["-std=gnu11"],
         extra_link_args=libs)],
-    python_requires=">=3.9",
+    # What tests/python/test-python-versions.sh builds and tests against
+    # (make check): CPython 3.9 to 3.13.  3.14 is refused until tested:
+    # the module reads the thread state's exception field and pymalloc's
+    # pool header as each version lays them out (src/guard.c,
+    # src/pymalloc.c).
+    python_requires=">=3.9, <3.14",
+    classifiers=[
+        "Programming Language :: Python :: 3.9",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Programming Language :: Python :: Implementation :: CPython",
+    ],
 )

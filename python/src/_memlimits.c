@@ -127,6 +127,11 @@ static int module_exec(PyObject *m)
 	return 0;
 }
 
+/* Single-phase initialisation, on purpose: the hooks, the arena bitmap
+ * and the wrappers' switch are the process's and assume one GIL, so an
+ * interpreter with a GIL of its own (3.12 on) must refuse the module,
+ * which CPython does for a module without Py_mod_multiple_interpreters
+ * (ImportError: "does not support loading in subinterpreters"). */
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     "_memlimits",

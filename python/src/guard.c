@@ -23,14 +23,36 @@
 #define GRACE 256
 static MLPY_TLS unsigned grace;
 
+/* Whether an exception is propagating on this thread.  The public calls
+ * (PyErr_Occurred, PyErr_GetRaisedException, PyErr_Fetch) need the GIL,
+ * which a RAW allocation may be made without, and assert a thread state;
+ * so the thread state's own field is read, as each version names it:
+ * curexc_type up to 3.11, current_exception from 3.12 on (the
+ * normalized exception).  The thread state comes from the unchecked
+ * getter, public from 3.13 on (PyThreadState_GetUnchecked). */
+static inline int propagating(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+	PyThreadState *ts = PyThreadState_GetUnchecked();
+#else
+	PyThreadState *ts = _PyThreadState_UncheckedGet();
+#endif
+	if (!ts)
+		return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+	return ts->current_exception != NULL;
+#else
+	return ts->curexc_type != NULL;
+#endif
+}
+
 bool mlpy_refusal_guard(void *arg)
 {
 	(void)arg;
 	/* Without the preload the library sees only the domains' blocks. */
 	if (mlpy_preloaded && !mlpy_in_python)
 		return true;
-	PyThreadState *ts = _PyThreadState_UncheckedGet();
-	if (ts && ts->curexc_type)
+	if (propagating())
 		return false;
 	if (grace) {
 		grace--;

@@ -9,7 +9,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE
+#define _GNU_SOURCE 1
 #endif
 #include <Python.h>
 

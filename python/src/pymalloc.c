@@ -20,7 +20,13 @@
  * options, also whole granules). */
 
 #define ARENA_BITS 18
-#define POOL_BITS 14      /* CPython 3.10+ with the radix tree: 16 KiB */
+/* A pool's size: 16 KiB from 3.10 on (USE_LARGE_POOLS, with the radix
+ * tree), 4 KiB (a page) before; validate_classes checks it. */
+#if PY_VERSION_HEX >= 0x030A0000
+#define POOL_BITS 14
+#else
+#define POOL_BITS 12
+#endif
 #define POOL_SZIDX_OFF 36 /* struct pool_header's szidx (obmalloc.c) */
 #define ALIGN_SHIFT 4
 static uint8_t *arena_map; /* a bit per granule of a 47-bit space */
