@@ -16,7 +16,7 @@ ML_PY_TESTS = python/tests/conftest.py python/tests/test_limit.py \
 	python/tests/test_bombs.py python/tests/test_wsgi.py \
 	python/tests/test_asgi.py python/tests/test_servers.py \
 	python/tests/servers_app.py python/tests/test_structure.py \
-	python/tests/test_versions.py
+	python/tests/test_versions.py python/tests/test_input.py
 EXTRA_DIST += $(ML_PY_FILES) $(ML_PY_TESTS) docs/python.md
 TESTS += tests/python/test-python.sh tests/python/test-python-versions.sh
 EXTRA_DIST += tests/python/test-python.sh tests/python/test-python-versions.sh
@@ -24,6 +24,7 @@ AM_TESTS_ENVIRONMENT += ML_PYTHON='$(ML_PYTHON)'; export ML_PYTHON;
 if BUILD_PYTHON
 all-local: python/build/pkg/.built
 python/build/pkg/.built: $(ML_PY_FILES:%=$(top_srcdir)/%) \
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/parse.h \
 		$(top_srcdir)/include/memlimits.h lib/libmemlimits.la
 	$(AM_V_GEN)rm -rf python/build/pkg && $(MKDIR_P) python/build/pkg && \
 	cp -R $(top_srcdir)/python/setup.py $(top_srcdir)/python/pyproject.toml \
@@ -33,6 +34,7 @@ python/build/pkg/.built: $(ML_PY_FILES:%=$(top_srcdir)/%) \
 	 MEMLIMITS_CFLAGS='-I$(abs_top_srcdir)/include' \
 	 MEMLIMITS_LIBS='-L$(abs_top_builddir)/lib/.libs -lmemlimits' \
 	 MEMLIMITS_VERSION='$(PACKAGE_VERSION)' \
+	 MEMLIMITS_SRCDIR='$(abs_top_srcdir)' \
 	 $(ML_PYTHON) setup.py -q build_ext --inplace --build-temp ../tmp) \
 		>python/build/make.log 2>&1 || \
 		{ cat python/build/make.log; exit 1; }

@@ -7,7 +7,7 @@ T = TypeVar("T")
 
 __version__: str
 
-def parse_size(size: Size) -> Optional[int]: ...
+def parse_size(size: Size, name: Optional[str] = ...) -> Optional[int]: ...
 
 class LimitExceeded(MemoryError):
     reason: str

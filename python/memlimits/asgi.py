@@ -28,7 +28,7 @@ import functools
 import logging
 import threading
 
-from . import LimitExceeded, Task, parse_size
+from . import LimitExceeded, Task, _http_status, _limit_size, _some_limit
 
 log = logging.getLogger("memlimits")
 
@@ -191,10 +191,11 @@ class LimitMiddleware:
 
     def __init__(self, app, held=None, alloc=None, status=503,
                  global_limit=False):
+        _some_limit("LimitMiddleware", held, alloc, global_limit)
         self.app = app
-        self.held = parse_size(held)
-        self.alloc = parse_size(alloc)
-        self.status = status
+        self.held = _limit_size(held, "held")
+        self.alloc = _limit_size(alloc, "alloc")
+        self.status = _http_status(status, False)
         self.global_limit = global_limit
 
     async def __call__(self, scope, receive, send):

@@ -37,6 +37,10 @@
  * (the _Task type); module.h is what they share. */
 #include "module.h"
 
+#include <string.h>
+
+#include "util/parse.h"
+
 static PyObject *m_heap(PyObject *m, PyObject *unused)
 {
 	(void)m, (void)unused;
@@ -87,6 +91,27 @@ static PyObject *m_capabilities(PyObject *m, PyObject *unused)
 	                     "interval",
 	                     (unsigned long long)ml_sample_interval());
 }
+/* A size as the memlimits command reads it: the library's one parser
+ * (lib/util/parse.c, compiled into the module: setup.py), so that "1.5G"
+ * means the same here and there.  A str in; its bytes, or ValueError. */
+static PyObject *m_parse_size(PyObject *m, PyObject *arg)
+{
+	(void)m;
+	Py_ssize_t n;
+	const char *s =
+	    PyUnicode_Check(arg) ? PyUnicode_AsUTF8AndSize(arg, &n) : NULL;
+	if (!s) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "a size string");
+		return NULL;
+	}
+	uint64_t v;
+	if ((size_t)n != strlen(s) || ml__parse_size(s, &v) != 0) {
+		PyErr_SetString(PyExc_ValueError, "not a size");
+		return NULL;
+	}
+	return PyLong_FromUnsignedLongLong(v);
+}
 static PyObject *m_interrupted(PyObject *m, PyObject *unused)
 {
 	(void)m, (void)unused;
@@ -106,6 +131,8 @@ static PyMethodDef module_methods[] = {
      "capabilities() -> dict: ml_capabilities and how Python's allocations "
      "are counted (wrapped: the domains' wrappers are in, from the first "
      "limit on)."},
+    {"parse_size", m_parse_size, METH_O,
+     "parse_size(str) -> int: the library's size parser (ValueError)."},
     {"is_interrupted", m_interrupted, METH_NOARGS,
      "is_interrupted() -> bool: ml_is_interrupted."},
     {NULL, NULL, 0, NULL}};

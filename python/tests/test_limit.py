@@ -61,9 +61,12 @@ def test_parse_size():
     assert memlimits.parse_size("64k") == 64 << 10
     assert memlimits.parse_size("2G") == 2 << 30
     assert memlimits.parse_size(None) is None
-    for bad in ("", "12 parsecs", "-1", -1, 1.5, True, "MiB",
+    for bad in ("", "12 parsecs", "-1", -1, "MiB",
                 "\u0663\u0664", "\uff13\uff14", "\u0663\u0664KiB"):
         with pytest.raises(ValueError):
+            memlimits.parse_size(bad)
+    for bad in (1.5, True, b"64k"):
+        with pytest.raises(TypeError):
             memlimits.parse_size(bad)
 
 
@@ -325,7 +328,7 @@ def test_global_limit_counts_every_thread():
     # The meter is exact up to its batches (32 KiB a thread).
     old = memlimits.global_limit()
     try:
-        with memlimits.limit():
+        with memlimits.Task():
             pass  # the wrappers are in
         memlimits.set_global_limit("64GiB")
         h0 = memlimits.heap()

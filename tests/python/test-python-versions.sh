@@ -68,8 +68,10 @@ for minor in 9 10 11 12 13; do
 	cp "$top_srcdir"/python/memlimits/*.py "$pkg/memlimits/"
 	# shellcheck disable=SC2086
 	${CC:-cc} -shared -fPIC -std=gnu11 -O2 -Wall -Wextra -Werror \
-		-I"$inc" -I"$top_srcdir/include" -DML_PY_VERSION='"test"' \
-		"$top_srcdir"/python/src/*.c -L"$lib" -lmemlimits \
+		-fvisibility=hidden -I"$inc" -I"$top_srcdir/include" \
+		-I"$top_srcdir/lib" -DML_PY_VERSION='"test"' \
+		"$top_srcdir"/python/src/*.c "$top_srcdir/lib/util/parse.c" \
+		-L"$lib" -lmemlimits \
 		-o "$pkg/memlimits/_memlimits$suf" >"$tmp/cc$v" 2>&1
 	rc=$?
 	check $rc "CPython $v ($py): the module compiles with -Wall -Wextra -Werror"
