@@ -1,4 +1,4 @@
-/* memlimits._memlimits, the _Task type: an ml_task mlpy_entered and left on
+/* memlimits._memlimits, the _Task type: an ml_task entered and left on
  * the calling thread (ml_task_enter / ml_task_leave) with FAIL delivery,
  * the with statement's two ends in C, and step() for memlimits.asgi. */
 #include "module.h"
@@ -149,7 +149,7 @@ static PyObject *task_describe(PyObject *self_, PyObject *unused)
 /* The with statement's two ends are C, so that nothing between the block
  * and ml_task_leave allocates: inside a stopped block every allocation
  * fails, a Python-level __exit__ could fail before it left, and the
- * task would stay mlpy_entered on the thread for good.  The exception to
+ * task would stay entered on the thread for good.  The exception to
  * raise is made by the subclass's _exceeded(code), after the leave. */
 static PyObject *raise_exceeded(PyObject *self, int rc)
 {
@@ -212,8 +212,8 @@ static PyObject *task_cm_exit(PyObject *self_, PyObject *const *args,
 	return raise_exceeded(self_, rc);
 }
 
-/* fn(*args) mlpy_entered: one step of a coroutine (memlimits.asgi).  The
- * caller checks the status first: a stopped task is not mlpy_entered (its
+/* fn(*args) entered: one step of a coroutine (memlimits.asgi).  The
+ * caller checks the status first: a stopped task is not entered (its
  * step runs as is, -1 from enter: nothing to leave). */
 static PyObject *task_step(PyObject *self_, PyObject *const *args,
                            Py_ssize_t nargs)
@@ -241,7 +241,7 @@ static PyMethodDef task_methods[] = {
     {"__exit__", (PyCFunction)(void (*)(void))task_cm_exit, METH_FASTCALL,
      "Leave it; raise self._exceeded(code) when it was stopped."},
     {"step", (PyCFunction)(void (*)(void))task_step, METH_FASTCALL,
-     "step(fn, *args): fn(*args) with the task mlpy_entered on this thread."},
+     "step(fn, *args): fn(*args) with the task entered on this thread."},
     {"enter", task_enter, METH_NOARGS,
      "enter() -> int: ml_task_enter on this thread; 0, a status > 0 when "
      "the task is stopped already, -1 when refused."},
