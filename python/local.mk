@@ -6,7 +6,7 @@
 # pytest suite (tests/python/test-python.sh, as TAP).
 ML_PY_FILES = python/setup.py python/pyproject.toml python/src/_memlimits.c \
 	python/src/hooks.c python/src/pymalloc.c python/src/guard.c \
-	python/src/task.c python/src/module.h \
+	python/src/task.c python/src/oldpools.c python/src/module.h \
 	python/memlimits/__init__.py python/memlimits/wsgi.py \
 	python/memlimits/asgi.py python/memlimits/__init__.pyi \
 	python/memlimits/_memlimits.pyi python/memlimits/wsgi.pyi \
@@ -16,7 +16,8 @@ ML_PY_TESTS = python/tests/conftest.py python/tests/test_limit.py \
 	python/tests/test_bombs.py python/tests/test_wsgi.py \
 	python/tests/test_asgi.py python/tests/test_servers.py \
 	python/tests/servers_app.py python/tests/test_structure.py \
-	python/tests/test_versions.py python/tests/test_input.py
+	python/tests/test_versions.py python/tests/test_input.py \
+	python/tests/test_stops.py
 EXTRA_DIST += $(ML_PY_FILES) $(ML_PY_TESTS) docs/python.md
 TESTS += tests/python/test-python.sh tests/python/test-python-versions.sh
 EXTRA_DIST += tests/python/test-python.sh tests/python/test-python-versions.sh

@@ -55,7 +55,7 @@ VERSION = version()
 # The module's C files (src/module.h is what they share; python/local.mk
 # lists the same for make dist).
 SOURCES = ["src/_memlimits.c", "src/hooks.c", "src/pymalloc.c",
-           "src/guard.c", "src/task.c"]
+           "src/guard.c", "src/task.c", "src/oldpools.c"]
 
 
 def library_source():

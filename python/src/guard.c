@@ -14,14 +14,24 @@
  * the GIL's help (the RAW domain runs without it): NULL is no thread. */
 #include "module.h"
 
-/* After a refusal, the next GRACE allocations of the thread go through
- * (then the next is refused again): CPython normalizes an exception with
- * the current one fetched (cleared), and dies ("Cannot recover from
- * MemoryErrors while normalizing exceptions", seen under make check)
- * when that keeps failing.  A runaway that catches MemoryError and goes
- * on is refused again after GRACE allocations. */
+/* After a refusal, the next GRACE allocations of the thread may go
+ * through (then the next is refused again): CPython normalizes an
+ * exception with the current one fetched (cleared), and dies ("Cannot
+ * recover from MemoryErrors while normalizing exceptions", seen under
+ * make check) when that keeps failing.  What those grants may keep is
+ * bounded in bytes: GRACE_BYTES in all from the thread's entry into its
+ * outermost block (task.c resets mlpy_grace there), each allocation
+ * counted at its size (mlpy_req: RAW blocks and the preload's requests)
+ * or at 512 bytes (an object of an arena, the largest class).  Once it
+ * is spent, only an exception's own propagation is let through: a
+ * runaway that catches MemoryError and goes on keeps at most
+ * MLPY_GRACE_BYTES
+ * past its stop (and a granted allocation is one the budget still
+ * covers whole: a 1 MB bytearray is never granted). */
 #define GRACE 256
+#define OBJECT_BYTES 512
 static MLPY_TLS unsigned grace;
+MLPY_TLS size_t mlpy_grace = MLPY_GRACE_BYTES;
 
 /* Whether an exception is propagating on this thread.  The public calls
  * (PyErr_Occurred, PyErr_GetRaisedException, PyErr_Fetch) need the GIL,
@@ -54,8 +64,11 @@ bool mlpy_refusal_guard(void *arg)
 		return true;
 	if (propagating())
 		return false;
-	if (grace) {
+	size_t req = mlpy_req ? mlpy_req : OBJECT_BYTES;
+	mlpy_req = 0;
+	if (grace && req <= mlpy_grace) {
 		grace--;
+		mlpy_grace -= req;
 		return false;
 	}
 	grace = GRACE;

@@ -20,6 +20,7 @@ int mlpy_preloaded;
 int mlpy_hooked;
 const char *mlpy_counting = "off";
 static PyMemAllocatorEx prev_raw;
+MLPY_TLS unsigned mlpy_raw_calls;
 
 static int find_library_family(void)
 {
@@ -46,6 +47,8 @@ static int find_library_family(void)
 static void *raw_malloc(void *ctx, size_t n)
 {
 	(void)ctx;
+	mlpy_raw_calls++;
+	mlpy_req = n;
 	return lib_malloc(n ? n : 1);
 }
 static void *raw_calloc(void *ctx, size_t a, size_t b)
@@ -53,11 +56,15 @@ static void *raw_calloc(void *ctx, size_t a, size_t b)
 	(void)ctx;
 	if (a == 0 || b == 0)
 		a = b = 1;
+	mlpy_raw_calls++;
+	mlpy_req = a * b;
 	return lib_calloc(a, b);
 }
 static void *raw_realloc(void *ctx, void *p, size_t n)
 {
 	(void)ctx;
+	mlpy_raw_calls++;
+	mlpy_req = n;
 	return lib_realloc(p, n ? n : 1);
 }
 static void raw_free(void *ctx, void *p)

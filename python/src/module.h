@@ -16,6 +16,7 @@
 #include <memlimits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define MLPY_HIDDEN __attribute__((visibility("hidden")))
 #define MLPY_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -34,11 +35,23 @@ MLPY_HIDDEN void mlpy_wrap(void);
  * the preload); mlpy_in_python: inside a wrapper that marks. */
 MLPY_HIDDEN extern MLPY_TLS unsigned mlpy_entered;
 MLPY_HIDDEN extern MLPY_TLS unsigned mlpy_in_python;
+MLPY_HIDDEN extern MLPY_TLS size_t mlpy_req;   /* for the guard's budget */
+MLPY_HIDDEN extern MLPY_TLS size_t mlpy_grace; /* its bytes left (guard.c) */
 MLPY_HIDDEN extern int mlpy_count_all;
 MLPY_HIDDEN int mlpy_arenas_install(void);
 MLPY_HIDDEN void mlpy_wrap_domains(int marking);
 
-/* guard.c: what the library asks before it refuses. */
+/* oldpools.c: pools of the arenas pymalloc made before the import. */
+MLPY_HIDDEN int mlpy_old_pool_has(uintptr_t pool);
+MLPY_HIDDEN void mlpy_old_pool_add(uintptr_t pool);
+MLPY_HIDDEN void mlpy_old_pools_drop(const void *p, size_t n);
+/* hooks.c counts the RAW domain's calls on this thread: a block that
+ * pymalloc handed out with no RAW call between is one of its own. */
+MLPY_HIDDEN extern MLPY_TLS unsigned mlpy_raw_calls;
+
+/* guard.c: what the library asks before it refuses; what a stopped
+ * block may keep past its stop, at most (docs/python.md). */
+#define MLPY_GRACE_BYTES ((size_t)1 << 20)
 MLPY_HIDDEN bool mlpy_refusal_guard(void *arg);
 
 /* task.c: the _Task type, and the conversions the module shares. */

@@ -90,6 +90,7 @@ static void arena_free(void *ctx, void *p, size_t n)
 	/* An arena made before the module was imported (pymalloc's own
 	 * mmap): exactly what it mapped. */
 	if (!in_arena(p)) {
+		mlpy_old_pools_drop(p, n);
 		sys_munmap(p, n);
 		return;
 	}
@@ -97,12 +98,27 @@ static void arena_free(void *ctx, void *p, size_t n)
 	sys_munmap(p, whole);
 }
 
-/* The size class of a block in one of our arenas. */
+static inline uintptr_t pool_of(const void *p)
+{
+	return (uintptr_t)p & ~(((uintptr_t)1 << POOL_BITS) - 1);
+}
+/* The size class of a block of pymalloc's (in one of our arenas, or in a
+ * pool of oldpools.c). */
 static inline size_t block_class(const void *p)
 {
-	uintptr_t pool = (uintptr_t)p & ~(((uintptr_t)1 << POOL_BITS) - 1);
-	unsigned szidx = *(const unsigned *)(pool + POOL_SZIDX_OFF);
+	unsigned szidx = *(const unsigned *)(pool_of(p) + POOL_SZIDX_OFF);
 	return ((size_t)szidx + 1) << ALIGN_SHIFT;
+}
+/* The class of p when it is pymalloc's, else 0 (a RAW block).  Outside
+ * our arenas only a learnt pool's block is taken (never a read of a RAW
+ * block's neighbourhood). */
+static inline size_t class_of(const void *p)
+{
+	if (in_arena(p))
+		return block_class(p);
+	if (p && !mlpy_preloaded && mlpy_old_pool_has(pool_of(p)))
+		return block_class(p);
+	return 0;
 }
 
 /* ---- The MEM and OBJ domains: pymalloc, wrapped ------------------------ */
@@ -135,10 +151,32 @@ static inline int noting(void)
  * (MARK 1) go in under the preload alone, as the mark costs the regex
  * loop 1.3 points inside a block. */
 MLPY_TLS unsigned mlpy_in_python;
+/* The size of the allocation the library may be about to refuse, for the
+ * refusal guard's budget (guard.c): set by the RAW domain's functions and
+ * by the marking wrappers (the preload), where a request may be large;
+ * an object of an arena leaves it as it is (the guard takes 0 as 512
+ * bytes, the largest class, and a stale size only counts more). */
+MLPY_TLS size_t mlpy_req;
 
-static inline void *noted(PyMemAllocatorEx *prev, void *p)
+/* p as pymalloc made it, noted; raw: mlpy_raw_calls before the call.
+ * A block outside our arenas made with no RAW call is pymalloc's, from a
+ * pool of an arena made before the import (the RAW domain is ours
+ * without the preload): its pool is learnt (oldpools.c), and the block
+ * noted as ours are. */
+static inline void *noted(PyMemAllocatorEx *prev, void *p, unsigned raw)
 {
-	if (p && in_arena(p) && !ml_note_alloc_block(p, block_class(p))) {
+	size_t c;
+	if (!p)
+		return p;
+	if (in_arena(p)) {
+		c = block_class(p);
+	} else if (!mlpy_preloaded && mlpy_raw_calls == raw) {
+		mlpy_old_pool_add(pool_of(p));
+		c = block_class(p);
+	} else {
+		return p;
+	}
+	if (!ml_note_alloc_block(p, c)) {
 		prev->free(prev->ctx, p);
 		return NULL;
 	}
@@ -149,8 +187,11 @@ static inline void *pm_malloc_(void *ctx, size_t n, unsigned mark)
 	PyMemAllocatorEx *prev = ctx;
 	if (!noting())
 		return prev->malloc(prev->ctx, n);
+	if (mark)
+		mlpy_req = n;
 	mlpy_in_python += mark;
-	void *p = noted(prev, prev->malloc(prev->ctx, n));
+	unsigned raw = mlpy_raw_calls;
+	void *p = noted(prev, prev->malloc(prev->ctx, n), raw);
 	mlpy_in_python -= mark;
 	return p;
 }
@@ -159,17 +200,58 @@ static inline void *pm_calloc_(void *ctx, size_t a, size_t b, unsigned mark)
 	PyMemAllocatorEx *prev = ctx;
 	if (!noting())
 		return prev->calloc(prev->ctx, a, b);
+	if (mark)
+		mlpy_req = a * b;
 	mlpy_in_python += mark;
-	void *p = noted(prev, prev->calloc(prev->ctx, a, b));
+	unsigned raw = mlpy_raw_calls;
+	void *p = noted(prev, prev->calloc(prev->ctx, a, b), raw);
 	mlpy_in_python -= mark;
 	return p;
+}
+/* realloc of a block in one of our arenas, inside a task: pymalloc's own
+ * realloc (obmalloc.c, pymalloc_realloc) done here, so that the new
+ * block is noted while the old one still exists, and a refusal leaves
+ * the old block as it was (NULL: the caller raises MemoryError).  pymalloc
+ * moved such a block itself, freeing the old one before the note could
+ * refuse: a stopped block's strings finished by a shrinking realloc
+ * ("%d" % i, str.format: _PyUnicodeWriter_Finish) ran on.  Kept in place
+ * exactly where pymalloc keeps it (a shrink to more than 3/4 of the
+ * class), moved otherwise. */
+static inline void *pm_move(PyMemAllocatorEx *prev, void *p, size_t old,
+                            size_t n)
+{
+	if (n && n <= old && 4 * n > 3 * old)
+		return prev->realloc(prev->ctx, p, n); /* p itself */
+	unsigned raw = mlpy_raw_calls;
+	void *q = noted(prev, prev->malloc(prev->ctx, n), raw);
+	if (!q)
+		return NULL;
+	memcpy(q, p, n < old ? n : old);
+	ml_note_free_block(p, old);
+	prev->free(prev->ctx, p);
+	return q;
 }
 static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 {
 	PyMemAllocatorEx *prev = ctx;
-	size_t old = p && in_arena(p) ? block_class(p) : 0;
+	size_t old = p ? class_of(p) : 0;
 	int on = noting();
+	if (on && (old || !p)) {
+		/* Into a new block (noted, refusable), or moved ourselves. */
+		if (mark)
+			mlpy_req = n;
+		mlpy_in_python += mark;
+		unsigned raw = mlpy_raw_calls;
+		void *q = p ? pm_move(prev, p, old, n)
+		            : noted(prev, prev->malloc(prev->ctx, n), raw);
+		mlpy_in_python -= mark;
+		return q;
+	}
+	/* Not noting, or a RAW block, which pymalloc reallocs in the RAW
+	 * domain (counted and refused there, the old block kept on NULL). */
 	mark &= (unsigned)on;
+	if (mark)
+		mlpy_req = n;
 	mlpy_in_python += mark;
 	void *q = prev->realloc(prev->ctx, p, n);
 	mlpy_in_python -= mark;
@@ -177,10 +259,8 @@ static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 		return q; /* failed, or in place in its pool: same class */
 	if (old)
 		ml_note_free_block(p, old);
-	/* Moved into an arena: the old block is gone already, so a refusal
-	 * cannot be undone; it counts nothing (ml_note_alloc_block). */
-	if (on && in_arena(q))
-		(void)ml_note_alloc_block(q, block_class(q));
+	/* Not noting: nothing is counted for the new block (no task would
+	 * be charged), as pm_malloc_ counts nothing then. */
 	return q;
 }
 #define MARK_VARIANTS(suffix, mark)                                   \
@@ -201,8 +281,9 @@ MARK_VARIANTS(_marking, 1)
 static void pm_free(void *ctx, void *p)
 {
 	PyMemAllocatorEx *prev = ctx;
-	if (p && in_arena(p))
-		ml_note_free_block(p, block_class(p));
+	size_t c = p ? class_of(p) : 0;
+	if (c)
+		ml_note_free_block(p, c);
 	prev->free(prev->ctx, p);
 }
 

@@ -60,6 +60,16 @@ static void task_dealloc(PyObject *self_)
 	Py_DECREF(tp);
 }
 
+/* A slice opened on this thread.  The outermost one starts the refusal
+ * guard's byte budget again (guard.c): what a stopped block may keep past
+ * its stop is counted from the thread's entry into its outermost block,
+ * so that a block entered again and again inside it gets no more. */
+static void entered_now(void)
+{
+	if (mlpy_entered++ == 0)
+		mlpy_grace = MLPY_GRACE_BYTES;
+}
+
 static int live(TaskObject *self)
 {
 	if (!self->task) {
@@ -78,7 +88,7 @@ static PyObject *task_enter(PyObject *self_, PyObject *unused)
 	mlpy_wrap();
 	int rc = ml_task_enter(self->task);
 	if (rc == 0)
-		mlpy_entered++;
+		entered_now();
 	return PyLong_FromLong(rc);
 }
 
@@ -177,7 +187,7 @@ static PyObject *task_cm_enter(PyObject *self_, PyObject *unused)
 		                "already");
 		return NULL;
 	}
-	mlpy_entered++;
+	entered_now();
 	Py_INCREF(self_);
 	return self_;
 }
@@ -227,7 +237,8 @@ static PyObject *task_step(PyObject *self_, PyObject *const *args,
 	}
 	mlpy_wrap();
 	int rc = ml_task_enter(self->task);
-	mlpy_entered += rc == 0;
+	if (rc == 0)
+		entered_now();
 	PyObject *r =
 	    PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
 	if (rc == 0 && ml_task_leave(self->task) >= 0)
