@@ -17,7 +17,7 @@ ML_PY_TESTS = python/tests/conftest.py python/tests/test_limit.py \
 	python/tests/test_asgi.py python/tests/test_servers.py \
 	python/tests/servers_app.py python/tests/test_structure.py \
 	python/tests/test_versions.py python/tests/test_input.py \
-	python/tests/test_stops.py
+	python/tests/test_stops.py python/tests/test_threads.py
 EXTRA_DIST += $(ML_PY_FILES) $(ML_PY_TESTS) docs/python.md
 TESTS += tests/python/test-python.sh tests/python/test-python-versions.sh
 EXTRA_DIST += tests/python/test-python.sh tests/python/test-python-versions.sh

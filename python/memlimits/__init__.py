@@ -21,8 +21,12 @@ and a whole program under ``memlimits run --heap-limit ...``.
 
 Rules (docs/python.md has the reasons):
 
-* A limit belongs to the thread that entered it: threads started inside
-  the block are not limited by it (enter a shared :class:`Task` there).
+* Threads started inside a block (``threading.Thread.start``) run inside
+  its task, and so does work submitted there to a ``ThreadPoolExecutor``
+  or a ``multiprocessing.pool.ThreadPool`` (each call a slice of the
+  task on the pool's thread): the limit belongs to the work.  Opt out
+  with :func:`inherit_threads` (False), or for one thread with
+  ``thread.memlimits_inherit = False`` before it starts.
 * Blocks nest: the inner block's allocations count for the outer one too.
   The block whose own limit was reached raises LimitExceeded; a block
   inside it sees the MemoryError go through unchanged.
@@ -40,7 +44,10 @@ Rules (docs/python.md has the reasons):
   argument out for none), and so is a block with no limit at all.
 """
 
+import functools as _functools
 import re as _re
+import sys as _sys
+import weakref as _weakref
 
 from . import _memlimits
 from ._memlimits import capabilities, heap, is_interrupted
@@ -48,7 +55,7 @@ from ._memlimits import capabilities, heap, is_interrupted
 __all__ = [
     "LimitExceeded", "Task", "limit", "call", "heap", "global_limit",
     "set_global_limit", "write_metrics", "capabilities", "parse_size",
-    "is_interrupted",
+    "is_interrupted", "inherit_threads",
 ]
 
 # Written once, in configure.ac: setup.py compiles it into _memlimits
@@ -196,6 +203,9 @@ class Task(_memlimits._Task):
         super().__init__(held=_limit_size(held, "held"),
                          alloc=_limit_size(alloc, "alloc"),
                          global_limit=global_limit)
+        _live[self.task_id] = self
+        if _patched != _PATCHABLE:
+            _patch_threads()
 
     @property
     def _t(self):
@@ -224,6 +234,109 @@ class Task(_memlimits._Task):
                 "held=%d allocated=%d>" % (self.held_limit, self.alloc_limit,
                                           self.status, self.held,
                                           self.allocated))
+
+
+# Threads and pools started inside a block run inside its task (issue 42,
+# item 3): the Task of the thread's innermost slice, found from
+# ml_task_current's address (a Task made here registers itself).  Patched
+# at the first Task made, not at import (importing threading and the
+# pools would cost every program that imports memlimits), and again at
+# each Task made for the pool modules imported since.
+_live = _weakref.WeakValueDictionary()
+_inherit = True
+_PATCHABLE = frozenset(("threading", "concurrent.futures.thread",
+                        "multiprocessing.pool"))
+_patched = set()
+
+
+def inherit_threads(enabled=True):
+    """Whether threads started inside a block (threading.Thread.start),
+    work submitted to a ThreadPoolExecutor and to a
+    multiprocessing.pool.ThreadPool inside one run inside the block's
+    task (the default), or outside any task (False).  One thread opts
+    out with ``thread.memlimits_inherit = False`` before its start()."""
+    global _inherit
+    _inherit = bool(enabled)
+
+
+def _current_task():
+    if not _inherit:
+        return None
+    tid = _memlimits.current_task_id()
+    return _live.get(tid) if tid else None
+
+
+def _run_in(task, fn, *args, **kw):
+    # On a thread inside the task already (a pool's caller running the
+    # work itself, a wrapper of the work's own): run as it is.
+    if _memlimits.current_task_id() == task.task_id:
+        return fn(*args, **kw)
+    with task:
+        return fn(*args, **kw)
+
+
+def _pool_thread(thread):
+    # A pool's own threads (its workers, its handlers) live past the
+    # block: the work handed to them carries the task instead.
+    target = getattr(thread, "_target", None)
+    mod = getattr(target, "__module__", None) or ""
+    return (mod in ("concurrent.futures.thread", "multiprocessing.pool")
+            or type(thread).__module__ == "multiprocessing.dummy")
+
+
+def _patch_threads():
+    mods = _sys.modules
+    if "threading" not in _patched:
+        import threading
+        start = threading.Thread.start
+
+        @_functools.wraps(start)
+        def _start(self):
+            task = _current_task()
+            if (task is not None and getattr(self, "memlimits_inherit", True)
+                    and not _pool_thread(self)):
+                run = self.run
+
+                def run_in_task():
+                    with task:
+                        run()
+                self.run = run_in_task
+            return start(self)
+        threading.Thread.start = _start
+        _patched.add("threading")
+    if "concurrent.futures.thread" not in _patched and \
+            "concurrent.futures.thread" in mods:
+        cls = mods["concurrent.futures.thread"].ThreadPoolExecutor
+        submit = cls.submit
+
+        @_functools.wraps(submit)
+        def _submit(self, fn, /, *args, **kw):
+            task = _current_task()
+            if task is not None:
+                fn = _functools.partial(_run_in, task, fn)
+            return submit(self, fn, *args, **kw)
+        cls.submit = _submit
+        _patched.add("concurrent.futures.thread")
+    if "multiprocessing.pool" not in _patched and \
+            "multiprocessing.pool" in mods:
+        cls = mods["multiprocessing.pool"].ThreadPool
+        for name in ("apply_async", "_map_async", "imap", "imap_unordered"):
+            _patch_pool_method(cls, name)
+        _patched.add("multiprocessing.pool")
+
+
+def _patch_pool_method(cls, name):
+    # ThreadPool only: its work is not pickled (a process pool's is, and
+    # runs in other processes, outside this one's tasks anyway).
+    orig = getattr(cls, name)
+
+    @_functools.wraps(orig)
+    def method(self, func, *args, **kw):
+        task = _current_task()
+        if task is not None:
+            func = _functools.partial(_run_in, task, func)
+        return orig(self, func, *args, **kw)
+    setattr(cls, name, method)
 
 
 def limit(held=None, alloc=None, global_limit=False):

@@ -29,6 +29,7 @@ import logging
 import threading
 
 from . import LimitExceeded, Task, _http_status, _limit_size, _some_limit
+from . import _memlimits
 
 log = logging.getLogger("memlimits")
 
@@ -130,6 +131,12 @@ def _in_task(task, fn, *args):
     inside = getattr(_pool_thread, "tasks", None)
     if inside is None:
         inside = _pool_thread.tasks = []
+    if _memlimits.current_task_id() == task.task_id:
+        # Entered here already: by the executor's own wrapper (work
+        # submitted inside a task runs inside it, memlimits' rule for
+        # ThreadPoolExecutor.submit, which asyncio's default executor
+        # is).
+        return fn(*args)
     if any(t is task for t in inside):
         # Brought back to a thread inside the task already, which waits
         # for it (asgiref's thread-sensitive sync_to_async under the

@@ -112,6 +112,14 @@ static PyObject *m_parse_size(PyObject *m, PyObject *arg)
 	}
 	return PyLong_FromUnsignedLongLong(v);
 }
+/* ml_task_current's address on this thread, 0 outside tasks: the
+ * innermost slice's task (memlimits/__init__.py: threads started inside
+ * a block run inside its task). */
+static PyObject *m_current_task_id(PyObject *m, PyObject *unused)
+{
+	(void)m, (void)unused;
+	return PyLong_FromVoidPtr(ml_task_current());
+}
 static PyObject *m_interrupted(PyObject *m, PyObject *unused)
 {
 	(void)m, (void)unused;
@@ -131,6 +139,8 @@ static PyMethodDef module_methods[] = {
      "capabilities() -> dict: ml_capabilities and how Python's allocations "
      "are counted (wrapped: the domains' wrappers are in, from the first "
      "limit on)."},
+    {"current_task_id", m_current_task_id, METH_NOARGS,
+     "current_task_id() -> int: ml_task_current()'s address, 0 for none."},
     {"parse_size", m_parse_size, METH_O,
      "parse_size(str) -> int: the library's size parser (ValueError)."},
     {"is_interrupted", m_interrupted, METH_NOARGS,

@@ -134,6 +134,15 @@ PyObject *mlpy_limit_value(unsigned long long v)
 		Py_RETURN_NONE;
 	return PyLong_FromUnsignedLongLong(v);
 }
+/* The ml_task's address: what _memlimits.current_task_id() returns on a
+ * thread inside it (memlimits/__init__.py maps it back to the Task, for
+ * the threads a block starts). */
+static PyObject *task_id(PyObject *self_, void *c)
+{
+	(void)c;
+	ml_task *t = task_of(self_);
+	return t ? PyLong_FromVoidPtr(t) : NULL;
+}
 static PyObject *task_held_limit(PyObject *self_, void *c)
 {
 	(void)c;
@@ -270,6 +279,7 @@ static PyGetSetDef task_getset[] = {
     {"allocated", task_allocated, NULL, "Estimated bytes allocated so far.",
      NULL},
     {"held_limit", task_held_limit, NULL, "The held limit, or None.", NULL},
+    {"task_id", task_id, NULL, "The ml_task's address (an int).", NULL},
     {"alloc_limit", task_alloc_limit, NULL, "The allocation limit, or None.",
      NULL},
     {NULL, NULL, NULL, NULL, NULL}};
