@@ -42,7 +42,25 @@ MLPY_HIDDEN int mlpy_arenas_install(void);
 MLPY_HIDDEN void mlpy_wrap_domains(int marking);
 
 /* oldpools.c: pools of the arenas pymalloc made before the import. */
-MLPY_HIDDEN int mlpy_old_pool_has(uintptr_t pool);
+#define MLPY_OLD_SLOTS_BITS 15
+#define MLPY_OLD_SLOTS ((size_t)1 << MLPY_OLD_SLOTS_BITS)
+MLPY_HIDDEN extern uintptr_t mlpy_old_slots[MLPY_OLD_SLOTS];
+static inline size_t mlpy_old_slot_of(uintptr_t pool)
+{
+	return (size_t)(((uint64_t)pool * 0x9E3779B97F4A7C15ull) >>
+	                (64 - MLPY_OLD_SLOTS_BITS));
+}
+static inline int mlpy_old_pool_has(uintptr_t pool)
+{
+	for (size_t i = mlpy_old_slot_of(pool), k = 0; k < MLPY_OLD_SLOTS;
+	     i = (i + 1) & (MLPY_OLD_SLOTS - 1), k++) {
+		if (mlpy_old_slots[i] == pool)
+			return 1;
+		if (mlpy_old_slots[i] == 0)
+			return 0;
+	}
+	return 0;
+}
 MLPY_HIDDEN void mlpy_old_pool_add(uintptr_t pool);
 MLPY_HIDDEN void mlpy_old_pools_drop(const void *p, size_t n);
 /* hooks.c counts the RAW domain's calls on this thread: a block that

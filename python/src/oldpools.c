@@ -17,32 +17,16 @@
 
 #include <stdint.h>
 
-#define SLOTS_BITS 15
-#define SLOTS ((size_t)1 << SLOTS_BITS)
+#define SLOTS MLPY_OLD_SLOTS
 #define TOMB ((uintptr_t)1)
 
-/* Open addressing, linear probing; 0 empty, TOMB a dropped pool (pools
- * of the arenas made before the import only ever go away: no reuse). */
-static uintptr_t slots[SLOTS];
+/* Open addressing, linear probing (the lookup, mlpy_old_pool_has, is
+ * inline in module.h: it runs on frees); 0 empty, TOMB a dropped pool
+ * (pools of the arenas made before the import only ever go away: no
+ * reuse). */
+uintptr_t mlpy_old_slots[MLPY_OLD_SLOTS];
+#define slots mlpy_old_slots
 static size_t used;
-
-static inline size_t slot_of(uintptr_t pool)
-{
-	return (size_t)(((uint64_t)pool * 0x9E3779B97F4A7C15ull) >>
-	                (64 - SLOTS_BITS));
-}
-
-int mlpy_old_pool_has(uintptr_t pool)
-{
-	for (size_t i = slot_of(pool), k = 0; k < SLOTS;
-	     i = (i + 1) & (SLOTS - 1), k++) {
-		if (slots[i] == pool)
-			return 1;
-		if (slots[i] == 0)
-			return 0;
-	}
-	return 0;
-}
 
 void mlpy_old_pool_add(uintptr_t pool)
 {
@@ -50,7 +34,7 @@ void mlpy_old_pool_add(uintptr_t pool)
 	 * objects stay uncounted, as they were before this table. */
 	if (mlpy_old_pool_has(pool) || used >= SLOTS / 4 * 3)
 		return;
-	size_t i = slot_of(pool);
+	size_t i = mlpy_old_slot_of(pool);
 	while (slots[i] != 0)
 		i = (i + 1) & (SLOTS - 1);
 	slots[i] = pool;

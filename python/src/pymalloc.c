@@ -171,7 +171,8 @@ static inline void *noted(PyMemAllocatorEx *prev, void *p, unsigned raw)
 	if (in_arena(p)) {
 		c = block_class(p);
 	} else if (!mlpy_preloaded && mlpy_raw_calls == raw) {
-		mlpy_old_pool_add(pool_of(p));
+		if (!mlpy_old_pool_has(pool_of(p)))
+			mlpy_old_pool_add(pool_of(p));
 		c = block_class(p);
 	} else {
 		return p;
