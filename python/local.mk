@@ -5,6 +5,8 @@
 # make install copies the package into PYTHON_SITEDIR; make check runs its
 # pytest suite (tests/python/test-python.sh, as TAP).
 ML_PY_FILES = python/setup.py python/pyproject.toml python/src/_memlimits.c \
+	python/src/hooks.c python/src/pymalloc.c python/src/guard.c \
+	python/src/task.c python/src/oldpools.c python/src/module.h \
 	python/memlimits/__init__.py python/memlimits/wsgi.py \
 	python/memlimits/asgi.py python/memlimits/__init__.pyi \
 	python/memlimits/_memlimits.pyi python/memlimits/wsgi.pyi \
@@ -13,14 +15,17 @@ ML_PY_FILES = python/setup.py python/pyproject.toml python/src/_memlimits.c \
 ML_PY_TESTS = python/tests/conftest.py python/tests/test_limit.py \
 	python/tests/test_bombs.py python/tests/test_wsgi.py \
 	python/tests/test_asgi.py python/tests/test_servers.py \
-	python/tests/servers_app.py
+	python/tests/servers_app.py python/tests/test_structure.py \
+	python/tests/test_versions.py python/tests/test_input.py \
+	python/tests/test_stops.py python/tests/test_threads.py
 EXTRA_DIST += $(ML_PY_FILES) $(ML_PY_TESTS) docs/python.md
-TESTS += tests/python/test-python.sh
-EXTRA_DIST += tests/python/test-python.sh
+TESTS += tests/python/test-python.sh tests/python/test-python-versions.sh
+EXTRA_DIST += tests/python/test-python.sh tests/python/test-python-versions.sh
 AM_TESTS_ENVIRONMENT += ML_PYTHON='$(ML_PYTHON)'; export ML_PYTHON;
 if BUILD_PYTHON
 all-local: python/build/pkg/.built
 python/build/pkg/.built: $(ML_PY_FILES:%=$(top_srcdir)/%) \
+		$(top_srcdir)/lib/util/parse.c $(top_srcdir)/lib/util/parse.h \
 		$(top_srcdir)/include/memlimits.h lib/libmemlimits.la
 	$(AM_V_GEN)rm -rf python/build/pkg && $(MKDIR_P) python/build/pkg && \
 	cp -R $(top_srcdir)/python/setup.py $(top_srcdir)/python/pyproject.toml \
@@ -30,6 +35,7 @@ python/build/pkg/.built: $(ML_PY_FILES:%=$(top_srcdir)/%) \
 	 MEMLIMITS_CFLAGS='-I$(abs_top_srcdir)/include' \
 	 MEMLIMITS_LIBS='-L$(abs_top_builddir)/lib/.libs -lmemlimits' \
 	 MEMLIMITS_VERSION='$(PACKAGE_VERSION)' \
+	 MEMLIMITS_SRCDIR='$(abs_top_srcdir)' \
 	 $(ML_PYTHON) setup.py -q build_ext --inplace --build-temp ../tmp) \
 		>python/build/make.log 2>&1 || \
 		{ cat python/build/make.log; exit 1; }

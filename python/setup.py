@@ -52,6 +52,27 @@ def version():
 
 
 VERSION = version()
+# The module's C files (src/module.h is what they share; python/local.mk
+# lists the same for make dist).
+SOURCES = ["src/_memlimits.c", "src/hooks.c", "src/pymalloc.c",
+           "src/guard.c", "src/task.c", "src/oldpools.c"]
+
+
+def library_source():
+    """The library's source tree, for its one size parser
+    (lib/util/parse.c, compiled in: "1.5G" means what it means to the
+    memlimits command): MEMLIMITS_SRCDIR (the source tree's make sets
+    it), else the checkout this python/ is in."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for d in (os.environ.get("MEMLIMITS_SRCDIR"), os.path.join(here, "..")):
+        if d and os.path.isfile(os.path.join(d, "lib", "util", "parse.c")):
+            return os.path.abspath(d)
+    raise SystemExit("memlimits: lib/util/parse.c not found: build from "
+                     "memlimits' source tree, or set MEMLIMITS_SRCDIR")
+
+
+LIBSRC = library_source()
+SOURCES.append(os.path.join(LIBSRC, "lib", "util", "parse.c"))
 cflags = flags("MEMLIMITS_CFLAGS", ["--cflags"])
 libs = flags("MEMLIMITS_LIBS", ["--libs"])
 
@@ -62,9 +83,26 @@ setup(
     packages=["memlimits"],
     package_data={"memlimits": ["py.typed", "*.pyi"]},
     ext_modules=[Extension(
-        "memlimits._memlimits", ["src/_memlimits.c"],
+        "memlimits._memlimits", SOURCES,
+        depends=["src/module.h"],
         define_macros=[("ML_PY_VERSION", '"%s"' % VERSION)],
-        extra_compile_args=cflags + ["-std=gnu11"],
+        include_dirs=[os.path.join(LIBSRC, "lib")],
+        # Only PyInit__memlimits is exported (PyMODINIT_FUNC): the
+        # parser's ml__ names stay the module's own.
+        extra_compile_args=cflags + ["-std=gnu11", "-fvisibility=hidden"],
         extra_link_args=libs)],
-    python_requires=">=3.9",
+    # What tests/python/test-python-versions.sh builds and tests against
+    # (make check): CPython 3.9 to 3.13.  3.14 is refused until tested:
+    # the module reads the thread state's exception field and pymalloc's
+    # pool header as each version lays them out (src/guard.c,
+    # src/pymalloc.c).
+    python_requires=">=3.9, <3.14",
+    classifiers=[
+        "Programming Language :: Python :: 3.9",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Programming Language :: Python :: Implementation :: CPython",
+    ],
 )

@@ -21,8 +21,12 @@ and a whole program under ``memlimits run --heap-limit ...``.
 
 Rules (docs/python.md has the reasons):
 
-* A limit belongs to the thread that entered it: threads started inside
-  the block are not limited by it (enter a shared :class:`Task` there).
+* Threads started inside a block (``threading.Thread.start``) run inside
+  its task, and so does work submitted there to a ``ThreadPoolExecutor``
+  or a ``multiprocessing.pool.ThreadPool`` (each call a slice of the
+  task on the pool's thread): the limit belongs to the work.  Opt out
+  with :func:`inherit_threads` (False), or for one thread with
+  ``thread.memlimits_inherit = False`` before it starts.
 * Blocks nest: the inner block's allocations count for the outer one too.
   The block whose own limit was reached raises LimitExceeded; a block
   inside it sees the MemoryError go through unchanged.
@@ -34,11 +38,16 @@ Rules (docs/python.md has the reasons):
 * The task follows the thread, not the code: a generator made inside a
   block and resumed outside is not limited; a block inside a generator
   that stays open across a ``yield`` charges whoever runs in between.
-* Sizes are ints (bytes) or strings with the command's units:
-  "512", "64k", "64KiB", "50M", "50MiB", "2G", "2GiB" (all binary).
+* Sizes are ints (bytes) or strings with the command's units, read by
+  the library's own parser: "512", "64k", "64KiB", "50M", "50MiB",
+  "1.5G", "2GiB" (all binary).  A limit of 0 is refused (leave the
+  argument out for none), and so is a block with no limit at all.
 """
 
+import functools as _functools
 import re as _re
+import sys as _sys
+import weakref as _weakref
 
 from . import _memlimits
 from ._memlimits import capabilities, heap, is_interrupted
@@ -46,7 +55,7 @@ from ._memlimits import capabilities, heap, is_interrupted
 __all__ = [
     "LimitExceeded", "Task", "limit", "call", "heap", "global_limit",
     "set_global_limit", "write_metrics", "capabilities", "parse_size",
-    "is_interrupted",
+    "is_interrupted", "inherit_threads",
 ]
 
 # Written once, in configure.ac: setup.py compiles it into _memlimits
@@ -57,39 +66,80 @@ __version__ = _memlimits.__version__
 _REASONS = {1: "alloc_limit", 2: "global_limit", 3: "cancelled",
             4: "held_limit"}
 
-_UNITS = {"": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
-          "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
-          "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+def _named(name, msg):
+    return "%s: %s" % (name, msg) if name else msg
 
 
-def parse_size(size):
-    """Bytes from an int or a string such as "50MiB" (binary units, as
-    the memlimits command takes them: k/K/KB/KiB, M/MB/MiB, G/GB/GiB,
-    T/TB/TiB).  None stays None (no limit).  ValueError otherwise."""
+def parse_size(size, name=None):
+    """Bytes from an int or a string such as "50MiB" or "1.5G", read by
+    the library's own parser, as the memlimits command reads its sizes
+    (binary units: k/K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB, B or none; a
+    fraction rounds down to a whole byte; no blanks).  None stays None.
+    ValueError for a string that is not a size or a negative int,
+    TypeError for anything but an int or a str; ``name`` (the argument's)
+    starts the message."""
     if size is None:
         return None
-    if isinstance(size, bool):
-        raise ValueError("a size is an int or a string, not a bool")
+    if isinstance(size, bool) or not isinstance(size, (int, str)):
+        raise TypeError(_named(name, "a size is an int or a string, not "
+                               "%s" % type(size).__name__))
     if isinstance(size, int):
         if size < 0:
-            raise ValueError("a size cannot be negative: %d" % size)
+            raise ValueError(_named(name, "a size cannot be negative: "
+                                    "%d" % size))
+        if size >= 1 << 64:
+            raise ValueError(_named(name, "size too large: %d" % size))
         return size
-    if not isinstance(size, str):
-        raise ValueError("a size is an int or a string: %r" % (size,))
-    s = size.strip()
-    i = 0
-    # ASCII digits only: str.isdigit and int() take "٣٤" as 34.
-    while i < len(s) and "0" <= s[i] <= "9":
-        i += 1
-    unit = s[i:].strip().lower()
-    if i == 0 or unit not in _UNITS:
-        raise ValueError("not a size: %r (bytes, or k/M/G/T with an "
-                         "optional B or iB)" % (size,))
-    n = int(s[:i]) * _UNITS[unit]
-    if n >= 1 << 64:
-        raise ValueError("size too large: %r" % (size,))
+    try:
+        return _memlimits.parse_size(size)
+    except ValueError:
+        raise ValueError(_named(name, "not a size: %r (bytes, or with a "
+                                "suffix: 64MiB, 1.5G)" % (size,))) from None
+
+
+_NO_LIMIT = (1 << 64) - 1
+
+
+def _limit_size(size, name):
+    """A limit's size: as parse_size, and neither 0 (say "no limit" by
+    leaving the argument out, as the command's --heap-limit 0 is refused)
+    nor 2**64 - 1 (the library's "no limit")."""
+    n = parse_size(size, name)
+    if n == 0:
+        raise ValueError("%s=%r: a limit of 0 bytes; say no limit by "
+                         "leaving the argument out" % (name, size))
+    if n == _NO_LIMIT:
+        raise ValueError("%s=%r: 2**64-1 bytes would mean no limit; say "
+                         "no limit by leaving the argument out"
+                         % (name, size))
     return n
+
+
+def _some_limit(where, held, alloc, global_limit):
+    if held is None and alloc is None and not global_limit:
+        raise ValueError("%s: no limit given: held=, alloc= (sizes) or "
+                         "global_limit=True (a block with no limit is a "
+                         "Task() that measures)" % where)
+
+
+def _http_status(status, line_ok):
+    """The middlewares' ``status=``: an int from 100 to 599 or, where
+    ``line_ok`` (WSGI), a status line ("503 Service Unavailable")."""
+    if isinstance(status, str) and line_ok:
+        m = _re.fullmatch(r"([1-5][0-9][0-9]) [^\r\n]*", status)
+        if not m:
+            raise ValueError("status=%r: an HTTP status (an int from 100 "
+                             "to 599, or a line such as \"503 Service "
+                             "Unavailable\")" % (status,))
+        return status
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise TypeError("status=%r: an HTTP status is an int%s, not %s"
+                        % (status, " or a status line" if line_ok else "",
+                           type(status).__name__))
+    if not 100 <= status <= 599:
+        raise ValueError("status=%r: an HTTP status is from 100 to 599"
+                         % (status,))
+    return status
 
 
 class LimitExceeded(MemoryError):
@@ -147,8 +197,15 @@ class Task(_memlimits._Task):
     the task's leave)."""
 
     def __init__(self, held=None, alloc=None, global_limit=False):
-        super().__init__(held=parse_size(held), alloc=parse_size(alloc),
-                         global_limit=bool(global_limit))
+        if not isinstance(global_limit, bool):
+            raise TypeError("global_limit: True or False, not %r"
+                            % (global_limit,))
+        super().__init__(held=_limit_size(held, "held"),
+                         alloc=_limit_size(alloc, "alloc"),
+                         global_limit=global_limit)
+        _live[self.task_id] = self
+        if _patched != _PATCHABLE:
+            _patch_threads()
 
     @property
     def _t(self):
@@ -179,6 +236,109 @@ class Task(_memlimits._Task):
                                           self.allocated))
 
 
+# Threads and pools started inside a block run inside its task (issue 42,
+# item 3): the Task of the thread's innermost slice, found from
+# ml_task_current's address (a Task made here registers itself).  Patched
+# at the first Task made, not at import (importing threading and the
+# pools would cost every program that imports memlimits), and again at
+# each Task made for the pool modules imported since.
+_live = _weakref.WeakValueDictionary()
+_inherit = True
+_PATCHABLE = frozenset(("threading", "concurrent.futures.thread",
+                        "multiprocessing.pool"))
+_patched = set()
+
+
+def inherit_threads(enabled=True):
+    """Whether threads started inside a block (threading.Thread.start),
+    work submitted to a ThreadPoolExecutor and to a
+    multiprocessing.pool.ThreadPool inside one run inside the block's
+    task (the default), or outside any task (False).  One thread opts
+    out with ``thread.memlimits_inherit = False`` before its start()."""
+    global _inherit
+    _inherit = bool(enabled)
+
+
+def _current_task():
+    if not _inherit:
+        return None
+    tid = _memlimits.current_task_id()
+    return _live.get(tid) if tid else None
+
+
+def _run_in(task, fn, *args, **kw):
+    # On a thread inside the task already (a pool's caller running the
+    # work itself, a wrapper of the work's own): run as it is.
+    if _memlimits.current_task_id() == task.task_id:
+        return fn(*args, **kw)
+    with task:
+        return fn(*args, **kw)
+
+
+def _pool_thread(thread):
+    # A pool's own threads (its workers, its handlers) live past the
+    # block: the work handed to them carries the task instead.
+    target = getattr(thread, "_target", None)
+    mod = getattr(target, "__module__", None) or ""
+    return (mod in ("concurrent.futures.thread", "multiprocessing.pool")
+            or type(thread).__module__ == "multiprocessing.dummy")
+
+
+def _patch_threads():
+    mods = _sys.modules
+    if "threading" not in _patched:
+        import threading
+        start = threading.Thread.start
+
+        @_functools.wraps(start)
+        def _start(self):
+            task = _current_task()
+            if (task is not None and getattr(self, "memlimits_inherit", True)
+                    and not _pool_thread(self)):
+                run = self.run
+
+                def run_in_task():
+                    with task:
+                        run()
+                self.run = run_in_task
+            return start(self)
+        threading.Thread.start = _start
+        _patched.add("threading")
+    if "concurrent.futures.thread" not in _patched and \
+            "concurrent.futures.thread" in mods:
+        cls = mods["concurrent.futures.thread"].ThreadPoolExecutor
+        submit = cls.submit
+
+        @_functools.wraps(submit)
+        def _submit(self, fn, /, *args, **kw):
+            task = _current_task()
+            if task is not None:
+                fn = _functools.partial(_run_in, task, fn)
+            return submit(self, fn, *args, **kw)
+        cls.submit = _submit
+        _patched.add("concurrent.futures.thread")
+    if "multiprocessing.pool" not in _patched and \
+            "multiprocessing.pool" in mods:
+        cls = mods["multiprocessing.pool"].ThreadPool
+        for name in ("apply_async", "_map_async", "imap", "imap_unordered"):
+            _patch_pool_method(cls, name)
+        _patched.add("multiprocessing.pool")
+
+
+def _patch_pool_method(cls, name):
+    # ThreadPool only: its work is not pickled (a process pool's is, and
+    # runs in other processes, outside this one's tasks anyway).
+    orig = getattr(cls, name)
+
+    @_functools.wraps(orig)
+    def method(self, func, *args, **kw):
+        task = _current_task()
+        if task is not None:
+            func = _functools.partial(_run_in, task, func)
+        return orig(self, func, *args, **kw)
+    setattr(cls, name, method)
+
+
 def limit(held=None, alloc=None, global_limit=False):
     """A new :class:`Task` to use in one ``with`` block:
 
@@ -187,12 +347,15 @@ def limit(held=None, alloc=None, global_limit=False):
         t.held, t.allocated, t.status
 
     Over a limit, the block's allocations fail and the block raises
-    LimitExceeded (a MemoryError)."""
+    LimitExceeded (a MemoryError).  At least one limit must be given
+    (ValueError otherwise: a block to measure is a ``Task()``)."""
+    _some_limit("memlimits.limit", held, alloc, global_limit)
     return Task(held=held, alloc=alloc, global_limit=global_limit)
 
 
 def call(fn, *args, held=None, alloc=None, global_limit=False, **kw):
     """fn(*args, **kw) under a limit: its result, or LimitExceeded."""
+    _some_limit("memlimits.call", held, alloc, global_limit)
     with Task(held=held, alloc=alloc, global_limit=global_limit):
         return fn(*args, **kw)
 
@@ -206,7 +369,8 @@ def set_global_limit(size):
     """Set the process's global memory limit (a size, or None for none).
     When the heap goes over it, the largest task made with
     ``global_limit=True`` is stopped."""
-    rc = _memlimits.set_global_limit(parse_size(size))
+    n = None if size is None else _limit_size(size, "size")
+    rc = _memlimits.set_global_limit(n)
     if rc < 0:
         raise ValueError("memlimits: set_global_limit(%r) refused" % size)
 

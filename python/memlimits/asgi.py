@@ -28,7 +28,8 @@ import functools
 import logging
 import threading
 
-from . import LimitExceeded, Task, parse_size
+from . import LimitExceeded, Task, _http_status, _limit_size, _some_limit
+from . import _memlimits
 
 log = logging.getLogger("memlimits")
 
@@ -130,6 +131,12 @@ def _in_task(task, fn, *args):
     inside = getattr(_pool_thread, "tasks", None)
     if inside is None:
         inside = _pool_thread.tasks = []
+    if _memlimits.current_task_id() == task.task_id:
+        # Entered here already: by the executor's own wrapper (work
+        # submitted inside a task runs inside it, memlimits' rule for
+        # ThreadPoolExecutor.submit, which asyncio's default executor
+        # is).
+        return fn(*args)
     if any(t is task for t in inside):
         # Brought back to a thread inside the task already, which waits
         # for it (asgiref's thread-sensitive sync_to_async under the
@@ -191,10 +198,11 @@ class LimitMiddleware:
 
     def __init__(self, app, held=None, alloc=None, status=503,
                  global_limit=False):
+        _some_limit("LimitMiddleware", held, alloc, global_limit)
         self.app = app
-        self.held = parse_size(held)
-        self.alloc = parse_size(alloc)
-        self.status = status
+        self.held = _limit_size(held, "held")
+        self.alloc = _limit_size(alloc, "alloc")
+        self.status = _http_status(status, False)
         self.global_limit = global_limit
 
     async def __call__(self, scope, receive, send):

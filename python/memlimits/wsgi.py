@@ -15,7 +15,7 @@ worker and the process carry on."""
 
 import logging
 
-from . import LimitExceeded, Task, parse_size
+from . import LimitExceeded, Task, _http_status, _limit_size, _some_limit
 
 log = logging.getLogger("memlimits")
 
@@ -45,10 +45,11 @@ class LimitMiddleware:
 
     def __init__(self, app, held=None, alloc=None, status=503,
                  global_limit=False):
+        _some_limit("LimitMiddleware", held, alloc, global_limit)
         self.app = app
-        self.held = parse_size(held)
-        self.alloc = parse_size(alloc)
-        self.status = _status_line(status)
+        self.held = _limit_size(held, "held")
+        self.alloc = _limit_size(alloc, "alloc")
+        self.status = _status_line(_http_status(status, True))
         self.global_limit = global_limit
 
     def _refuse(self, start_response, exc):

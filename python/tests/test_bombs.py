@@ -71,7 +71,7 @@ class Bystander:
         # What one parse allocates, from 20 charged to a block of their own
         # here (about 11 MB, 140 samples, sd 8.5 %: twice too high is
         # 11 sd away; too low only lengthens the wait below).
-        with memlimits.limit() as some:
+        with memlimits.Task() as some:
             for _ in range(20):
                 ordinary_parse(self.doc, self.ydoc)
         assert some.allocated > 0
@@ -83,7 +83,7 @@ class Bystander:
         # charges (nearly) nothing: were it charged, an estimate under
         # 1 MiB would have probability < 1e-70; the wait itself allocates
         # a few hundred bytes.
-        with memlimits.limit() as idle:
+        with memlimits.Task() as idle:
             self.wait_for(self.count + int(32 * MiB / per) + 1)
         assert idle.allocated < MiB, (idle.allocated, per)
         self.before = self.count

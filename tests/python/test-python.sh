@@ -20,6 +20,7 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 	LD_LIBRARY_PATH="$top_builddir/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 	PYTHONDONTWRITEBYTECODE=1 MEMLIMITS_SEED=37 LIBC_FATAL_STDERR_=1 \
 	ML_PY_MEASURED="$tmp/measured" \
+	ML_PY_MEMLIMITS="$(cd "$top_builddir" && pwd)/tools/memlimits" \
 	"$ML_PYTHON" -X faulthandler -m pytest -v -s -p no:cacheprovider --rootdir="$tmp" \
 	"$top_srcdir/python/tests") >"$tmp/out" 2>&1
 rc=$?

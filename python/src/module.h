@@ -1,0 +1,80 @@
+/* What the files of memlimits._memlimits share: the state of the
+ * allocator hooks (hooks.c, pymalloc.c), the per-thread counters the
+ * wrappers and the refusal guard read (pymalloc.c, guard.c, task.c), and
+ * the Task type's entry points (task.c) that the module (_memlimits.c)
+ * registers.  Every name here is hidden: the extension exports only
+ * PyInit__memlimits. */
+#ifndef MLPY_MODULE_H
+#define MLPY_MODULE_H
+
+#define PY_SSIZE_T_CLEAN
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include <Python.h>
+
+#include <memlimits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MLPY_HIDDEN __attribute__((visibility("hidden")))
+#define MLPY_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* hooks.c: how Python's allocations reach the library. */
+MLPY_HIDDEN extern int mlpy_preloaded; /* the library is the process's malloc */
+MLPY_HIDDEN extern int mlpy_hooked;    /* the domains are ours */
+MLPY_HIDDEN extern int mlpy_wrapped;   /* the domains' wrappers are in */
+MLPY_HIDDEN extern const char *mlpy_counting;
+MLPY_HIDDEN int mlpy_install_hooks(void);
+MLPY_HIDDEN void mlpy_wrap(void);
+
+/* pymalloc.c: the arenas, and the MEM and OBJ domains' wrappers.
+ * mlpy_entered: this thread's slices open in tasks of this module;
+ * mlpy_count_all: objects are noted on every thread (a global limit, or
+ * the preload); mlpy_in_python: inside a wrapper that marks. */
+MLPY_HIDDEN extern MLPY_TLS unsigned mlpy_entered;
+MLPY_HIDDEN extern MLPY_TLS unsigned mlpy_in_python;
+MLPY_HIDDEN extern MLPY_TLS size_t mlpy_req;   /* for the guard's budget */
+MLPY_HIDDEN extern MLPY_TLS size_t mlpy_grace; /* its bytes left (guard.c) */
+MLPY_HIDDEN extern int mlpy_count_all;
+MLPY_HIDDEN int mlpy_arenas_install(void);
+MLPY_HIDDEN void mlpy_wrap_domains(int marking);
+
+/* oldpools.c: pools of the arenas pymalloc made before the import. */
+#define MLPY_OLD_SLOTS_BITS 15
+#define MLPY_OLD_SLOTS ((size_t)1 << MLPY_OLD_SLOTS_BITS)
+MLPY_HIDDEN extern uintptr_t mlpy_old_slots[MLPY_OLD_SLOTS];
+static inline size_t mlpy_old_slot_of(uintptr_t pool)
+{
+	return (size_t)(((uint64_t)pool * 0x9E3779B97F4A7C15ull) >>
+	                (64 - MLPY_OLD_SLOTS_BITS));
+}
+static inline int mlpy_old_pool_has(uintptr_t pool)
+{
+	for (size_t i = mlpy_old_slot_of(pool), k = 0; k < MLPY_OLD_SLOTS;
+	     i = (i + 1) & (MLPY_OLD_SLOTS - 1), k++) {
+		if (mlpy_old_slots[i] == pool)
+			return 1;
+		if (mlpy_old_slots[i] == 0)
+			return 0;
+	}
+	return 0;
+}
+MLPY_HIDDEN void mlpy_old_pool_add(uintptr_t pool);
+MLPY_HIDDEN void mlpy_old_pools_drop(const void *p, size_t n);
+/* hooks.c counts the RAW domain's calls on this thread: a block that
+ * pymalloc handed out with no RAW call between is one of its own. */
+MLPY_HIDDEN extern MLPY_TLS unsigned mlpy_raw_calls;
+
+/* guard.c: what the library asks before it refuses; what a stopped
+ * block may keep past its stop, at most (docs/python.md). */
+#define MLPY_GRACE_BYTES ((size_t)1 << 20)
+MLPY_HIDDEN bool mlpy_refusal_guard(void *arg);
+
+/* task.c: the _Task type, and the conversions the module shares. */
+MLPY_HIDDEN extern PyType_Spec mlpy_task_spec;
+MLPY_HIDDEN int mlpy_parse_limit(PyObject *o, unsigned long long *out);
+MLPY_HIDDEN PyObject *mlpy_limit_value(unsigned long long v);
+
+#endif
