@@ -152,7 +152,7 @@ tests_cli_test_sig_exec_LDFLAGS = -no-install
 # limit refuses mappings, --no-mapped, the report, timeline and statistics.
 check_PROGRAMS += tests/cli/test-run-mapped
 TESTS += tests/cli/test-run-mapped.sh
-EXTRA_DIST += tests/cli/test-run-mapped.sh
+EXTRA_DIST += tests/cli/test-run-mapped.sh tests/cli/run-env.sh
 tests_cli_test_run_mapped_SOURCES = tests/cli/test-run-mapped.c
 tests_cli_test_run_mapped_LDFLAGS = -no-install
 

@@ -7,19 +7,8 @@
 # The 230 MiB carry Poisson(3015) samples at the default interval: the
 # check is certain.
 : "${top_builddir:?}"
-M=$top_builddir/tools/memlimits
 P=$top_builddir/tests/cli/test-run-jump-map
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-jumpmap.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT MEMLIMITS_MAPPED \
-	MEMLIMITS_SAMPLE_INTERVAL MEMLIMITS_SEED MEMLIMITS_HELD_LIMIT
-. "$top_srcdir/tests/tap/tap.sh"
-test -x "$M" && test -x "$P" || {
-	echo "Bail out! $M or $P not built"
-	exit 1
-}
+. "$top_srcdir/tests/cli/run-env.sh"
 if tap_case jump; then
 	"$M" run --heap-limit 256MiB -- "$P" 230 >"$tmp/out" 2>"$tmp/err"
 	st=$?

@@ -37,19 +37,8 @@
 # at mean gap 80000, probability e^-91.  Before the headroom, the blocks
 # came at the limit itself; with L/32 (4 MiB) the 14 MiB could not fit.
 : "${top_builddir:?}"
-M=$top_builddir/tools/memlimits
 P=$top_builddir/tests/cli/test-run-mapped
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-mapped.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT MEMLIMITS_MAPPED \
-	MEMLIMITS_SAMPLE_INTERVAL MEMLIMITS_SEED MEMLIMITS_HELD_LIMIT
-. "$top_srcdir/tests/tap/tap.sh"
-test -x "$M" && test -x "$P" || {
-	echo "Bail out! $M or $P not built"
-	exit 1
-}
+. "$top_srcdir/tests/cli/run-env.sh"
 # under LIMIT ARGS...: the program run with --heap-limit LIMIT, its output
 # in $tmp/out, its stderr in $tmp/err, its status in st.
 under() {

@@ -21,19 +21,8 @@
 #    key (shared between processes) are not counted (1536 MiB got), and the
 #    report says so.
 : "${top_builddir:?}"
-M=$top_builddir/tools/memlimits
 P=$top_builddir/tests/cli/test-run-private
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-private.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT MEMLIMITS_MAPPED \
-	MEMLIMITS_SAMPLE_INTERVAL MEMLIMITS_SEED MEMLIMITS_HELD_LIMIT
-. "$top_srcdir/tests/tap/tap.sh"
-test -x "$M" && test -x "$P" || {
-	echo "Bail out! $M or $P not built"
-	exit 1
-}
+. "$top_srcdir/tests/cli/run-env.sh"
 # under LIMIT ARGS...: the program run with --heap-limit LIMIT, its output
 # in $tmp/out, its stderr in $tmp/err, its status in st.
 under() {

@@ -15,19 +15,8 @@
 # carries Poisson(839) samples at the default interval, so the refusal
 # comes at the first chunk past the limit less the headroom.
 : "${top_builddir:?}"
-M=$top_builddir/tools/memlimits
 P=$top_builddir/tests/cli/test-run-protect
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-protect.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT MEMLIMITS_MAPPED \
-	MEMLIMITS_SAMPLE_INTERVAL MEMLIMITS_SEED MEMLIMITS_HELD_LIMIT
-. "$top_srcdir/tests/tap/tap.sh"
-test -x "$M" && test -x "$P" || {
-	echo "Bail out! $M or $P not built"
-	exit 1
-}
+. "$top_srcdir/tests/cli/run-env.sh"
 held_to() {
 	"$M" run --heap-limit 256MiB -- "$P" "$1" 24 >"$tmp/out" 2>"$tmp/err"
 	st=$?

@@ -8,19 +8,8 @@
 # (the loop takes about a second; 120 s is for a loaded machine and
 # valgrind-free runs only).
 : "${top_builddir:?}"
-M=$top_builddir/tools/memlimits
 P=$top_builddir/tests/cli/test-run-signal
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/ml-signal.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-export LC_ALL=C
-unset LD_PRELOAD MEMLIMITS_ALLOC_LIMIT MEMLIMITS_HEAP_LIMIT MEMLIMITS_REPORT \
-	MEMLIMITS_PROFILE MEMLIMITS_STATS_DIR MEMLIMITS_ON_LIMIT MEMLIMITS_MAPPED \
-	MEMLIMITS_SAMPLE_INTERVAL MEMLIMITS_SEED MEMLIMITS_HELD_LIMIT
-. "$top_srcdir/tests/tap/tap.sh"
-test -x "$M" && test -x "$P" || {
-	echo "Bail out! $M or $P not built"
-	exit 1
-}
+. "$top_srcdir/tests/cli/run-env.sh"
 run_case() {
 	what=$1
 	shift
