@@ -147,7 +147,7 @@ static unsigned refuse_block(void)
  * heap expansions, hundreds of MiB of which it never touches) looks over
  * the limit long before it is, and one whose allocator keeps freed
  * memory (glibc's arenas: git's threads) or that holds memory no count
- * sees (V8's) is over before it looks it.  So within L/8 of the limit by
+ * sees (V8's) is over before it looks it.  So within L/4 of the limit by
  * the count, what the process really holds decides: its blocks as
  * counted (a block is used once asked for, as RLIMIT_DATA and the heap
  * limit have always taken it) or, if more, its resident private memory
@@ -162,7 +162,7 @@ static unsigned refuse_block(void)
 static bool heap_over(const struct ml__thread *t, uint64_t n, bool map)
 {
 	uint64_t l = ml__run.heap_limit, room = map ? ml__run.heap_room : 0;
-	if (!ml__over_global(n + room + l / 8))
+	if (!ml__over_global(n + room + l / 4))
 		return false; /* far from it: no read */
 	/* A realloc's old block goes when the new one comes (as the
 	 * count's check: tasks/global.c), resident or not. */
