@@ -70,6 +70,18 @@ static void entered_now(void)
 		mlpy_grace = MLPY_GRACE_BYTES;
 }
 
+/* Enter the task on this thread, the module's wrappers checked first
+ * (another hook may have replaced them): ml_task_enter's answer, the
+ * slice counted when it opened. */
+static int enter(TaskObject *self)
+{
+	mlpy_wrap();
+	int rc = ml_task_enter(self->task);
+	if (rc == 0)
+		entered_now();
+	return rc;
+}
+
 static int live(TaskObject *self)
 {
 	if (!self->task) {
@@ -85,11 +97,7 @@ static PyObject *task_enter(PyObject *self_, PyObject *unused)
 	TaskObject *self = (TaskObject *)self_;
 	if (!live(self))
 		return NULL;
-	mlpy_wrap();
-	int rc = ml_task_enter(self->task);
-	if (rc == 0)
-		entered_now();
-	return PyLong_FromLong(rc);
+	return PyLong_FromLong(enter(self));
 }
 
 static PyObject *task_leave(PyObject *self_, PyObject *unused)
@@ -186,8 +194,7 @@ static PyObject *task_cm_enter(PyObject *self_, PyObject *unused)
 	TaskObject *self = (TaskObject *)self_;
 	if (!live(self))
 		return NULL;
-	mlpy_wrap();
-	int rc = ml_task_enter(self->task);
+	int rc = enter(self);
 	if (rc > 0)
 		return raise_exceeded(self_, rc);
 	if (rc < 0) {
@@ -196,7 +203,6 @@ static PyObject *task_cm_enter(PyObject *self_, PyObject *unused)
 		                "already");
 		return NULL;
 	}
-	entered_now();
 	Py_INCREF(self_);
 	return self_;
 }
@@ -244,10 +250,7 @@ static PyObject *task_step(PyObject *self_, PyObject *const *args,
 		PyErr_SetString(PyExc_TypeError, "step(fn, *args)");
 		return NULL;
 	}
-	mlpy_wrap();
-	int rc = ml_task_enter(self->task);
-	if (rc == 0)
-		entered_now();
+	int rc = enter(self);
 	PyObject *r =
 	    PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
 	if (rc == 0 && ml_task_leave(self->task) >= 0)
