@@ -5,7 +5,7 @@
  * The records are alloc/ranges.c's, under alloc/mapped.c's lock (held
  * for the update only, never across the system call: issue 41); the
  * bytes go to the meter (ml__meter_mapped), the samples through the
- * malloc family's one pair (ml__alloc_begin / ml__alloc_end) and are held
+ * tasks layer's pair (ml__alloc_begin / ml__alloc_end) and are held
  * under a key of their own until the bytes go (ml__held_drop).
  *
  * Not counted: file-backed and shared mappings; mappings made by the

@@ -202,9 +202,10 @@ static inline const struct ml__hooks *ml__hooks_get(void)
 
 void ml__global_init(void);
 void ml__thread_init(struct ml__thread *t);
-/* The tasks layer's whole interface to the malloc family: one pair around
- * the real allocation, called when the countdown sent an allocation of n
- * bytes to the slow path (ml__countdown_take).
+/* The pair around a real allocation that the slow path makes, called
+ * when the countdown sent an allocation of n bytes there
+ * (ml__countdown_take): the malloc family's through ml__alloc_slow below,
+ * the mmap family's and the notes' directly.
  * ml__alloc_begin decides: samples, credits the thread's tasks, delivers
  * their interruptions; 0 = allocate, -1 = fail with ENOMEM; may not
  * return (JUMP delivery).  `replacing`: realloc's old block, whose record
