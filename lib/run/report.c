@@ -42,7 +42,7 @@ static _Atomic int written;
  * written, 1 being written, 2 written (the report at exit completes it),
  * 3 the whole report is being written or was (at exit, or at the trip in
  * abort mode).  One writer at a time: both parts go to one place. */
-enum { EARLY_NONE, EARLY_BUSY, EARLY_DONE, EARLY_WHOLE };
+enum { EARLY_NONE, EARLY_BUSY, EARLY_DONE, EARLY_FAILED, EARLY_WHOLE };
 static _Atomic int early;
 
 /* What was held, by stack id, at the last snapshot of the peak (with a
@@ -719,9 +719,22 @@ static int early_settled(void)
 	return e;
 }
 
+/* Another thread's refusal after the first limit: wait (bounded) for the
+ * limit's part, claimed just after the first limit's CAS (fire), so that
+ * this thread, which may exit at its refusal, does not end the process
+ * before it is out: between that CAS and the claim early still reads
+ * NONE (a thread that waited only while BUSY left a racing exit with no
+ * report on stderr in 1 of 8 runs under load). */
 void ml__report_wait(void)
 {
-	(void)early_settled();
+	if (ml__run.on_limit == ML__ON_LIMIT_ABORT || !ml__run.profiling)
+		return; /* nothing is claimed */
+	for (unsigned i = 0; i < (1u << 22); i++) {
+		int e = atomic_load(&early);
+		if (e != EARLY_NONE && e != EARLY_BUSY)
+			break;
+		sched_yield();
+	}
 }
 
 /* The whole report's turn (at exit, or at the trip in abort mode): true
@@ -756,7 +769,7 @@ void ml__report_at_limit(void)
 	int fd = report_fd(path, sizeof path);
 	struct ml__symbols *sy = fd >= 0 ? ml__symbols_open(false) : NULL;
 	char *buf = sy ? ml__raw_alloc(OUT_BYTES) : NULL;
-	int done = EARLY_NONE; /* failed: the report at exit is whole */
+	int done = EARLY_FAILED; /* the report at exit is whole */
 	if (buf) {
 		struct ml__out o = {.fd = fd, .buf = buf, .cap = OUT_BYTES};
 		put_heading(&o, sy, "==== memlimits report: pid ");
@@ -765,7 +778,7 @@ void ml__report_at_limit(void)
 		ml__out_puts(&o, "(written when the limit was reached; the "
 		                 "rest of the report at exit)\n");
 		finish(&o, "report", path, ml__run.report_path != NULL);
-		done = o.err ? EARLY_NONE : EARLY_DONE;
+		done = o.err ? EARLY_FAILED : EARLY_DONE;
 	} else if (fd >= 0 && ml__run.report_path) {
 		close(fd);
 	}
