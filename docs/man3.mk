@@ -25,6 +25,7 @@ man_MANS += \
 	docs/gen/ml_note_alloc_block.3 \
 	docs/gen/ml_note_free.3 \
 	docs/gen/ml_note_free_block.3 \
+	docs/gen/ml_patch_objects.3 \
 	docs/gen/ml_run.3 \
 	docs/gen/ml_sample_interval.3 \
 	docs/gen/ml_set_default_delivery.3 \

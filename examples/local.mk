@@ -37,6 +37,10 @@ examples_fan_out_LDFLAGS = -no-install
 # callback (examples/event-loop/README.md); built when libuv is found, run
 # by tests/api/test-examples.sh (--quick).
 EXTRA_DIST += examples/event-loop/README.md examples/event-loop/event-loop.c
+# Deployment files of docs/python.md ("Deployment"), run as written by
+# python/tests/test_deploy.py.
+EXTRA_DIST += examples/python/gunicorn.conf.py \
+	examples/python/memlimits-gunicorn.service
 if HAVE_LIBUV
 check_PROGRAMS += examples/event-loop/event-loop
 examples_event_loop_event_loop_SOURCES = examples/event-loop/event-loop.c

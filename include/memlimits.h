@@ -520,7 +520,9 @@ ML_EXPORT size_t ml_shared_members(ml_shared_member *out, size_t n);
 /* ---- Version and capabilities --------------------------------------------
  *
  * Convention: facts about the library and the running process; they cannot
- * fail.  Strings are static: never NULL, not to be modified or freed. */
+ * fail.  Strings are static: never NULL, not to be modified or freed.
+ * Exception: ml_patch_objects acts on the process, and returns -1 with
+ * errno where it cannot. */
 
 /* The library's version, "MAJOR.MINOR.PATCH". */
 ML_EXPORT const char *ml_version(void);
@@ -546,6 +548,19 @@ ML_EXPORT unsigned ml_capabilities(void);
  * order: "glibc", "jemalloc", "tcmalloc", "mimalloc" or "other".  See
  * ml_allocator(3).  Since 0.2. */
 ML_EXPORT const char *ml_allocator(void);
+
+/* Route the malloc family and the mmap family of every loaded object
+ * but libc, the loader and the library itself to the library, by
+ * rewriting their GOT slots, and of every object loaded later by dlopen:
+ * what a program or a runtime that loads the library without the preload
+ * (Python's module) uses so that its other objects' allocations are
+ * counted.  flags: 0, or ML_PATCH_QUERY to rewrite nothing.  The number of
+ * loaded objects whose references reach the library; -1 with errno EEXIST
+ * (the library is the process's malloc already), ENOTSUP (another
+ * allocator is, or another target than x86-64 and aarch64), ENOENT or
+ * EINVAL.  See ml_patch_objects(3).  Since 0.5. */
+ML_EXPORT int ml_patch_objects(unsigned flags);
+#define ML_PATCH_QUERY 1u
 
 /* A short description of s; "unknown status" outside the enum. */
 ML_EXPORT const char *ml_status_str(ml_status s);

@@ -34,7 +34,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/shared/shared.c \
 	lib/api/api.h \
 	lib/api/interpose.c lib/api/mmap.c lib/api/private.c lib/api/note.c \
-	lib/api/enter.c \
+	lib/api/enter.c lib/api/patch.c \
 	lib/api/init.c lib/api/version.c lib/api/compat.c lib/api/metrics.c
 lib_libmlcore_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/lib -DMEMLIMITS_BUILDING
 lib_libmlcore_la_CFLAGS = $(AM_CFLAGS) $(LIB_CFLAGS)

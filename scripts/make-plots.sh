@@ -1,7 +1,9 @@
 #!/bin/sh
 # Regenerate the README's pictures (issues 29, 36) in docs/plots:
 # timeline.png, flamegraph.png and held.png from a python workload under a
-# heap limit, build.png from a parallel build of 40 processes:
+# heap limit, build.png from a parallel build of 40 processes,
+# stops.png from memlimits accuracy (docs/statistics.md, "Testing a limit
+# on your program"):
 #
 #   memlimits run --heap-limit 200MiB --timeline T --profile P -- \
 #       python3 -c 'x=[bytearray(1<<20) for _ in range(1000)]'
@@ -9,6 +11,8 @@
 #   memlimits run --timeline B -- make -j2    (13 files: make, and gcc,
 #                                              cc1 and as for each)
 #   memlimits plot B                          (then rsvg-convert to PNG)
+#   memlimits accuracy --runs 400 --alloc-limit 64MiB --plot S.svg -- \
+#       tests/cli/test-accuracy-prog alloc    (after make check)
 #
 # Usage: scripts/make-plots.sh [BUILDDIR]   (default: build; run from the
 # top of the source tree, after make).  Needs python3, gcc, make and
@@ -48,11 +52,18 @@ printf 'all:%s\n%%.o: %%.c\n\tgcc -O2 -c $< -o $@\n' "$objs" >"$tmp/b/Makefile"
 (cd "$tmp/b" && "$M" run --timeline "$tmp/build.tsv" -- make -s -j2) 2>/dev/null
 "$M" plot -o "$tmp/build.svg" "$tmp/build.tsv"
 
+# Where the allocation limit stopped 400 runs of a program allocating
+# 4 KiB blocks (built by make check), over the documented law.
+A=$build/tests/cli/test-accuracy-prog
+test -x "$A" || { echo "make-plots.sh: $A not built (make check)" >&2; exit 2; }
+"$M" accuracy --runs 400 --seed-base 1 --alloc-limit 64MiB \
+	--plot "$tmp/stops.svg" -- "$A" alloc >/dev/null
+
 if test -n "$(command -v python3)"; then
 	python3 "$top/tests/cli/svg-check.py" "$tmp"/*.svg
 fi
 out=$top/docs/plots
-for p in timeline flamegraph held build; do
+for p in timeline flamegraph held build stops; do
 	rsvg-convert "$tmp/$p.svg" -o "$out/$p.png"
 	size=$(wc -c <"$out/$p.png")
 	echo "$out/$p.png: $size bytes"

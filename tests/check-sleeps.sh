@@ -8,6 +8,7 @@
 #   sleep 0.02 # not ordering: the poll of a wait on a pid file
 #
 #   tests/check-sleeps.sh [FILE...]   default: every test source in tests/
+#                                     and python/tests/
 #   tests/check-sleeps.sh --self-test checks that it catches each kind
 # Prints one line per offending line (FILE:LINE: text); exit 1 if any.
 set -u
@@ -53,7 +54,7 @@ if [ "${1:-}" = --self-test ]; then
 fi
 
 if [ $# -eq 0 ]; then
-	set -- $(find "$top/tests" \( -name '*.c' -o -name '*.cc' \
+	set -- $(find "$top/tests" "$top/python/tests" \( -name '*.c' -o -name '*.cc' \
 		-o -name '*.h' -o -name '*.sh' -o -name '*.py' \) \
 		! -name check-sleeps.sh ! -path '*/data/*' | sort)
 fi

@@ -86,14 +86,7 @@ static void help(void)
 
 static uint64_t size_arg(const char *opt, const char *v)
 {
-	uint64_t x;
-	if (ml__parse_size(v, &x) != 0)
-		ml__tool_usage_error(
-		    CMD,
-		    "invalid size for %s: '%s' (bytes, or with "
-		    "a suffix such as 64KiB, 16M, 2G)",
-		    opt, v);
-	return x;
+	return ml__tool_size(CMD, opt, v);
 }
 
 static void parse(int argc, char **argv, struct opts *o)

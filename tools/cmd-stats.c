@@ -500,6 +500,19 @@ static void read_file(const char *path, struct proc *pr)
 	free(buf);
 }
 
+/* For memlimits accuracy (tools/cmd-accuracy.c): the bytes allocated and
+ * the heap at exit of one statistics file, read by this file's reader, so
+ * that the command has one JSON reader.  With --on-limit abort a stopped
+ * run exits at the trip, so these are its figures there. */
+void ml__stats_read_stop(const char *path, uint64_t *bytes, uint64_t *heap)
+{
+	struct proc *pr = ml__tool_calloc(CMD, 1, sizeof *pr);
+	read_file(path, pr);
+	*bytes = pr->bytes;
+	*heap = pr->heap;
+	free(pr);
+}
+
 /* ---- Table ------------------------------------------------------------ */
 
 static void human(char *out, size_t cap, double d)

@@ -25,3 +25,10 @@ tools_memlimits_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/lib -DML_LIBDIR='"$(li
 # SVG drawn by the command's own writer (tools/svg.c).
 tools_memlimits_SOURCES += tools/svg.c tools/svg.h tools/cmd-plot.c \
 	tools/cmd-flamegraph.c
+
+# memlimits accuracy (issue 45): runs a program under one limit many times
+# (or reads stop points, --from) and tests the stops against the bounds;
+# its files are listed in tools/accuracy.h.
+tools_memlimits_SOURCES += tools/cmd-accuracy.c tools/accuracy.h \
+	tools/accuracy-run.c tools/accuracy-stat.c tools/accuracy-print.c \
+	tools/accuracy-plot.c

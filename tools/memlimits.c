@@ -17,11 +17,12 @@
 #include "tool.h"
 
 extern const struct ml__tool_cmd ml__tool_cmd_bounds, ml__tool_cmd_run,
-    ml__tool_cmd_stats, ml__tool_cmd_plot, ml__tool_cmd_flamegraph;
+    ml__tool_cmd_stats, ml__tool_cmd_plot, ml__tool_cmd_flamegraph,
+    ml__tool_cmd_accuracy;
 
 static const struct ml__tool_cmd *const commands[] = {
     &ml__tool_cmd_run,  &ml__tool_cmd_bounds,     &ml__tool_cmd_stats,
-    &ml__tool_cmd_plot, &ml__tool_cmd_flamegraph,
+    &ml__tool_cmd_plot, &ml__tool_cmd_flamegraph, &ml__tool_cmd_accuracy,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

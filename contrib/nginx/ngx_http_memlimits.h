@@ -108,6 +108,11 @@ typedef struct {
 	ngx_http_request_t *r; /* the main request */
 	ngx_queue_t live;      /* the worker's live tasks, for the sweep */
 	ml_ngx_frame_t *frame; /* innermost slice of this task running */
+	/* The main request's live subrequests (SSI, addition, auth_request,
+	 * mirror, slice), noted at their PREACCESS: their upstreams' events
+	 * run as slices of the task too, whichever request is the
+	 * connection's active one (ml_arm). */
+	ngx_array_t *subs;
 	uint64_t alloc_limit, held_limit;
 	uint64_t stop_allocated, stop_held; /* when it was seen stopped */
 	ngx_uint_t status;

@@ -158,9 +158,48 @@ static void ml_wrap(ngx_event_t *ev, ngx_event_handler_pt *orig,
 		ev->handler = wrapper;
 }
 
-/* Wraps the request's connection handlers and its upstream's: nginx sets
- * them anew at times (a special response, a new upstream), so again after
- * every slice. */
+/* Wraps the handlers of r's upstream connection, if it has one. */
+static void ml_arm_upstream(ngx_http_request_t *r)
+{
+	ngx_http_upstream_t *u = r ? r->upstream : NULL;
+	ngx_connection_t *uc = u ? u->peer.connection : NULL;
+	if (!uc || uc->data != r)
+		return;
+	if (ml_upstream_handler || uc->read->handler == uc->write->handler) {
+		ml_wrap(uc->read, &ml_upstream_handler,
+		        ml_upstream_handler_wrap);
+		ml_wrap(uc->write, &ml_upstream_handler,
+		        ml_upstream_handler_wrap);
+	}
+}
+
+/* Notes a subrequest of ctx's request, once, so that ml_arm wraps its
+ * upstream.  Subrequests live in the main request's pool: a pointer to a
+ * finished one stays valid memory until the pool goes, with the task. */
+static void ml_note_sub(ngx_http_memlimits_ctx_t *ctx, ngx_http_request_t *sr)
+{
+	ngx_http_request_t **e;
+	ngx_uint_t i;
+	if (!ctx->subs) {
+		ctx->subs = ngx_array_create(ctx->r->pool, 4, sizeof sr);
+		if (!ctx->subs)
+			return;
+	}
+	e = ctx->subs->elts;
+	for (i = 0; i < ctx->subs->nelts; i++)
+		if (e[i] == sr)
+			return; /* an internal redirect of a noted one */
+	e = ngx_array_push(ctx->subs);
+	if (e)
+		*e = sr;
+}
+
+/* Wraps the request's connection handlers and its upstream's, and those of
+ * its live subrequests' upstreams: nginx sets them anew at times (a
+ * special response, a new upstream), so again after every slice.  The
+ * subrequests that are done are dropped from the list on the way, so that
+ * the walk costs what is live (one SSI page's includes, not every slice
+ * a slice module ever made). */
 static void ml_arm(ngx_http_memlimits_ctx_t *ctx, ngx_http_request_t *cur)
 {
 	ngx_http_request_t *r = ctx->r;
@@ -173,19 +212,20 @@ static void ml_arm(ngx_http_memlimits_ctx_t *ctx, ngx_http_request_t *cur)
 		ml_wrap(c->read, &ml_request_handler, ml_client_handler);
 		ml_wrap(c->write, &ml_request_handler, ml_client_handler);
 	}
-	ngx_http_request_t *rs[2] = {r, cur};
-	for (int i = 0; i < 2; i++) {
-		ngx_http_upstream_t *u = rs[i] ? rs[i]->upstream : NULL;
-		ngx_connection_t *uc = u ? u->peer.connection : NULL;
-		if (!uc || uc->data != rs[i])
-			continue;
-		if (ml_upstream_handler ||
-		    uc->read->handler == uc->write->handler) {
-			ml_wrap(uc->read, &ml_upstream_handler,
-			        ml_upstream_handler_wrap);
-			ml_wrap(uc->write, &ml_upstream_handler,
-			        ml_upstream_handler_wrap);
+	ml_arm_upstream(r);
+	/* cur: the request whose slice just ended (NULL before the first). */
+	if (cur && cur != r)
+		ml_arm_upstream(cur);
+	if (ctx->subs) {
+		ngx_http_request_t **e = ctx->subs->elts;
+		ngx_uint_t i, live = 0;
+		for (i = 0; i < ctx->subs->nelts; i++) {
+			if (e[i]->done)
+				continue;
+			ml_arm_upstream(e[i]);
+			e[live++] = e[i];
 		}
+		ctx->subs->nelts = live;
 	}
 }
 
@@ -236,8 +276,16 @@ ngx_int_t ngx_http_memlimits_handler(ngx_http_request_t *r)
 	ngx_http_memlimits_main_conf_t *mcf;
 	ngx_http_memlimits_ctx_t *ctx;
 
-	if (r != r->main)
+	if (r != r->main) {
+		/* A subrequest runs its phases inside a slice of its main
+		 * request (posted requests run at the end of the main's
+		 * slices): noted, so that its upstream's later events run as
+		 * slices too (ml_arm). */
+		ctx = ml_ngx_get_ctx(r);
+		if (ctx && ctx->task)
+			ml_note_sub(ctx, r);
 		return NGX_DECLINED;
+	}
 	lcf = ngx_http_get_module_loc_conf(r, ngx_http_memlimits_module);
 	ctx = ml_ngx_get_ctx(r);
 	if (ctx) {

@@ -39,8 +39,13 @@ void mlpg_outside_end(void)
 /* A deferred trigger runs at COMMIT (AfterTriggerFireDeferred in
  * CommitTransaction), after the statement that queued it has ended and
  * outside every hook above: PL/pgSQL's simple expressions (s := s || s)
- * call no planner or executor.  needs_fmgr_hook routes every call of a
- * trigger function through fmgr_security_definer, which calls fmgr_hook
+ * call no planner or executor.  A deferred unique or exclusion
+ * constraint's recheck (unique_key_recheck, a builtin trigger function)
+ * evaluates the index's expressions, which may call a user's PL/pgSQL.
+ * needs_fmgr_hook routes every call of a trigger function, and of every
+ * non-builtin function looked up outside every statement (such an index
+ * expression's, prepared by the recheck at COMMIT), through
+ * fmgr_security_definer, which calls fmgr_hook
  * before and after it; at nesting level 0 (no statement's slice is
  * running) the hook points the FmgrInfo that is about to be called (the
  * one it is given) at outside_call, which puts the address back and runs
@@ -58,6 +63,16 @@ static bool ml_needs_fmgr(Oid fn_oid)
 		return true;
 	if (!statements_limited())
 		return false;
+	/* Looked up outside every statement's slice: at COMMIT (a deferred
+	 * unique or exclusion constraint's recheck preparing its index
+	 * expressions, a deferred trigger's function, an ON COMMIT action's
+	 * code), at the end of a portal, at a Bind's parameter input.  Every
+	 * function that is not builtin (PL/pgSQL, SQL, C of an extension: a
+	 * user's code) goes through the hook, whatever it returns, so that
+	 * it runs as a slice of the transaction's outside task.  Builtins
+	 * never reach here (fmgr_info's fast path). */
+	if (mlpg_nesting_level == 0)
+		return true;
 	HeapTuple tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn_oid));
 	if (!HeapTupleIsValid(tup))
 		return false;

@@ -31,6 +31,7 @@ void _PG_init(void);
 double mlpg_statement_limit_kb;       /* memlimits.statement_limit */
 double mlpg_statement_alloc_limit_kb; /* memlimits.statement_alloc_limit */
 double mlpg_cluster_limit_kb;         /* memlimits.cluster_limit */
+double mlpg_transaction_limit_kb;     /* memlimits.transaction_limit */
 
 /* 0 is none; a limit is at least 1kB, and a fraction of a kB above that
  * is rounded up ('1025B' is 2kB). */
@@ -81,6 +82,12 @@ void _PG_init(void)
 	    "total; 0 = none.",
 	    NULL, &mlpg_statement_alloc_limit_kb, 0, 0, MAX_KILOBYTES,
 	    PGC_SUSET, GUC_UNIT_KB, check_limit, NULL, NULL);
+	DefineCustomRealVariable(
+	    "memlimits.transaction_limit",
+	    "The memory one transaction may hold across its statements, with "
+	    "what it runs at COMMIT; 0 = none.",
+	    NULL, &mlpg_transaction_limit_kb, 0, 0, MAX_KILOBYTES, PGC_SUSET,
+	    GUC_UNIT_KB, check_limit, NULL, NULL);
 	DefineCustomRealVariable(
 	    "memlimits.cluster_limit",
 	    "The memory all backends of the cluster may hold together: over "

@@ -41,11 +41,13 @@
 extern double mlpg_statement_limit_kb;
 extern double mlpg_statement_alloc_limit_kb;
 extern double mlpg_cluster_limit_kb;
+extern double mlpg_transaction_limit_kb;
 
 static inline bool statements_limited(void)
 {
 	return mlpg_statement_limit_kb > 0 ||
-	       mlpg_statement_alloc_limit_kb > 0 || mlpg_cluster_limit_kb > 0;
+	       mlpg_statement_alloc_limit_kb > 0 || mlpg_cluster_limit_kb > 0 ||
+	       mlpg_transaction_limit_kb > 0;
 }
 
 static inline uint64_t kb_bytes(double kb)
@@ -62,10 +64,20 @@ extern ml_task *mlpg_current_task;
 /* Tasks made and not ended (memlimits_tasks_open). */
 extern int mlpg_open_tasks;
 ml_task *mlpg_statement_task_new(void);
-/* A cursor's portal task (statement.c): global, no limit of its own. */
+/* A cursor's portal task (statement.c): the statement limit over what the
+ * cursor holds, global under the cluster limit. */
 ml_task *mlpg_portal_task_new(void);
+/* The slice about to start is a transaction control statement's (COMMIT,
+ * ROLLBACK, ROLLBACK TO): it runs even when its transaction is over
+ * memlimits.transaction_limit.  Read and cleared by the next top-level
+ * slice. */
+extern bool mlpg_xact_control;
+/* The transaction ended (statement.c's xact_end): its task goes. */
+void mlpg_txn_end(void);
 void mlpg_task_end(ml_task *task);
 void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends);
+/* Whether owner is an open cursor's portal task's (statement.c). */
+bool mlpg_is_portal_owner(ml_task **owner);
 void mlpg_limit_text(ml_task *task, const ErrorData *cause, char **message,
                      char **detail);
 bool mlpg_refusal_ok(void *arg);

@@ -53,14 +53,65 @@ ml_task *mlpg_statement_task_new(void)
 	return task_new(&l);
 }
 
-/* A cursor's portal task: the cluster limit only (the statements that
- * run the cursor keep the statement limits). */
+/* A cursor's portal task: statement_limit over what the cursor holds
+ * across the statements that run it (they keep their own limits too),
+ * and the cluster limit.  No allocation limit: a cursor fetched to its
+ * end allocates what it streams. */
 ml_task *mlpg_portal_task_new(void)
 {
 	ml_limits l = ML_LIMITS_INIT;
 	l.delivery = ML_DELIVER_FAIL;
-	l.global = true;
+	l.held_bytes = kb_bytes(mlpg_statement_limit_kb);
+	l.global = mlpg_cluster_limit_kb > 0;
 	return task_new(&l);
+}
+
+/* The transaction's task under memlimits.transaction_limit: every
+ * top-level slice of the transaction (its statements', and what runs at
+ * its COMMIT) runs nested in a slice of it, so that it holds what they
+ * allocated and have not freed, across statements (cursors' state, the
+ * queue of deferred triggers, what a statement leaves in the
+ * transaction's contexts).  Made at the transaction's first slice,
+ * freed at its end; not counted as a statement (memlimits_metrics), not
+ * global (the cluster's budget chooses statements). */
+static ml_task *txn_task;
+/* The transaction ended inside a slice (a procedure's COMMIT or
+ * ROLLBACK): its task is freed when the top-level slice returns. */
+static bool txn_ended;
+bool mlpg_xact_control;
+
+void mlpg_txn_end(void)
+{
+	if (!txn_task)
+		return;
+	if (mlpg_nesting_level > 0) {
+		txn_ended = true;
+		return;
+	}
+	ml_task_free(txn_task);
+	txn_task = NULL;
+	txn_ended = false;
+}
+
+/* After a top-level slice: the task of a transaction that ended inside
+ * it goes. */
+static void txn_settle(void)
+{
+	if (txn_ended && mlpg_nesting_level == 0) {
+		txn_ended = false;
+		mlpg_txn_end();
+	}
+}
+
+static ml_task *txn_task_get(void)
+{
+	if (!txn_task) {
+		ml_limits l = ML_LIMITS_INIT;
+		l.delivery = ML_DELIVER_FAIL;
+		l.held_bytes = kb_bytes(mlpg_transaction_limit_kb);
+		txn_task = ml_task_new(&l);
+	}
+	return txn_task;
 }
 
 static ml_task *task_new(const ml_limits *l)
@@ -165,10 +216,23 @@ static void size_text(char *buf, size_t len, uint64_t b)
 		snprintf(buf, len, "%.1f kB", (double)b / 1024);
 }
 
+/* What the interrupted task was: a statement's, an open cursor's, the
+ * transaction's. */
+typedef enum { K_STATEMENT, K_CURSOR, K_TRANSACTION } task_kind;
+
+static void limit_text(ml_task *task, task_kind kind, const ErrorData *cause,
+                       char **message, char **detail);
+
 /* The text of the error for task's interruption: its message and DETAIL
  * (palloc'd).  cause: as limit_error's. */
 void mlpg_limit_text(ml_task *task, const ErrorData *cause, char **message,
                      char **detail)
+{
+	limit_text(task, K_STATEMENT, cause, message, detail);
+}
+
+static void limit_text(ml_task *task, task_kind kind, const ErrorData *cause,
+                       char **message, char **detail)
 {
 	ml_status st = ml_task_status(task);
 	uint64_t held = ml_task_held(task), allocated = ml_task_allocated(task);
@@ -189,6 +253,13 @@ void mlpg_limit_text(ml_task *task, const ErrorData *cause, char **message,
 		break;
 	case ML_HELD_LIMIT:
 	default:
+		if (kind == K_TRANSACTION) {
+			what = "transaction memory limit";
+			name = "memlimits.transaction_limit";
+			size_text(limit, sizeof(limit),
+			          kb_bytes(mlpg_transaction_limit_kb));
+			break;
+		}
 		what = "statement memory limit";
 		name = "memlimits.statement_limit";
 		size_text(limit, sizeof(limit),
@@ -227,9 +298,14 @@ void mlpg_limit_text(ml_task *task, const ErrorData *cause, char **message,
 		             "%s",
 		             name, limit, total, h, a, req.data);
 	} else
-		*detail = psprintf("%s is %s; the statement held about %s and "
-		                   "had allocated about %s.%s",
-		                   name, limit, h, a, req.data);
+		*detail = psprintf(
+		    "%s is %s; %s held about %s and had allocated about %s.%s",
+		    name, limit,
+		    kind == K_TRANSACTION ? "the transaction's statements"
+		    : kind == K_CURSOR    ? "the cursor's fetches (what the "
+		                            "cursor kept)"
+		                          : "the statement",
+		    h, a, req.data);
 	pfree(req.data);
 }
 
@@ -238,19 +314,33 @@ void mlpg_limit_text(ml_task *task, const ErrorData *cause, char **message,
  * "out of memory", or the message of code that reported its own malloc's
  * failure: the regex engine's), NULL when the statement is stopped
  * before it runs again or by the budget's wake. */
-static void limit_error(ml_task *task, const ErrorData *cause)
-    pg_attribute_noreturn();
-static void limit_error(ml_task *task, const ErrorData *cause)
+static void limit_error(ml_task *task, task_kind kind, ml_task *stmt,
+                        const ErrorData *cause) pg_attribute_noreturn();
+/* task: the one interrupted, of kind; stmt: the statement's own task,
+ * ended here too when it is another (NULL: none). */
+static void limit_error(ml_task *task, task_kind kind, ml_task *stmt,
+                        const ErrorData *cause)
 {
 	char *message, *detail;
-	mlpg_limit_text(task, cause, &message, &detail);
-	mlpg_task_end(task);
+	limit_text(task, kind, cause, &message, &detail);
+	if (kind != K_TRANSACTION)
+		mlpg_task_end(task);
+	if (stmt && stmt != task)
+		mlpg_task_end(stmt);
+	txn_settle();
 	if (mlpg_stop_pending) {
 		/* The cancel our wake asked for is this error: not the next
 		 * statement's. */
 		QueryCancelPending = false;
 		mlpg_stop_pending = 0;
 	}
+	if (kind == K_TRANSACTION)
+		ereport(ERROR,
+		        (errcode(ERRCODE_OUT_OF_MEMORY),
+		         errmsg_internal("%s", message),
+		         errdetail_internal("%s", detail),
+		         errhint("The transaction is over its limit: its "
+		                 "statements fail until it ends.")));
 	ereport(ERROR,
 	        (errcode(ERRCODE_OUT_OF_MEMORY), errmsg_internal("%s", message),
 	         errdetail_internal("%s", detail)));
@@ -277,6 +367,7 @@ static void portal_stop_error(ml_task *task, MemoryContext cxt)
 	char *message, *detail;
 	mlpg_limit_text(portal, NULL, &message, &detail);
 	mlpg_task_end(task);
+	txn_settle();
 	QueryCancelPending = false;
 	mlpg_stop_pending = 0;
 	ereport(ERROR,
@@ -296,12 +387,55 @@ static void portal_stop_error(ml_task *task, MemoryContext cxt)
  * ends with this call (the caller has let go of the task; it is freed
  * here).  Returns normally only when the statement goes on or ended
  * well. */
+/* The kind of the task that owner holds, asked on the error's way only
+ * (a cursor's portal task is found in the running portals' list, whose
+ * entry stays until its ExecutorEnd; the slice runs at the level it was
+ * called at). */
+static task_kind kind_of(ml_task **owner)
+{
+	return mlpg_nesting_level > 0 && mlpg_is_portal_owner(owner)
+	           ? K_CURSOR
+	           : K_STATEMENT;
+}
+
+typedef struct txn_call {
+	ml_task *task; /* the statement's (or cursor's) */
+	slice_call *c;
+	ml_status st; /* its ml_task_run's */
+} txn_call;
+
+/* A top-level slice nested in a slice of the transaction's task. */
+static void *txn_body(void *p)
+{
+	txn_call *x = p;
+	x->st = ml_task_run(x->task, slice_body, x->c, NULL);
+	return NULL;
+}
+
 void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 {
 	ml_task *task = *owner;
+	bool control = mlpg_xact_control;
+	mlpg_xact_control = false;
 	if (!task) {
 		fn(arg);
 		return;
+	}
+	/* The transaction's task, for a top-level slice.  Once it is over
+	 * its limit, the transaction's statements fail before they run but
+	 * for those that end it (ROLLBACK, COMMIT, ROLLBACK TO): the memory
+	 * goes with the transaction. */
+	ml_task *txn = NULL;
+	if (mlpg_nesting_level == 0 && mlpg_transaction_limit_kb > 0) {
+		txn = txn_task_get();
+		if (txn && ml_task_status(txn) != ML_OK) {
+			if (control)
+				txn = NULL;
+			else {
+				*owner = NULL;
+				limit_error(txn, K_TRANSACTION, task, NULL);
+			}
+		}
 	}
 	if (ml_task_status(task) != ML_OK) {
 		/* Interrupted while its refusals were let through (a
@@ -310,17 +444,24 @@ void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 		if (ends) {
 			fn(arg);
 			mlpg_task_end(task);
+			txn_settle();
 			return;
 		}
 		*owner = NULL;
-		limit_error(task, NULL);
+		limit_error(task, kind_of(owner), NULL, NULL);
 	}
 	slice_call c = {fn, arg, false};
 	MemoryContext cxt = CurrentMemoryContext;
 	ml_task *outer = mlpg_current_task;
 	uint64 refused = refusals;
 	mlpg_current_task = task;
-	ml_status st = ml_task_run(task, slice_body, &c, NULL);
+	ml_status st, xst = ML_OK;
+	if (txn) {
+		txn_call x = {task, &c, ML_OK};
+		xst = ml_task_run(txn, txn_body, &x, NULL);
+		st = x.st;
+	} else
+		st = ml_task_run(task, slice_body, &c, NULL);
 	mlpg_current_task = outer;
 	if (c.failed) {
 		*owner = NULL;
@@ -330,10 +471,12 @@ void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 		/* The error is the limit's when an allocation was refused
 		 * during the slice, or when the budget's wake cancelled it
 		 * (PostgreSQL's 57014, which PL/pgSQL's WHEN OTHERS does not
-		 * catch: it reaches this slice). */
-		if (st != ML_OK &&
-		    (refusals != refused ||
-		     (mlpg_stop_pending && st == ML_GLOBAL_LIMIT))) {
+		 * catch: it reaches this slice).  The statement's own limit
+		 * first; else the transaction's. */
+		if ((st != ML_OK &&
+		     (refusals != refused ||
+		      (mlpg_stop_pending && st == ML_GLOBAL_LIMIT))) ||
+		    (xst != ML_OK && refusals != refused)) {
 			MemoryContextSwitchTo(cxt);
 			ErrorData *cause = CopyErrorData();
 			FlushErrorState();
@@ -341,17 +484,36 @@ void mlpg_run_slice(ml_task **owner, void (*fn)(void *), void *arg, bool ends)
 			    mlpg_stop_pending)
 				cause = NULL; /* our own cancel: no request
 				                 refused */
-			limit_error(task, cause);
+			else if (cause->sqlerrcode == ERRCODE_OUT_OF_MEMORY &&
+			         cause->message &&
+			         strncmp(cause->message, "memlimits: ", 11) ==
+			             0) {
+				/* A nested slice's limit (an open cursor's
+				 * portal task, reached in the same FETCH):
+				 * its error stands. */
+				mlpg_task_end(task);
+				txn_settle();
+				ReThrowError(cause);
+			}
+			if (st != ML_OK)
+				limit_error(task, kind_of(owner), NULL, cause);
+			limit_error(txn, K_TRANSACTION, task, cause);
 		}
 		if (st == ML_OK && mlpg_stop_pending)
 			portal_stop_error(task, cxt);
 		mlpg_task_end(task);
+		txn_settle();
 		PG_RE_THROW();
 	}
 	if (st != ML_OK && !ends) {
 		*owner = NULL;
-		limit_error(task, NULL);
+		limit_error(task, kind_of(owner), NULL, NULL);
+	}
+	if (xst != ML_OK && !ends) {
+		*owner = NULL;
+		limit_error(txn, K_TRANSACTION, task, NULL);
 	}
 	if (ends)
 		mlpg_task_end(task);
+	txn_settle();
 }

@@ -7,6 +7,8 @@
 
 #include "access/xact.h"
 #include "executor/executor.h"
+#include "miscadmin.h"
+#include "optimizer/cost.h"
 #include "optimizer/planner.h"
 #include "tcop/utility.h"
 #include "utils/memutils.h"
@@ -34,16 +36,19 @@ typedef struct stmt_entry {
 } stmt_entry;
 static stmt_entry *stmts;
 
-/* Under the cluster limit, the executor of a cursor that DECLARE opens
- * (not WITH HOLD) gets a task of its own, a *portal task*, from its
- * ExecutorStart to its ExecutorEnd (CLOSE, the transaction's end): its
- * calls run as slices of it, nested in the DECLARE's or FETCH's own
- * statement task (which keep their limits and meaning).  What the
- * cursor holds between FETCHes is then held by a live global task, which
- * the cluster's budget can choose while the session is idle in its
- * transaction (each FETCH's task has ended by then); the wake ends that
- * session (cluster.c).  Set by the DECLARE's ProcessUtility until the
- * cursor's ExecutorStart (one level down) takes it. */
+/* The executor of a cursor that DECLARE opens (not WITH HOLD) gets a
+ * task of its own, a *portal task*, from its ExecutorStart to its
+ * ExecutorEnd (CLOSE, the transaction's end): its calls run as slices of
+ * it, nested in the DECLARE's or FETCH's own statement task (which keep
+ * their limits and meaning).  What the cursor holds between FETCHes
+ * (a SCROLL cursor's rows, a materialised CTE's tuplestore) is then held
+ * by a live task with the statement limit, so that the FETCH or MOVE
+ * that grows it past the limit is stopped (each FETCH's own task holds
+ * only what it adds, and ends), and, under the cluster limit, by a live
+ * global task, which the cluster's budget can choose while the session
+ * is idle in its transaction; the wake ends that session (cluster.c).
+ * Set by the DECLARE's ProcessUtility until the cursor's ExecutorStart
+ * (one level down) takes it. */
 static bool declaring;
 
 static planner_hook_type prev_planner;
@@ -94,6 +99,7 @@ static void xact_end(XactEvent event, void *arg)
 	mlpg_task_end(ending_task);
 	ending_task = NULL;
 	mlpg_outside_end();
+	mlpg_txn_end();
 }
 
 /* The abort of a subtransaction (an ERROR under SAVEPOINT, ROLLBACK TO):
@@ -129,9 +135,8 @@ typedef struct planner_call {
 	PlannedStmt *result;
 } planner_call;
 
-static void call_planner(void *p)
+static void plan(planner_call *c)
 {
-	planner_call *c = p;
 	if (prev_planner)
 		c->result = prev_planner(c->parse, c->query_string,
 		                         c->cursor_options, c->bound_params);
@@ -139,6 +144,39 @@ static void call_planner(void *p)
 		c->result =
 		    standard_planner(c->parse, c->query_string,
 		                     c->cursor_options, c->bound_params);
+}
+
+/* A parallel hash join builds its table in dynamic shared memory (a DSA
+ * area in /dev/shm segments, mapped by the leader and each worker):
+ * memory that is no process's heap, which neither the statement's
+ * limit nor the cluster's counts, and which grows past work_mem *
+ * hash_mem_multiplier when a batch cannot be split.  Under a statement
+ * limit (or the cluster's) a statement of a role that is not a superuser
+ * is planned without it (enable_parallel_hash off for its planning): its
+ * hash joins under Gather build private tables in each process's heap,
+ * each bounded by the process's task.  A superuser's plans keep it: a
+ * superuser can lift its own limits anyway (and PostgreSQL's regression
+ * suite, run as one, keeps its plans). */
+static void call_planner(void *p)
+{
+	planner_call *c = p;
+	if (!enable_parallel_hash || max_parallel_workers_per_gather <= 0 ||
+	    (mlpg_statement_limit_kb <= 0 && mlpg_cluster_limit_kb <= 0 &&
+	     mlpg_transaction_limit_kb <= 0) ||
+	    superuser()) {
+		plan(c);
+		return;
+	}
+	enable_parallel_hash = false;
+	PG_TRY();
+	{
+		plan(c);
+	}
+	PG_FINALLY();
+	{
+		enable_parallel_hash = true;
+	}
+	PG_END_TRY();
 }
 
 static PlannedStmt *ml_planner(Query *parse, const char *query_string,
@@ -375,10 +413,12 @@ static void ml_ProcessUtility(PlannedStmt *pstmt, const char *query_string,
 	 * slice, and end the transaction inside it). */
 	ml_task *task = pending_task ? pending_task : mlpg_statement_task_new();
 	pending_task = NULL;
-	declaring = mlpg_cluster_limit_kb > 0 && pstmt->utilityStmt &&
+	declaring = pstmt->utilityStmt &&
 	            IsA(pstmt->utilityStmt, DeclareCursorStmt) &&
 	            !(((DeclareCursorStmt *)pstmt->utilityStmt)->options &
 	              CURSOR_OPT_HOLD);
+	mlpg_xact_control =
+	    pstmt->utilityStmt && IsA(pstmt->utilityStmt, TransactionStmt);
 	mlpg_run_slice(&task, call_utility, &c, true);
 	declaring = false;
 }
@@ -393,6 +433,14 @@ ml_task *mlpg_stopped_portal(void)
 		if (e->task && ml_task_status(e->task) == ML_GLOBAL_LIMIT)
 			return e->task;
 	return NULL;
+}
+
+bool mlpg_is_portal_owner(ml_task **owner)
+{
+	for (stmt_entry *e = stmts; e; e = e->next)
+		if (&e->task == owner)
+			return e->portal;
+	return false;
 }
 
 void mlpg_statement_hooks(void)

@@ -21,6 +21,7 @@
  * pool (hands a 2 MiB job to the pool), pool-leak (hands a job that keeps
  * allocating). */
 #include <memlimits.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -268,7 +269,14 @@ struct client {
 };
 
 static int port;
-static int nclients, finished;
+/* nclients is set by main before the client thread starts; finished is
+ * counted on the client thread and read by the server's watch timer on the
+ * loop thread, hence atomic.  The watch must not compare against a count
+ * the client thread is still building: under load it ran before any
+ * client existed (0 of 0 finished), closed the listening socket, and every
+ * connection was refused. */
+static int nclients;
+static atomic_int finished;
 static int served[NKINDS], stopped[NKINDS], sent_kind[NKINDS];
 static uv_loop_t client_loop;
 
@@ -300,7 +308,7 @@ static void client_done(struct client *c)
 	uv_timer_stop(&c->timer);
 	uv_close((uv_handle_t *)&c->timer, client_closed);
 	uv_close((uv_handle_t *)&c->tcp, client_closed);
-	finished++;
+	atomic_fetch_add(&finished, 1);
 }
 
 static void client_alloc(uv_handle_t *h, size_t size, uv_buf_t *b)
@@ -348,11 +356,18 @@ static void client_connected(uv_connect_t *req, int status)
 	uv_timer_start(&c->timer, client_tick, 1, 1);
 }
 
+/* Mostly small requests, some runaways of each kind. */
+static void client_counts(int per, int counts[NKINDS])
+{
+	counts[K_SMALL] = 8 * per;
+	counts[K_LEAK] = counts[K_POOL] = counts[K_POOL_LEAK] = per;
+}
+
 static void clients(void *arg)
 {
 	int per = *(int *)arg;
-	/* Mostly small requests, some runaways of each kind. */
-	int counts[NKINDS] = {8 * per, per, per, per};
+	int counts[NKINDS];
+	client_counts(per, counts);
 	struct sockaddr_in addr;
 	uv_ip4_addr("127.0.0.1", port, &addr);
 	uv_loop_init(&client_loop);
@@ -370,7 +385,6 @@ static void clients(void *arg)
 			               (const struct sockaddr *)&addr,
 			               client_connected);
 			sent_kind[k]++;
-			nclients++;
 		}
 	uv_run(&client_loop, UV_RUN_DEFAULT);
 }
@@ -380,7 +394,7 @@ static uv_timer_t watch;
 
 static void watch_done(uv_timer_t *t)
 {
-	if (finished < nclients)
+	if (atomic_load(&finished) < nclients)
 		return;
 	uv_timer_stop(t);
 	uv_close((uv_handle_t *)t, NULL);
@@ -409,6 +423,10 @@ int main(int argc, char **argv)
 		printf("listening on 127.0.0.1:%d\n", port);
 		return uv_run(loop, UV_RUN_DEFAULT);
 	}
+	int counts[NKINDS];
+	client_counts(per, counts);
+	for (int k = 0; k < NKINDS; k++)
+		nclients += counts[k];
 	uv_thread_t th;
 	uv_thread_create(&th, clients, &per);
 	uv_timer_init(loop, &watch);

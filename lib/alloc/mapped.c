@@ -91,9 +91,58 @@ bool ml__mapped_take(void)
 	return true;
 }
 
+/* Set while the holder drains the queue: a handler that interrupts the
+ * drain appends only (the drain may have read the last slot already). */
+static _Atomic bool draining;
+
+static bool unmap_op(const struct ml__mapped_op *o)
+{
+	return o->kind == ML__OP_PUT && o->state == 0 && !o->key && !o->s;
+}
+
+/* An unmap folded into the queue's last slots instead of taking one of
+ * its own, when that changes nothing the drain will do: unmaps of ranges
+ * that touch are one unmap of their hull (removal is idempotent), and a
+ * new mapping without samples wholly inside a later unmap is that unmap.
+ * A handler that maps, uses and unmaps scratch memory then leaves one
+ * slot, or none beyond an earlier run's when the kernel hands out the
+ * same addresses again, so that a thread whose every return from a
+ * handler meets the next signal (as under valgrind) fills no queue.  Only
+ * the holder's handlers, on its thread, run here. */
+static bool fold(unsigned n, const struct ml__mapped_op *op)
+{
+	if (!n || !unmap_op(op) ||
+	    atomic_load_explicit(&draining, memory_order_relaxed))
+		return false;
+	struct ml__mapped_op *l = &queue[n - 1];
+	if (!unmap_op(l) || op->a > l->b || op->b < l->a)
+		return false;
+	l->a = l->a < op->a ? l->a : op->a;
+	l->b = l->b > op->b ? l->b : op->b;
+	while (n >= 2) {
+		struct ml__mapped_op *p = &queue[n - 2];
+		l = &queue[n - 1];
+		if (unmap_op(p) && p->a <= l->b && l->a <= p->b) {
+			p->a = p->a < l->a ? p->a : l->a;
+			p->b = p->b > l->b ? p->b : l->b;
+		} else if (p->kind == ML__OP_PUT && !p->key && !p->s &&
+		           l->a <= p->a && p->b <= l->b) {
+			*p = *l;
+		} else {
+			break;
+		}
+		n--;
+	}
+	atomic_signal_fence(memory_order_seq_cst);
+	atomic_store_explicit(&queued, n, memory_order_relaxed);
+	return true;
+}
+
 bool ml__mapped_defer(const struct ml__mapped_op *op)
 {
 	unsigned n = atomic_load_explicit(&queued, memory_order_relaxed);
+	if (fold(n, op))
+		return true;
 	if (n == sizeof queue / sizeof queue[0]) {
 		/* Handlers that each queued while the thread held the table
 		 * (it was preempted there, and a signal came at each
@@ -153,6 +202,8 @@ void ml__mapped_drain(void)
 {
 	struct ml__ranges *R = ml__mapped_ranges();
 	uint64_t before = R ? R->counted : 0;
+	atomic_store_explicit(&draining, true, memory_order_relaxed);
+	atomic_signal_fence(memory_order_seq_cst);
 	for (unsigned i = 0;;) {
 		unsigned k =
 		    atomic_load_explicit(&queued, memory_order_relaxed);
@@ -170,6 +221,8 @@ void ml__mapped_drain(void)
 		        memory_order_relaxed))
 			break;
 	}
+	atomic_signal_fence(memory_order_seq_cst);
+	atomic_store_explicit(&draining, false, memory_order_relaxed);
 	if (R)
 		pending_delta += (int64_t)(R->counted - before);
 }

@@ -7,6 +7,9 @@
 
 #include <link.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #ifndef ElfW /* for analysers that read no system header (cppcheck) */
 #define ElfW(type) Elf64_##type
@@ -526,3 +529,194 @@ void *ml__elf_libc_symbol(const char *name)
 	dl_iterate_phdr(visit_libc, &s);
 	return s.found;
 }
+
+/* ---- Rebinding a loaded object's references -----------------------------
+ *
+ * The GOT slots the loader filled for an object's references to another
+ * object's functions, rewritten in place: how the Python module routes an
+ * extension's malloc to the library without the preload (api/patch.c).
+ * The tables are the loader's own, already used by it, so they are read
+ * in place as ml__elf_symbol reads them. */
+
+#if defined(__x86_64__)
+#define ML__R_JUMP_SLOT R_X86_64_JUMP_SLOT
+#define ML__R_GLOB_DAT R_X86_64_GLOB_DAT
+#elif defined(__aarch64__)
+#define ML__R_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#define ML__R_GLOB_DAT R_AARCH64_GLOB_DAT
+#endif
+
+#ifdef ML__R_JUMP_SLOT
+/* The system call itself: the library defines an mprotect of its own,
+ * and the command links this file without the library's system-call
+ * helpers. */
+static int protect(uintptr_t a, uintptr_t len, int prot)
+{
+	return (int)syscall(SYS_mprotect, (void *)a, (size_t)len, prot);
+}
+
+struct relocs {
+	const ElfW(Sym) * sym;
+	const char *str;
+	size_t strsz;
+	const ElfW(Rela) * rela, *jmprel;
+	size_t relasz, jmprelsz;
+	bool jmprel_is_rela;
+};
+
+static bool read_relocs(const struct dl_phdr_info *info, struct relocs *r)
+{
+	const ElfW(Dyn) *dyn = NULL;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+			dyn = (const ElfW(Dyn) *)(info->dlpi_addr +
+			                          info->dlpi_phdr[i].p_vaddr);
+	if (!dyn)
+		return false;
+	memset(r, 0, sizeof *r);
+	/* Both targets use RELA only; an object that says otherwise for
+	 * its PLT is left alone. */
+	r->jmprel_is_rela = true;
+	for (; dyn->d_tag != DT_NULL; dyn++) {
+		switch (dyn->d_tag) {
+		case DT_SYMTAB:
+			r->sym = at(info, dyn->d_un.d_ptr);
+			break;
+		case DT_STRTAB:
+			r->str = at(info, dyn->d_un.d_ptr);
+			break;
+		case DT_STRSZ:
+			r->strsz = dyn->d_un.d_val;
+			break;
+		case DT_RELA:
+			r->rela = at(info, dyn->d_un.d_ptr);
+			break;
+		case DT_RELASZ:
+			r->relasz = dyn->d_un.d_val;
+			break;
+		case DT_JMPREL:
+			r->jmprel = at(info, dyn->d_un.d_ptr);
+			break;
+		case DT_PLTRELSZ:
+			r->jmprelsz = dyn->d_un.d_val;
+			break;
+		case DT_PLTREL:
+			r->jmprel_is_rela = dyn->d_un.d_val == DT_RELA;
+			break;
+		}
+	}
+	if (!r->jmprel_is_rela)
+		r->jmprel = NULL;
+	return r->sym && r->str && r->strsz;
+}
+
+/* The route for relocation x, or NULL: a slot of the two kinds the loader
+ * fills with a function's address, for a symbol the object does not
+ * define itself (an allocator linked into it keeps its own calls). */
+static const struct ml__elf_route *route_of(const struct relocs *r,
+                                            const ElfW(Rela) * x,
+                                            const struct ml__elf_route *routes,
+                                            size_t n)
+{
+	uint32_t type = (uint32_t)ELF64_R_TYPE(x->r_info);
+	uint32_t si = (uint32_t)ELF64_R_SYM(x->r_info);
+	if ((type != ML__R_JUMP_SLOT && type != ML__R_GLOB_DAT) || si == 0)
+		return NULL;
+	const ElfW(Sym) *s = &r->sym[si];
+	if (s->st_shndx != SHN_UNDEF || s->st_name >= r->strsz)
+		return NULL;
+	const char *name = r->str + s->st_name;
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(name, routes[i].name) == 0)
+			return &routes[i];
+	return NULL;
+}
+
+/* May this slot be rewritten: it holds the function it is to be taken
+ * from, or (bound lazily, not called yet) an address inside the object
+ * itself, its PLT's stub.  A slot bound to any other definition (an
+ * allocator of the object's own scope, RTLD_DEEPBIND) is left to it. */
+static bool takes(const struct ml__elf_route *rt, uintptr_t v, uintptr_t lo,
+                  uintptr_t hi)
+{
+	return v == (uintptr_t)rt->from || (v >= lo && v < hi);
+}
+
+/* One pass over a table: count (write false) or rewrite the slots. */
+static size_t rebind_table(const struct dl_phdr_info *info,
+                           const struct relocs *r, const ElfW(Rela) * t,
+                           size_t sz, const struct ml__elf_route *routes,
+                           size_t n, bool write, size_t *routed)
+{
+	size_t changed = 0;
+	uintptr_t lo, hi;
+	ml__elf_span(info, 0, &lo, &hi);
+	for (size_t i = 0; t && i < sz / sizeof *t; i++) {
+		const struct ml__elf_route *rt = route_of(r, &t[i], routes, n);
+		if (!rt)
+			continue;
+		uintptr_t *slot =
+		    (uintptr_t *)(info->dlpi_addr + t[i].r_offset);
+		uintptr_t v = __atomic_load_n(slot, __ATOMIC_RELAXED);
+		if (v == (uintptr_t)rt->to) {
+			*routed += 1;
+			continue;
+		}
+		if (!takes(rt, v, lo, hi))
+			continue;
+		/* One aligned store: a thread calling through the slot
+		 * meanwhile reaches one function or the other; release, so
+		 * that what the new function reads (the caller's tables) is
+		 * seen by a thread that calls it through the slot. */
+		if (write)
+			__atomic_store_n(slot, (uintptr_t)rt->to,
+			                 __ATOMIC_RELEASE);
+		changed++;
+	}
+	return changed;
+}
+
+int ml__elf_rebind(const struct dl_phdr_info *info,
+                   const struct ml__elf_route *routes, size_t n)
+{
+	struct relocs r;
+	if (!read_relocs(info, &r))
+		return 0;
+	size_t routed = 0, ignored = 0;
+	size_t want =
+	    rebind_table(info, &r, r.jmprel, r.jmprelsz, routes, n, false,
+	                 &routed) +
+	    rebind_table(info, &r, r.rela, r.relasz, routes, n, false, &routed);
+	if (!want)
+		return (int)routed;
+	/* After relocation the loader made the object's RELRO pages read
+	 * only: the whole pages of PT_GNU_RELRO (glibc's _dl_protect_relro
+	 * rounds both ends down).  They are made writable for the rewrite
+	 * and read-only again after it, which is what they were: nothing
+	 * else of the process writes them. */
+	uintptr_t pg = (uintptr_t)getpagesize(), rs = 0, re = 0;
+	for (int i = 0; i < info->dlpi_phnum; i++)
+		if (info->dlpi_phdr[i].p_type == PT_GNU_RELRO) {
+			uintptr_t s =
+			    info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+			rs = s & ~(pg - 1);
+			re = (s + info->dlpi_phdr[i].p_memsz) & ~(pg - 1);
+		}
+	if (re > rs && protect(rs, re - rs, PROT_READ | PROT_WRITE) != 0)
+		return -1;
+	size_t done =
+	    rebind_table(info, &r, r.jmprel, r.jmprelsz, routes, n, true,
+	                 &ignored) +
+	    rebind_table(info, &r, r.rela, r.relasz, routes, n, true, &ignored);
+	if (re > rs)
+		protect(rs, re - rs, PROT_READ);
+	return (int)(routed + done);
+}
+#else
+int ml__elf_rebind(const struct dl_phdr_info *info,
+                   const struct ml__elf_route *routes, size_t n)
+{
+	(void)info, (void)routes, (void)n;
+	return -1;
+}
+#endif

@@ -134,6 +134,25 @@ void *ml__elf_symbol(const struct dl_phdr_info *info, const char *name);
  * exports (__libc_malloc, __sbrk).  NULL if none. */
 void *ml__elf_libc_symbol(const char *name);
 
+/* A reference to route: the GOT slots of an object's references to name
+ * that hold from (the definition they were bound to, glibc's) are
+ * rewritten to hold to. */
+struct ml__elf_route {
+	const char *name;
+	const void *from, *to;
+};
+/* Rewrite, in one loaded object, the slots of its R_X86_64_JUMP_SLOT and
+ * R_X86_64_GLOB_DAT relocations (R_AARCH64_ on aarch64), from DT_JMPREL
+ * and DT_RELA, that refer to a symbol it does not define, named in
+ * routes[0, n), and hold that route's from or a lazy binding's stub (an
+ * address inside the object).  The object's RELRO pages are made
+ * writable for it and read-only again.  Allocates nothing, takes no lock:
+ * the caller serialises its calls.  The number of its slots that hold a
+ * route's to afterwards (rewritten now or before), or -1 where the RELRO
+ * pages could not be made writable, or on another target. */
+int ml__elf_rebind(const struct dl_phdr_info *info,
+                   const struct ml__elf_route *routes, size_t n);
+
 #pragma GCC visibility pop
 
 #endif

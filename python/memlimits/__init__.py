@@ -49,7 +49,25 @@ import re as _re
 import sys as _sys
 import weakref as _weakref
 
-from . import _memlimits
+try:
+    from . import _memlimits
+except ImportError as _e:
+    # Without this, Python's own message for a package with no compiled
+    # extension beside it ("partially initialized module ... most likely
+    # due to a circular import") sends people looking for a cycle.
+    import os as _os
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    if _os.path.isfile(_os.path.join(_here, "..", "memlimits_build.py")):
+        _why = ("this is the package's source folder (python/ of a "
+                "checkout), which has no compiled extension: build it "
+                "(make, then PYTHONPATH=BUILDDIR/python/build/pkg; or pip "
+                "install ./python) and run from another folder")
+    else:
+        _why = ("the compiled extension memlimits._memlimits is missing or "
+                "does not load (%s): reinstall the package" % _e)
+    raise ImportError("memlimits: cannot import memlimits._memlimits from "
+                      "%s: %s" % (_here, _why), name="memlimits._memlimits",
+                      path=_here) from _e
 from ._memlimits import capabilities, heap, is_interrupted
 
 __all__ = [
@@ -58,7 +76,8 @@ __all__ = [
     "is_interrupted", "inherit_threads",
 ]
 
-# Written once, in configure.ac: setup.py compiles it into _memlimits
+# Written once, in configure.ac: memlimits_build.py compiles it into
+# _memlimits
 # (python/README.md, "Version").
 __version__ = _memlimits.__version__
 
@@ -142,13 +161,9 @@ def _http_status(status, line_ok):
     return status
 
 
-class LimitExceeded(MemoryError):
-    """A block, call or request was stopped at its memory limit.
-
-    Attributes: ``reason`` ("held_limit", "alloc_limit", "global_limit"
-    or "cancelled"), ``limit`` (the limit reached, in bytes; None for the
-    global limit and a cancellation), ``held`` and ``allocated`` (the
-    task's estimates, in bytes, when the block ended)."""
+class _StopFields:
+    """The fields and the message of a stop, shared by LimitExceeded and
+    memlimits.celery's TaskLimitExceeded (the same stop as an Exception)."""
 
     def __init__(self, reason, limit, held, allocated, detail=""):
         self.reason = reason
@@ -160,7 +175,26 @@ class LimitExceeded(MemoryError):
         if limit is not None:
             msg += " %d bytes" % limit
         msg += " reached (held %d, allocated %d bytes)" % (held, allocated)
-        super().__init__(msg)
+        self._msg = msg
+        # The fields are the exception's args, so that it is rebuilt whole
+        # where an exception is rebuilt from its args: pickle (Celery's
+        # prefork pool hands a task's exception to the parent that way),
+        # and Celery's JSON result backend, which stores args and calls
+        # the class with them (with the message alone as args, both fell
+        # back: TypeError, then a plain Exception).
+        super().__init__(reason, limit, held, allocated, detail)
+
+    def __str__(self):
+        return self._msg
+
+
+class LimitExceeded(_StopFields, MemoryError):
+    """A block, call or request was stopped at its memory limit.
+
+    Attributes: ``reason`` ("held_limit", "alloc_limit", "global_limit"
+    or "cancelled"), ``limit`` (the limit reached, in bytes; None for the
+    global limit and a cancellation), ``held`` and ``allocated`` (the
+    task's estimates, in bytes, when the block ended)."""
 
 
 _UNIT_BYTES = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
@@ -178,6 +212,30 @@ def _trip_estimates(detail):
 
 
 _PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def _forget_frames(exc):
+    """Clear the frames of exc's traceback, and of the exceptions it
+    chains (__context__, __cause__), as traceback.clear_frames does, so
+    that the locals of stopped code (the runaway's list) go back when the
+    exception is dropped, not at the next collection of the cyclic
+    garbage collector: an exception and the frames of its traceback
+    reference each other (a frame's locals hold the exception caught
+    there).  The exceptions, their fields, messages and tracebacks'
+    line numbers stay; a frame still running is left as it is."""
+    seen = set()
+    e = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            try:
+                tb.tb_frame.clear()
+            except RuntimeError:
+                pass
+            tb = tb.tb_next
+        e = e.__cause__ or e.__context__
+    return exc
 
 
 class Task(_memlimits._Task):
@@ -277,11 +335,18 @@ def _run_in(task, fn, *args, **kw):
 
 def _pool_thread(thread):
     # A pool's own threads (its workers, its handlers) live past the
-    # block: the work handed to them carries the task instead.
+    # block: the work handed to them carries the task instead.  anyio's
+    # worker threads too (its WorkerThread, started by the first
+    # to_thread.run_sync that finds none idle): inheriting, the thread
+    # stayed in the task of the request that started it, and every
+    # later request's sync endpoint ran there (a runaway stopped that
+    # request's task, not its own, and answered 500).
     target = getattr(thread, "_target", None)
     mod = getattr(target, "__module__", None) or ""
+    cls_mod = type(thread).__module__
     return (mod in ("concurrent.futures.thread", "multiprocessing.pool")
-            or type(thread).__module__ == "multiprocessing.dummy")
+            or cls_mod == "multiprocessing.dummy"
+            or cls_mod.startswith("anyio."))
 
 
 def _patch_threads():

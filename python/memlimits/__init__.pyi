@@ -9,7 +9,7 @@ __version__: str
 
 def parse_size(size: Size, name: Optional[str] = ...) -> Optional[int]: ...
 
-class LimitExceeded(MemoryError):
+class _StopFields:
     reason: str
     limit: Optional[int]
     held: int
@@ -17,6 +17,8 @@ class LimitExceeded(MemoryError):
     detail: str
     def __init__(self, reason: str, limit: Optional[int], held: int,
                  allocated: int, detail: str = ...) -> None: ...
+
+class LimitExceeded(_StopFields, MemoryError): ...
 
 class Task(_Task):
     def __init__(self, held: Size = ..., alloc: Size = ...,

@@ -15,7 +15,8 @@ worker and the process carry on."""
 
 import logging
 
-from . import LimitExceeded, Task, _http_status, _limit_size, _some_limit
+from . import (LimitExceeded, Task, _forget_frames, _http_status,
+               _limit_size, _some_limit)
 
 log = logging.getLogger("memlimits")
 
@@ -65,19 +66,51 @@ class LimitMiddleware:
                     global_limit=self.global_limit)
         where = "%s %s" % (environ.get("REQUEST_METHOD", "?"),
                            environ.get("PATH_INFO", "?"))
+        result = None
         try:
             with task:
                 result = self.app(environ, start_response)
         except LimitExceeded as e:
             _log_stop(where, e)
-            return self._refuse(start_response, e)
+            # An app that caught its MemoryError may still have returned
+            # a response (Django's 500): the server never sees it, so its
+            # close() (Django's request_finished) is called here.
+            _close(result, task, where, self)
+            return self._refuse(start_response, _forget_frames(e))
         return _Body(result, task, where, self, start_response)
+
+    def _closing_task(self):
+        # The task a stopped request's close() runs in: the request's
+        # own cannot be entered again (a stopped task raises at once),
+        # and outside any task a runaway teardown would be unlimited.
+        # It gets the request's limits afresh.
+        return Task(held=self.held, alloc=self.alloc,
+                    global_limit=self.global_limit)
+
+
+def _close(result, task, where, mw):
+    """Call the response's close() (a generator's finally, Django's
+    request_finished) once, inside the request's task, or, the task
+    being stopped, inside a fresh one with the request's limits.  A stop
+    there is logged and not raised: the response was answered."""
+    close = getattr(result, "close", None)
+    if close is None:
+        return
+    if task.status is not None:
+        task = mw._closing_task()
+    try:
+        with task:
+            close()
+    except LimitExceeded as e:
+        _log_stop(where + " close()", _forget_frames(e))
+    except Exception:
+        log.exception("memlimits: closing the response of %s", where)
 
 
 class _Body:
-    """The response iterable: each step a slice of the request's task.
-    The first chunk is fetched before the server sends the headers, so a
-    stop there still gets the 503."""
+    """The response iterable: each step a slice of the request's task,
+    and so is its close().  The first chunk is fetched before the server
+    sends the headers, so a stop there still gets the 503."""
 
     def __init__(self, result, task, where, mw, start_response):
         self._result = result
@@ -98,8 +131,9 @@ class _Body:
                     self._it = iter(self._result)
                 chunk = next(self._it)
         except LimitExceeded as e:
-            _log_stop(self._where, e)
+            _log_stop(self._where, _forget_frames(e))
             if self._sent:
+                self._result_close()
                 raise StopIteration
             self._sent = True
             self._it = iter(self._mw._refuse(self._start_response, e))
@@ -109,13 +143,8 @@ class _Body:
         return chunk
 
     def _result_close(self):
-        close = getattr(self._result, "close", None)
-        if close is not None:
-            try:
-                close()
-            except Exception:
-                log.exception("memlimits: closing a stopped response")
-            self._result = ()
+        result, self._result = self._result, ()
+        _close(result, self._task, self._where, self._mw)
 
     def close(self):
         self._result_close()

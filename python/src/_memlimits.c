@@ -59,9 +59,15 @@ static PyObject *m_set_global_limit(PyObject *m, PyObject *arg)
 		return NULL;
 	/* The heap the limit reads counts objects from now on, on every
 	 * thread. */
+	unsigned long long was = ml_global_limit();
 	int rc = ml_set_global_limit(v);
 	if (rc == 0 && v != ML_NO_LIMIT)
 		mlpy_wrap();
+	/* The meter runs from now: the objects alive now were never
+	 * counted, and their frees must not lower it (pymalloc.c). */
+	if (rc == 0 && (was == ML_NO_LIMIT) != (v == ML_NO_LIMIT) &&
+	    !mlpy_preloaded)
+		mlpy_meter_started(v != ML_NO_LIMIT);
 	if (rc == 0)
 		mlpy_count_all = mlpy_preloaded || v != ML_NO_LIMIT;
 	return PyLong_FromLong(rc);
@@ -84,16 +90,22 @@ static PyObject *m_capabilities(PyObject *m, PyObject *unused)
 {
 	(void)m, (void)unused;
 	unsigned c = ml_capabilities();
-	return Py_BuildValue("{s:I,s:s,s:s,s:O,s:O,s:K}", "mask", c, "counting",
-	                     mlpy_counting, "library", ml_version(),
-	                     "preloaded", mlpy_preloaded ? Py_True : Py_False,
-	                     "wrapped", mlpy_wrapped ? Py_True : Py_False,
-	                     "interval",
-	                     (unsigned long long)ml_sample_interval());
+	/* extensions: how the other objects' malloc reaches the library, and
+	 * how many objects' references do now (dlopen adds to them). */
+	int patched = strcmp(mlpy_extensions, "patched") == 0
+	                  ? ml_patch_objects(ML_PATCH_QUERY)
+	                  : 0;
+	return Py_BuildValue(
+	    "{s:I,s:s,s:s,s:O,s:O,s:K,s:{s:s,s:i}}", "mask", c, "counting",
+	    mlpy_counting, "library", ml_version(), "preloaded",
+	    mlpy_preloaded ? Py_True : Py_False, "wrapped",
+	    mlpy_wrapped ? Py_True : Py_False, "interval",
+	    (unsigned long long)ml_sample_interval(), "extensions", "mode",
+	    mlpy_extensions, "patched", patched);
 }
 /* A size as the memlimits command reads it: the library's one parser
- * (lib/util/parse.c, compiled into the module: setup.py), so that "1.5G"
- * means the same here and there.  A str in; its bytes, or ValueError. */
+ * (lib/util/parse.c, compiled into the module: memlimits_build.py), so that
+ * "1.5G" means the same here and there.  A str in; its bytes, or ValueError. */
 static PyObject *m_parse_size(PyObject *m, PyObject *arg)
 {
 	(void)m;
@@ -148,6 +160,7 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject *TaskType;
+PyTypeObject *mlpy_task_type;
 
 static int module_exec(PyObject *m)
 {
@@ -161,6 +174,14 @@ static int module_exec(PyObject *m)
 		return -1;
 	}
 	Py_INCREF(TaskType);
+	mlpy_task_type = TaskType;
+	PyObject *stepper = PyType_FromSpec(&mlpy_stepper_spec);
+	if (!stepper)
+		return -1;
+	if (PyModule_AddObject(m, "_Stepper", stepper) < 0) {
+		Py_DECREF(stepper);
+		return -1;
+	}
 	return 0;
 }
 
@@ -189,8 +210,8 @@ PyMODINIT_FUNC PyInit__memlimits(void)
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;
-	/* The package's version, as setup.py found it (configure.ac's):
-	 * memlimits.__version__. */
+	/* The package's version, as memlimits_build.py found it
+	 * (configure.ac's): memlimits.__version__. */
 	if (module_exec(m) != 0 ||
 	    PyModule_AddStringConstant(m, "__version__", ML_PY_VERSION) < 0) {
 		Py_DECREF(m);

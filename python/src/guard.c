@@ -59,8 +59,10 @@ static inline int propagating(void)
 bool mlpy_refusal_guard(void *arg)
 {
 	(void)arg;
-	/* Without the preload the library sees only the domains' blocks. */
-	if (mlpy_preloaded && !mlpy_in_python)
+	/* A C library's own malloc (preloaded, or its object patched) gets
+	 * no grace; without either the library sees only the domains'
+	 * blocks. */
+	if (mlpy_c_counted && !mlpy_in_python)
 		return true;
 	if (propagating())
 		return false;

@@ -7,6 +7,7 @@
 #include "module.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +20,6 @@ static void (*lib_free)(void *);
 int mlpy_preloaded;
 int mlpy_hooked;
 const char *mlpy_counting = "off";
-static PyMemAllocatorEx prev_raw;
 MLPY_TLS unsigned mlpy_raw_calls;
 
 static int find_library_family(void)
@@ -43,13 +43,19 @@ static int find_library_family(void)
 	return 0;
 }
 
-/* PyMem's RAW contract: never NULL for 0 bytes. */
+/* PyMem's RAW contract: never NULL for 0 bytes.  Each call is marked as
+ * the interpreter's (mlpy_in_python): with the other objects patched, the
+ * refusal guard tells it from a C library's malloc, which gets no grace
+ * (guard.c). */
 static void *raw_malloc(void *ctx, size_t n)
 {
 	(void)ctx;
 	mlpy_raw_calls++;
 	mlpy_req = n;
-	return lib_malloc(n ? n : 1);
+	mlpy_in_python++;
+	void *p = lib_malloc(n ? n : 1);
+	mlpy_in_python--;
+	return p;
 }
 static void *raw_calloc(void *ctx, size_t a, size_t b)
 {
@@ -58,14 +64,20 @@ static void *raw_calloc(void *ctx, size_t a, size_t b)
 		a = b = 1;
 	mlpy_raw_calls++;
 	mlpy_req = a * b;
-	return lib_calloc(a, b);
+	mlpy_in_python++;
+	void *p = lib_calloc(a, b);
+	mlpy_in_python--;
+	return p;
 }
 static void *raw_realloc(void *ctx, void *p, size_t n)
 {
 	(void)ctx;
 	mlpy_raw_calls++;
 	mlpy_req = n;
-	return lib_realloc(p, n ? n : 1);
+	mlpy_in_python++;
+	void *q = lib_realloc(p, n ? n : 1);
+	mlpy_in_python--;
+	return q;
 }
 static void raw_free(void *ctx, void *p)
 {
@@ -73,9 +85,18 @@ static void raw_free(void *ctx, void *p)
 	lib_free(p);
 }
 
-/* The domains' wrappers, from the first limit on (never taken out: a
- * block noted as held must be seen when it is freed).  Under the GIL,
- * which every MEM and OBJ call holds, so that none runs while they
+/* The RAW domain as this module installs it (rehook.c compares it). */
+void mlpy_raw_ours(PyMemAllocatorEx *a)
+{
+	PyMemAllocatorEx raw = {NULL, raw_malloc, raw_calloc, raw_realloc,
+	                        raw_free};
+	*a = raw;
+}
+
+/* The domains' wrappers, from the first limit on (never taken out by
+ * this module: a block noted as held must be seen when it is freed; put
+ * back at every later call when another hook took them out, rehook.c).  Under
+ * the GIL, which every MEM and OBJ call holds, so that none runs while they
  * change.  Blocks made before are pymalloc's and glibc's own: pm_free
  * and the library's free take them (no record: nothing held to give
  * back), as they take arenas' objects made before the import. */
@@ -83,20 +104,59 @@ int mlpy_wrapped;
 
 void mlpy_wrap(void)
 {
-	if (mlpy_wrapped || !mlpy_hooked)
+	if (!mlpy_hooked)
 		return;
+	if (mlpy_wrapped) {
+		mlpy_rehook();
+		return;
+	}
 	mlpy_wrapped = 1;
-	mlpy_wrap_domains(mlpy_preloaded);
+	mlpy_wrap_domains(mlpy_c_counted);
 	if (!mlpy_preloaded) {
 		/* RAW runs without the GIL too: a call that reads the domain
 		 * while it changes gets glibc's function or the library's,
 		 * either with a NULL context, and each frees what the other
 		 * made (the library's family forwards to glibc). */
-		PyMem_GetAllocator(PYMEM_DOMAIN_RAW, &prev_raw);
-		PyMemAllocatorEx raw = {NULL, raw_malloc, raw_calloc,
-		                        raw_realloc, raw_free};
+		PyMemAllocatorEx raw;
+		mlpy_raw_ours(&raw);
 		PyMem_SetAllocator(PYMEM_DOMAIN_RAW, &raw);
 	}
+}
+
+/* ---- The other objects' malloc (issue 42, item 1) -------------------
+ *
+ * Without the preload, an extension's own calls to malloc (numpy's arrays,
+ * sqlite3's pages, libxml2's nodes, ctypes' calls into libc) go to glibc:
+ * the library rewrites every loaded object's references to the malloc and
+ * mmap families to its own, and those of every object dlopen brings later
+ * (ml_patch_objects(3)).  At import, with nothing of the module's state
+ * read by the allocation path yet.  MEMLIMITS_NO_PATCH=1 leaves the
+ * objects alone (docs/python.md): what the limits then miss is measured
+ * by python/tests/test_extensions.py. */
+const char *mlpy_extensions = "off";
+int mlpy_c_counted;
+
+static void patch_extensions(void)
+{
+	const char *no = getenv("MEMLIMITS_NO_PATCH");
+	if (mlpy_preloaded) {
+		mlpy_extensions = "preloaded";
+		mlpy_c_counted = 1;
+		return;
+	}
+	if (no && *no && strcmp(no, "0") != 0) {
+		mlpy_extensions = "off: MEMLIMITS_NO_PATCH is set";
+		return;
+	}
+	int n = ml_patch_objects(0);
+	if (n < 0) {
+		mlpy_extensions = errno == ENOTSUP
+		                      ? "off: another allocator is the malloc"
+		                      : "off: the objects could not be patched";
+		return;
+	}
+	mlpy_extensions = "patched";
+	mlpy_c_counted = 1;
 }
 
 int mlpy_install_hooks(void)
@@ -115,6 +175,7 @@ int mlpy_install_hooks(void)
 	mlpy_counting = mlpy_preloaded ? "preloaded" : "hooks";
 	ml_set_refusal_guard(mlpy_refusal_guard, NULL);
 	mlpy_hooked = 1;
+	patch_extensions();
 	if (mlpy_preloaded) {
 		mlpy_count_all = 1;
 		mlpy_wrap();

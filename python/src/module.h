@@ -26,8 +26,15 @@ MLPY_HIDDEN extern int mlpy_preloaded; /* the library is the process's malloc */
 MLPY_HIDDEN extern int mlpy_hooked;    /* the domains are ours */
 MLPY_HIDDEN extern int mlpy_wrapped;   /* the domains' wrappers are in */
 MLPY_HIDDEN extern const char *mlpy_counting;
+/* "patched", "preloaded" or "off: why" (ml_patch_objects at import). */
+MLPY_HIDDEN extern const char *mlpy_extensions;
+/* C code's own malloc reaches the library (preloaded or patched): the
+ * domains' wrappers mark the interpreter's allocations, and the refusal
+ * guard grants only those. */
+MLPY_HIDDEN extern int mlpy_c_counted;
 MLPY_HIDDEN int mlpy_install_hooks(void);
 MLPY_HIDDEN void mlpy_wrap(void);
+MLPY_HIDDEN void mlpy_raw_ours(PyMemAllocatorEx *a);
 
 /* pymalloc.c: the arenas, and the MEM and OBJ domains' wrappers.
  * mlpy_entered: this thread's slices open in tasks of this module;
@@ -40,6 +47,14 @@ MLPY_HIDDEN extern MLPY_TLS size_t mlpy_grace; /* its bytes left (guard.c) */
 MLPY_HIDDEN extern int mlpy_count_all;
 MLPY_HIDDEN int mlpy_arenas_install(void);
 MLPY_HIDDEN void mlpy_wrap_domains(int marking);
+MLPY_HIDDEN void mlpy_meter_started(int on);
+MLPY_HIDDEN PyMemAllocatorEx *mlpy_domain_prev(PyMemAllocatorDomain d);
+MLPY_HIDDEN void mlpy_domain_ours(PyMemAllocatorDomain d, PyMemAllocatorEx *a);
+
+/* rehook.c: the wrappers checked at every enter, and put back over a hook
+ * that took them out (tracemalloc.stop(), another extension's
+ * PyMem_SetAllocator). */
+MLPY_HIDDEN void mlpy_rehook(void);
 
 /* oldpools.c: pools of the arenas pymalloc made before the import. */
 #define MLPY_OLD_SLOTS_BITS 15
@@ -74,6 +89,11 @@ MLPY_HIDDEN bool mlpy_refusal_guard(void *arg);
 
 /* task.c: the _Task type, and the conversions the module shares. */
 MLPY_HIDDEN extern PyType_Spec mlpy_task_spec;
+MLPY_HIDDEN extern PyType_Spec mlpy_stepper_spec;
+MLPY_HIDDEN extern PyTypeObject *mlpy_task_type; /* set at module_exec */
+MLPY_HIDDEN ml_task *mlpy_task_handle(PyObject *task);
+MLPY_HIDDEN int mlpy_slice_enter(ml_task *t);
+MLPY_HIDDEN void mlpy_slice_leave(ml_task *t);
 MLPY_HIDDEN int mlpy_parse_limit(PyObject *o, unsigned long long *out);
 MLPY_HIDDEN PyObject *mlpy_limit_value(unsigned long long v);
 

@@ -50,8 +50,13 @@ static inline int in_arena(const void *p)
 		return 0;
 	return (arena_map[m >> 3] >> (m & 7)) & 1;
 }
+static uintptr_t map_lo = UINTPTR_MAX, map_hi; /* granules ever marked */
 static void arena_mark(void *p, size_t n, int on)
 {
+	if ((uintptr_t)p >> ARENA_BITS < map_lo)
+		map_lo = (uintptr_t)p >> ARENA_BITS;
+	if (((uintptr_t)p + n) >> ARENA_BITS > map_hi)
+		map_hi = ((uintptr_t)p + n) >> ARENA_BITS;
 	for (uintptr_t m = (uintptr_t)p >> ARENA_BITS;
 	     m < ((uintptr_t)p + n + (1u << ARENA_BITS) - 1) >> ARENA_BITS;
 	     m++) {
@@ -146,10 +151,12 @@ static inline int noting(void)
  * guard may let through.  Under the preload a C library's malloc (lxml's
  * libxml2, PIL) is refused too, and gets no such grace: libxml2 goes on
  * after a NULL, and 256 allocations granted after each refusal let a
- * billion laughs reach 1.2 GB under a 64 MiB limit.  Without the preload
- * the library sees the domains' blocks only: the wrappers that mark
- * (MARK 1) go in under the preload alone, as the mark costs the regex
- * loop 1.3 points inside a block. */
+ * billion laughs reach 1.2 GB under a 64 MiB limit.  The same holds
+ * without the preload once the other objects are patched (hooks.c,
+ * mlpy_c_counted).  Where neither, the library sees the domains' blocks
+ * only: the wrappers that mark (MARK 1) go in where C code's malloc is
+ * counted alone, as the mark costs the regex loop 1.3 points inside a
+ * block. */
 MLPY_TLS unsigned mlpy_in_python;
 /* The size of the allocation the library may be about to refuse, for the
  * refusal guard's budget (guard.c): set by the RAW domain's functions and
@@ -279,13 +286,45 @@ static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 	}
 MARK_VARIANTS(, 0)
 MARK_VARIANTS(_marking, 1)
+/* The bytes of objects the meter never counted (made before it ran),
+ * set when a global limit switches it on (mlpy_meter_started): the
+ * first frees, up to that many bytes, subtract nothing from it.  Which
+ * free is of an uncounted object is not known, so the meter stays low by
+ * max(0, debt - bytes freed since), never high, and is exact once that
+ * many bytes were freed; it went below zero and stayed wrong for good
+ * (set after 200 MB of strs were made and freed: heap() 0). */
+static size_t debt;
 static void pm_free(void *ctx, void *p)
 {
 	PyMemAllocatorEx *prev = ctx;
 	size_t c = p ? class_of(p) : 0;
-	if (c)
+	if (c) {
+		if (__builtin_expect(debt != 0, 0)) {
+			size_t d = debt < c ? debt : c;
+			debt -= d;
+			c -= d;
+		}
 		ml_note_free_block(p, c);
+	}
 	prev->free(prev->ctx, p);
+}
+
+/* A global limit switched the meter on (on) or off: the live objects of
+ * our arenas (each pool's count of blocks in use, at offset 0 of its
+ * header, times its class) and of the learnt pools are the debt.  Under
+ * the GIL, which pymalloc's changes hold. */
+void mlpy_meter_started(int on)
+{
+	debt = 0;
+	for (uintptr_t m = map_lo; on && arena_map && m < map_hi; m++)
+		for (uintptr_t q = m << ARENA_BITS;
+		     in_arena((void *)q) && q < (m + 1) << ARENA_BITS;
+		     q += (uintptr_t)1 << POOL_BITS)
+			debt += *(const unsigned *)q * block_class((void *)q);
+	for (size_t i = 0; on && i < MLPY_OLD_SLOTS; i++)
+		if (mlpy_old_slots[i])
+			debt += *(const unsigned *)mlpy_old_slots[i] *
+			        block_class((void *)mlpy_old_slots[i]);
 }
 
 /* The pool header is read as CPython 3.10 to 3.13 lay it out: checked on
@@ -304,20 +343,36 @@ static int validate_classes(void)
 	return 0;
 }
 
+/* Our wrapper of domain d (MEM or OBJ), as PyMem_SetAllocator takes it,
+ * and the allocator it forwards to: mlpy_wrap_domains puts them in, and
+ * rehook.c compares the domain with them at every enter and puts them
+ * back over whatever replaced them. */
+static int wrapped_marking;
+PyMemAllocatorEx *mlpy_domain_prev(PyMemAllocatorDomain d)
+{
+	return d == PYMEM_DOMAIN_MEM ? &prev_mem : &prev_obj;
+}
+void mlpy_domain_ours(PyMemAllocatorDomain d, PyMemAllocatorEx *a)
+{
+	PyMemAllocatorEx w = {mlpy_domain_prev(d), pm_malloc, pm_calloc,
+	                      pm_realloc, pm_free};
+	if (wrapped_marking) {
+		w.malloc = pm_malloc_marking;
+		w.calloc = pm_calloc_marking;
+		w.realloc = pm_realloc_marking;
+	}
+	*a = w;
+}
+
 /* The domains' wrappers, from the first limit on (mlpy_wrap, hooks.c). */
 void mlpy_wrap_domains(int marking)
 {
+	wrapped_marking = marking;
+	PyMemAllocatorEx mem, obj;
 	PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &prev_mem);
 	PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &prev_obj);
-	PyMemAllocatorEx mem = {&prev_mem, pm_malloc, pm_calloc, pm_realloc,
-	                        pm_free};
-	if (marking) {
-		mem.malloc = pm_malloc_marking;
-		mem.calloc = pm_calloc_marking;
-		mem.realloc = pm_realloc_marking;
-	}
-	PyMemAllocatorEx obj = mem;
-	obj.ctx = &prev_obj;
+	mlpy_domain_ours(PYMEM_DOMAIN_MEM, &mem);
+	mlpy_domain_ours(PYMEM_DOMAIN_OBJ, &obj);
 	PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &mem);
 	PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &obj);
 }

@@ -1,6 +1,7 @@
 /* memlimits._memlimits, the _Task type: an ml_task entered and left on
  * the calling thread (ml_task_enter / ml_task_leave) with FAIL delivery,
- * the with statement's two ends in C, and step() for memlimits.asgi. */
+ * the with statement's two ends in C, and step() for memlimits.asgi
+ * (stepper.c drives coroutines with the slices opened here). */
 #include "module.h"
 
 typedef struct {
@@ -64,10 +65,79 @@ static void task_dealloc(PyObject *self_)
  * guard's byte budget again (guard.c): what a stopped block may keep past
  * its stop is counted from the thread's entry into its outermost block,
  * so that a block entered again and again inside it gets no more. */
-static void entered_now(void)
+#define STACK_MAX 64
+static MLPY_TLS ml_task *stack[STACK_MAX]; /* stack[i]: the (i+1)th slice */
+static MLPY_TLS uint64_t zombies;          /* bit i: stack[i]'s exit has run */
+static void entered_now(ml_task *t)
 {
+	if (mlpy_entered < STACK_MAX) {
+		stack[mlpy_entered] = t;
+		zombies &= ~((uint64_t)1 << mlpy_entered);
+	}
 	if (mlpy_entered++ == 0)
 		mlpy_grace = MLPY_GRACE_BYTES;
+}
+/* The innermost slice was left; the slices under it whose exit ran
+ * already (leave_any could not leave them then) are left now. */
+static void left_innermost(void)
+{
+	mlpy_entered--;
+	while (mlpy_entered && mlpy_entered <= STACK_MAX &&
+	       (zombies >> (mlpy_entered - 1) & 1)) {
+		zombies &= ~((uint64_t)1 << (mlpy_entered - 1));
+		if (ml_task_current() != stack[mlpy_entered - 1] ||
+		    ml_task_leave(stack[mlpy_entered - 1]) < 0)
+			break;
+		mlpy_entered--;
+	}
+}
+
+/* Leave t, which may be under other slices of this module on this thread:
+ * a generator whose `with` was open across a yield, collected (its
+ * GeneratorExit thrown in) inside another block.  The library leaves the
+ * innermost slice only, and the generator's slice stayed on the thread
+ * for good: outside every block, each allocation was then charged to it
+ * (refused when it was stopped).  So the slices above it are left, t
+ * is left, and they are entered again, innermost last, which leaves the
+ * thread where it was without t.  When one of them is stopped (the
+ * library enters no stopped task) nothing is moved: t is left as soon as
+ * the slices above it are (left_innermost), and until then counts what
+ * they count, as an outer block does.  t's status, or -1 with nothing
+ * changed when t is not in the stack this module keeps (another
+ * thread's, or deeper than STACK_MAX). */
+static int leave_any(ml_task *t)
+{
+	int rc = ml_task_leave(t);
+	if (rc >= 0) {
+		left_innermost();
+		return rc;
+	}
+	if (mlpy_entered > STACK_MAX || mlpy_entered < 2 ||
+	    ml_task_current() != stack[mlpy_entered - 1])
+		return rc;
+	unsigned at = mlpy_entered - 1, top = mlpy_entered;
+	while (at > 0 && stack[at - 1] != t)
+		at--;
+	if (at-- == 0)
+		return -1;
+	for (unsigned k = at + 1; k < top; k++)
+		if (ml_task_status(stack[k]) != ML_OK) {
+			zombies |= (uint64_t)1 << at;
+			return ml_task_status(t);
+		}
+	unsigned left = top;
+	while (left > at + 1 && ml_task_leave(stack[left - 1]) >= 0)
+		left--;
+	if (left == at + 1)
+		rc = ml_task_leave(t);
+	/* Entered again: all of them when one of the leaves failed (nothing
+	 * changed then), those above t otherwise, each down one place. */
+	unsigned to = rc >= 0 ? at : left;
+	for (unsigned k = left; k < top; k++)
+		if (ml_task_enter(stack[k]) == 0)
+			stack[to++] = stack[k];
+	mlpy_entered = to;
+	return rc;
 }
 
 /* Enter the task on this thread, the module's wrappers checked first
@@ -75,11 +145,7 @@ static void entered_now(void)
  * slice counted when it opened. */
 static int enter(TaskObject *self)
 {
-	mlpy_wrap();
-	int rc = ml_task_enter(self->task);
-	if (rc == 0)
-		entered_now();
-	return rc;
+	return mlpy_slice_enter(self->task);
 }
 
 static int live(TaskObject *self)
@@ -89,6 +155,36 @@ static int live(TaskObject *self)
 		return 0;
 	}
 	return 1;
+}
+
+/* For stepper.c: a Task's ml_task (NULL with TypeError or RuntimeError
+ * set when o is none or not initialised), and a slice of it opened and
+ * closed as enter() and task_step() do. */
+ml_task *mlpy_task_handle(PyObject *o)
+{
+	if (!PyObject_TypeCheck(o, mlpy_task_type)) {
+		PyErr_Format(PyExc_TypeError,
+		             "task: a memlimits.Task, not %.100s",
+		             Py_TYPE(o)->tp_name);
+		return NULL;
+	}
+	TaskObject *self = (TaskObject *)o;
+	return live(self) ? self->task : NULL;
+}
+
+int mlpy_slice_enter(ml_task *t)
+{
+	mlpy_wrap();
+	int rc = ml_task_enter(t);
+	if (rc == 0)
+		entered_now(t);
+	return rc;
+}
+
+void mlpy_slice_leave(ml_task *t)
+{
+	if (ml_task_leave(t) >= 0)
+		left_innermost();
 }
 
 static PyObject *task_enter(PyObject *self_, PyObject *unused)
@@ -108,7 +204,7 @@ static PyObject *task_leave(PyObject *self_, PyObject *unused)
 		return NULL;
 	int rc = ml_task_leave(self->task);
 	if (rc >= 0)
-		mlpy_entered--;
+		left_innermost();
 	return PyLong_FromLong(rc);
 }
 
@@ -213,9 +309,7 @@ static PyObject *task_cm_exit(PyObject *self_, PyObject *const *args,
 	TaskObject *self = (TaskObject *)self_;
 	if (!live(self))
 		return NULL;
-	int rc = ml_task_leave(self->task);
-	if (rc >= 0)
-		mlpy_entered--;
+	int rc = leave_any(self->task);
 	if (rc < 0) {
 		PyErr_SetString(
 		    PyExc_RuntimeError,
@@ -254,7 +348,7 @@ static PyObject *task_step(PyObject *self_, PyObject *const *args,
 	PyObject *r =
 	    PyObject_Vectorcall(args[0], args + 1, (size_t)(nargs - 1), NULL);
 	if (rc == 0 && ml_task_leave(self->task) >= 0)
-		mlpy_entered--;
+		left_innermost();
 	return r;
 }
 

@@ -151,3 +151,85 @@ async def _asgi(scope, receive, send):
 
 asgi_app = memlimits.asgi.LimitMiddleware(_asgi, held=HELD)
 
+
+
+# FastAPI's and Starlette's synchronous code (issue 43, item 1): plain
+# ``def`` endpoints, sync dependencies, sync streaming iterators and
+# background tasks run in anyio's worker threads (anyio.to_thread.run_sync,
+# Starlette's run_in_threadpool), each call a slice of its request's task.
+
+def grow():
+    keep = []
+    while len(keep) < RUNAWAY_END:
+        run_away(keep)
+    return len(keep)
+
+
+def grow_stream():
+    keep = []
+    yield "start\n"
+    while len(keep) < RUNAWAY_END:
+        run_away(keep)
+        yield ""
+    yield "not stopped\n"
+
+
+def ordinary_text():
+    assert ordinary_work() == 100
+    return "ok %d 0\n" % os.getpid()
+
+
+def fastapi_app():
+    from fastapi import BackgroundTasks, Depends, FastAPI
+    from fastapi.responses import PlainTextResponse, StreamingResponse
+
+    api = FastAPI()
+
+    @api.get("/", response_class=PlainTextResponse)
+    def ordinary():
+        return ordinary_text()
+
+    @api.get("/async", response_class=PlainTextResponse)
+    async def ordinary_async():
+        return ordinary_text()
+
+    @api.get("/runaway", response_class=PlainTextResponse)
+    def runaway():
+        return "not stopped %d %d\n" % (grow(), os.getpid())
+
+    @api.get("/dependency", response_class=PlainTextResponse)
+    async def dependency(n: int = Depends(grow)):
+        return "not stopped %d\n" % n
+
+    @api.get("/stream")
+    def stream():
+        return StreamingResponse(grow_stream(), media_type="text/plain")
+
+    @api.get("/background", response_class=PlainTextResponse)
+    def background(tasks: BackgroundTasks):
+        tasks.add_task(grow)
+        return "ok %d background\n" % os.getpid()
+
+    return memlimits.asgi.LimitMiddleware(api, held=HELD)
+
+
+def starlette_app():
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    def ordinary(request):
+        return PlainTextResponse(ordinary_text())
+
+    async def pool(request):
+        # An async endpoint handing its work to the thread pool.
+        return PlainTextResponse("not stopped %d\n"
+                                 % await run_in_threadpool(grow))
+
+    def runaway(request):
+        return PlainTextResponse("not stopped %d\n" % grow())
+
+    app = Starlette(routes=[Route("/", ordinary), Route("/pool", pool),
+                            Route("/runaway", runaway)])
+    return memlimits.asgi.LimitMiddleware(app, held=HELD)

@@ -4,6 +4,7 @@ with them on the same loop get 200: each request's steps are charged to
 its own task."""
 import asyncio
 import logging
+import threading
 
 import pytest
 
@@ -31,7 +32,7 @@ async def run_away_async():
     keep = []
     while len(keep) < RUNAWAY_END:
         run_away(keep)
-        await asyncio.sleep(0)  # let the others run
+        await asyncio.sleep(0)  # not ordering: a yield, the others run
 
 
 async def app(scope, receive, send):
@@ -42,7 +43,7 @@ async def app(scope, receive, send):
         # A child asyncio task runs in the request's task too.
         await asyncio.create_task(run_away_async())
     small = [str(i) for i in range(2000)]
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # not ordering: a yield to the loop
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/plain")]})
     await send({"type": "http.response.body",
@@ -207,3 +208,130 @@ def test_sync_async_sync_on_one_thread():
 
     mw = LimitMiddleware(app, held="32MiB")
     assert asyncio.run(request(mw, "/")) == (200, b"1000")
+
+
+def _work_then_set(fut):
+    # A callback's work for its request: it runs away, then would hand
+    # its result on.
+    run_away_sync()
+    if not fut.done():
+        fut.set_result("not stopped")
+
+
+async def callback_app(scope, receive, send):
+    # Each path schedules the runaway as a callback of the loop and waits
+    # for the future it would set: stopped, the callback wakes the
+    # request, which unwinds to the middleware's 503.
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    if scope["path"] == "/soon":
+        loop.call_soon(_work_then_set, fut)
+    elif scope["path"] == "/later":
+        loop.call_later(0.001, _work_then_set, fut)
+    elif scope["path"] == "/at":
+        loop.call_at(loop.time(), _work_then_set, fut)
+    elif scope["path"] == "/done":
+        # A done callback runs in the context it was added in: this
+        # request's, though the future is set from outside any request
+        # (a thread, through call_soon_threadsafe).
+        first = loop.create_future()
+        first.add_done_callback(lambda _: _work_then_set(fut))
+        threading.Thread(target=loop.call_soon_threadsafe,
+                         args=(first.set_result, 1)).start()
+    else:
+        loop.call_soon(fut.set_result, len([str(i) for i in range(2000)]))
+    result = await fut
+    await send({"type": "http.response.start", "status": 200,
+                "headers": []})
+    await send({"type": "http.response.body", "body": str(result).encode()})
+
+
+@pytest.mark.parametrize("path", ["/soon", "/later", "/at", "/done"])
+def test_callback_charged_to_request(path, caplog):
+    # Before, the callback ran outside any task: it ran to RUNAWAY_END
+    # and its request answered 200 "not stopped".
+    caplog.set_level(logging.WARNING, logger="memlimits")
+    mw = LimitMiddleware(callback_app, held="32MiB")
+
+    async def main():
+        return await asyncio.wait_for(asyncio.gather(
+            request(mw, path), *(request(mw, "/") for _ in range(20))),
+            120)  # backstop: a request left waiting fails here
+
+    results = asyncio.run(main())
+    assert results[0] == (503, b"memory limit exceeded\n")
+    assert all(r == (200, b"2000") for r in results[1:])
+    lines = [r.getMessage() for r in caplog.records
+             if "stopped" in r.getMessage()]
+    assert len(lines) == 1 and "GET %s stopped" % path in lines[0]
+
+
+def test_callback_hooks_idempotent_and_steps_left_alone():
+    # Installed once per loop; asyncio's own steps and wakeups, and a
+    # future's set_result, reach the loop's call_soon unwrapped (the
+    # steps are _Stepper's: entered twice, a slice raises RuntimeError),
+    # while a plain function is wrapped.  The spy sits under the hooks,
+    # where it sees what they hand on.
+    seen = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        inner = loop.call_soon
+
+        def spy(cb, *args, context=None):
+            seen.append(cb)
+            return inner(cb, *args, context=context)
+        loop.call_soon = spy
+        install_task_factory(loop)
+        hooks = (loop.call_soon, loop.call_later, loop.call_at)
+        install_task_factory(loop)
+        assert (loop.call_soon, loop.call_later, loop.call_at) == hooks
+        mw = LimitMiddleware(callback_app, held="32MiB")
+        before = len(seen)
+        plain = await request(mw, "/")
+        steps = seen[before:]
+        await request(mw, "/soon")
+        return plain, steps, seen[before + len(steps):]
+
+    from memlimits.asgi import _in_callback
+    plain, steps, soon = asyncio.run(main())
+    assert plain == (200, b"2000")
+    assert steps and not any(cb is _in_callback for cb in steps)
+    assert sum(cb is _in_callback for cb in soon) == 1
+
+
+def test_callback_after_the_stop_bounded():
+    # A callback of a request that runs after its stop (a done callback
+    # added inside the request, on a future set after its 503) runs in a
+    # fresh task with the request's limits (the stopped one cannot be
+    # entered): a runaway there is stopped too.  Run outside any task,
+    # it ran to RUNAWAY_END.
+    done = []
+    pending = []
+
+    def late(_):
+        try:
+            _work_then_set(asyncio.get_running_loop().create_future())
+        finally:
+            done.append(_memlimits_current())
+
+    async def app(scope, receive, send):
+        fut = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(late)
+        pending.append(fut)
+        await run_away_async()
+
+    async def main():
+        result = await request(LimitMiddleware(app, held="32MiB"), "/")
+        pending[0].set_result(None)
+        while not done:
+            await asyncio.sleep(0.01)  # not ordering: waits for the callback
+        return result
+
+    assert asyncio.run(main())[0] == 503
+    assert len(done) == 1 and done[0] != 0
+
+
+def _memlimits_current():
+    from memlimits import _memlimits
+    return _memlimits.current_task_id()

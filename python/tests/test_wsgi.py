@@ -3,6 +3,9 @@ would: a runaway request gets 503 and one log line, ordinary requests 200,
 and a request stopped while its body streams ends there."""
 import logging
 
+import pytest
+
+from memlimits import _memlimits
 from memlimits.wsgi import LimitMiddleware
 
 # Where a runaway not stopped ends (hundreds of MB, over ten times each
@@ -71,3 +74,79 @@ def test_stopped_while_streaming():
 def test_custom_status():
     mw = LimitMiddleware(app, held="16MiB", status=507)
     assert call(mw, "/bomb")[0].startswith("507")
+
+
+class Closing:
+    """A response iterable that records each call of its close() and the
+    task it ran in (0: none); ``close_work`` runs there."""
+
+    def __init__(self, chunks, close_work=None):
+        self.chunks = chunks
+        self.close_work = close_work
+        self.closed_in = []
+
+    def __iter__(self):
+        return iter(self.chunks())
+
+    def close(self):
+        self.closed_in.append(_memlimits.current_task_id())
+        if self.close_work:
+            self.close_work()
+
+
+def run_away_in_close():
+    keep = []
+    while len(keep) < RUNAWAY_END:
+        keep.append(str(len(keep)) * 10)
+
+
+def test_close_charged_to_request(caplog):
+    # The response's close() (Django's request_finished, a generator's
+    # finally) runs inside the request's task: a runaway there is
+    # stopped and logged as the request's.  Outside the task (before),
+    # it ran to RUNAWAY_END.
+    caplog.set_level(logging.WARNING, logger="memlimits")
+    resp = Closing(lambda: [b"done"], run_away_in_close)
+
+    def close_app(environ, start_response):
+        start_response("200 OK", [])
+        return resp
+
+    mw = LimitMiddleware(close_app, held="16MiB")
+    assert call(mw, "/close-bomb") == ("200 OK", b"done")
+    assert len(resp.closed_in) == 1 and resp.closed_in[0] != 0
+    lines = [r.getMessage() for r in caplog.records
+             if "stopped" in r.getMessage()]
+    assert len(lines) == 1 and "GET /close-bomb close() stopped" in lines[0]
+    assert call(mw, "/close-bomb")[0] == "200 OK"
+
+
+def _stream_then_run_away():
+    yield b"start\n"
+    run_away_in_close()
+    yield b"not stopped"
+
+
+@pytest.mark.parametrize("path", ["/", "/stream-bomb", "/bomb-caught"])
+def test_close_called_once(path):
+    # close() is called exactly once, inside a task, on each path: a
+    # normal end, a stop while the body streams, and a stop before the
+    # response started where the app caught its MemoryError and still
+    # returned a response (the server never sees that one; before, its
+    # close() was never called).
+    resp = Closing(_stream_then_run_away if path == "/stream-bomb"
+                   else lambda: [b"hello"])
+
+    def app(environ, start_response):
+        if path == "/bomb-caught":
+            try:
+                run_away_in_close()
+            except MemoryError:
+                pass
+        start_response("200 OK", [])
+        return resp
+
+    mw = LimitMiddleware(app, held="16MiB")
+    status, body = call(mw, path)
+    assert status.startswith("503" if path == "/bomb-caught" else "200")
+    assert len(resp.closed_in) == 1 and resp.closed_in[0] != 0

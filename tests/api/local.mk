@@ -57,6 +57,16 @@ tests_api_test_capabilities_LDADD = $(ML_TEST_LIBS)
 tests_api_test_capabilities_LDFLAGS = $(ML_TEST_LINK)
 tests_api_test_capabilities_CFLAGS = $(ML_TEST_CFLAGS)
 
+# ml_patch_objects(): a program that loads the library RTLD_LOCAL, as
+# Python does, has its own and its objects' malloc rewritten (not linked
+# with the library: linked, the library is its malloc already).
+check_PROGRAMS += tests/api/test-patch
+TESTS += tests/api/test-patch
+tests_api_test_patch_SOURCES = tests/api/test-patch.c
+tests_api_test_patch_LDADD = tests/tap/libtap.la -ldl -lm
+tests_api_test_patch_LDFLAGS = $(ML_TEST_LINK)
+tests_api_test_patch_CFLAGS = $(ML_TEST_CFLAGS)
+
 # The bounds functions against reference values, read at run time from
 # $top_srcdir/tests/data: bounds-reference.tsv is the project's shared
 # reference (60 digits); bounds-mpmath.tsv adds k up to 10^7 and values

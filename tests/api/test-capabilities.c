@@ -2,6 +2,7 @@
  * frames can be classified and stacks captured; with a malloc defined in
  * front (LD_PRELOAD of tests/api/.libs/libmallocfront.so) INTERPOSED is clear.
  */
+#include <errno.h>
 #include <memlimits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,9 @@ int main(int argc, char **argv)
 	tap_ok(c & ML_CAP_STACKS, "ML_CAP_STACKS set");
 	tap_ok(c & ML_CAP_HELD, "ML_CAP_HELD set: held memory is tracked");
 	tap_is(ml_capabilities(), c, "the same mask again");
+	errno = 0;
+	tap_ok(ml_patch_objects(0) == -1 && errno == EEXIST,
+	       "linked: ml_patch_objects has nothing to rewrite (EEXIST)");
 
 	const char *b = getenv("top_builddir");
 	char shim[4096];

@@ -76,21 +76,22 @@ if tap_case pkg-config; then
 	fi
 fi
 
-# The Python package (python/): setup.py's version, found from
-# configure.ac in a source tree, and memlimits.__version__ of the module
-# the build made (setup.py compiles it in: python/README.md, "Version").
+# The Python package (python/): the version its build gives
+# (python/memlimits_build.py --version, found from configure.ac in a source
+# tree), and memlimits.__version__ of the module the build made (the build
+# compiles it in: python/README.md, "Version").
 if tap_case python; then
 	py=${ML_PYTHON:-}
 	if test -z "$py" || ! test -e "$top_builddir/python/build/pkg/.built"; then
 		skip "the Python module is not built"
 		skip "the Python module is not built"
 	else
-		out=$(cd "$top_srcdir/python" && MEMLIMITS_CFLAGS= MEMLIMITS_LIBS= \
-			MEMLIMITS_VERSION= "$py" setup.py --version 2>/dev/null | tail -n 1)
+		out=$(env -u MEMLIMITS_VERSION "$py" \
+			"$top_srcdir/python/memlimits_build.py" --version 2>&1 | tail -n 1)
 		if test "$out" = "$v"; then
-			ok "python/setup.py --version says configure.ac's $v"
+			ok "python/memlimits_build.py --version says configure.ac's $v"
 		else
-			notok "python/setup.py --version says '$out', expected $v"
+			notok "python/memlimits_build.py --version says '$out', expected $v"
 		fi
 		out=$(PYTHONPATH="$top_builddir/python/build/pkg" \
 			LD_LIBRARY_PATH="$top_builddir/lib/.libs" \

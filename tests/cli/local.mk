@@ -204,3 +204,12 @@ TESTS += tests/cli/test-run-protect.sh
 EXTRA_DIST += tests/cli/test-run-protect.sh
 tests_cli_test_run_protect_SOURCES = tests/cli/test-run-protect.c
 tests_cli_test_run_protect_LDFLAGS = -no-install
+
+# memlimits accuracy (issue 45): stop points against the bounds, from a
+# file and from real runs of a program that allocates 4 KiB blocks.
+check_PROGRAMS += tests/cli/test-accuracy-prog
+TESTS += tests/cli/test-accuracy.sh
+EXTRA_DIST += tests/cli/test-accuracy.sh
+tests_cli_test_accuracy_prog_SOURCES = tests/cli/test-accuracy-prog.c
+tests_cli_test_accuracy_prog_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_cli_test_accuracy_prog_LDFLAGS = -no-install

@@ -13,6 +13,15 @@
 #    names each stopped request, the worker's peak resident size stays
 #    within its baseline + 2 bombs at once x (64 MiB held limit + 16 MiB)
 #    + 64 MiB, and the worker never restarts;
+#  - SSI with proxied includes (issue 44, item 4): a page of 8
+#    <!--# include virtual --> to a local upstream, each 48 MiB buffered
+#    in memory (proxy_buffers 64 8m) while the include before it is
+#    sent: the subrequests that are not the connection's active request
+#    run their upstream events as slices of the page's task, so the page
+#    is stopped (503, or closed once its header went out) with the
+#    worker's peak within its baseline + 2 x the 64 MiB held limit, the
+#    access log says held_limit, and requests after it get 200 from the
+#    same worker (before: 336 MiB buffered, "ok");
 #  - a PUT of 512 MiB to a location that buffers the body in memory
 #    (client_body_buffer_size 1024m) is answered 503 after 1 MiB of its
 #    body (the client waits 5 s for an answer, then reads 0); a 1 MiB one
@@ -210,6 +219,19 @@ location /imgput {
     client_max_body_size 1024m; client_body_buffer_size 1024m;
     proxy_pass http://127.0.0.1:$p2/sink;
 }
+location /ssiup/ {
+    alias $tmp/html/;
+    ssi on;
+}
+location /up48/ {
+    proxy_pass http://127.0.0.1:$p1/raw48/;
+    proxy_buffers 64 8m; proxy_busy_buffers_size 8m;
+    proxy_max_temp_file_size 0;
+}
+location /raw48/ {
+    alias $tmp/html/;
+    memlimits off;
+}
 location /up {
     memlimits_request_held 400m; memlimits_request_limit 0;
     client_max_body_size 1024m; client_body_buffer_size 400m;
@@ -219,6 +241,10 @@ location /up {
 EOF
 printf '<p>hello nginx <!--# echo var="nothere" default="ssi-on" --></p>\n' >"$tmp/html/page.html"
 printf 'addition-on\n' >"$tmp/html/tail.txt"
+for i in 1 2 3 4 5 6 7 8; do
+	printf '<p>%s</p><!--# include virtual="/up48/big48.bin?%s" -->\n' $i $i
+done >"$tmp/html/page8.html"
+head -c $((48 << 20)) /dev/zero >"$tmp/html/big48.bin"
 "$PY" "$CLIENT" png bomb "$tmp/html/bomb.png" 12000
 "$PY" "$CLIENT" png small "$tmp/html/small.png"
 head -c 4096 /dev/urandom >"$tmp/html/f4k.bin"
@@ -305,6 +331,42 @@ if tap_case bomb; then
 	else
 		notok "the worker restarted ($worker, now $now)"
 		grep 'exited' "$tmp/logs/error.log" | diag /dev/stdin
+	fi
+	stop_nginx
+fi
+
+if tap_case ssi; then
+	start_nginx
+	base=$(rss_kb VmRSS "$worker")
+	out=$(timeout 120 "$PY" "$CLIENT" get "$p1" /ssiup/page8.html)
+	hwm=$(rss_kb VmHWM "$worker")
+	st=${out%% *}
+	if [ "$st" = 503 ] || [ "$st" = 0 ]; then
+		ok "the SSI page with 8 proxied includes is stopped: $([ "$st" = 0 ] && echo closed || echo 503)"
+	else
+		notok "the SSI page with 8 proxied includes: $out"
+	fi
+	line=$(grep '"GET /ssiup/page8.html' "$tmp/logs/access.log" | tail -n 1)
+	case $line in
+	*"held memory limit reached"*) ok "its access log line says the held limit stopped it" ;;
+	*) notok "its access log line: $line" ;;
+	esac
+	max=$((base + 2 * 64 * 1024))
+	echo "# worker resident: $base kB before, peak $hwm kB, bound $max kB"
+	if [ -n "$hwm" ] && [ "$hwm" -le "$max" ]; then
+		ok "the worker's peak resident size $((hwm / 1024)) MiB is within $((max / 1024)) MiB"
+	else
+		notok "the worker's peak resident size: ${hwm:-?} kB over $max kB"
+	fi
+	good=0
+	for _ in 1 2 3 4 5; do
+		"$PY" "$CLIENT" get "$p1" /f4k.bin | grep -q '^200 4096' && good=$((good + 1))
+	done
+	now=$(pgrep -P "$master" | head -1)
+	if [ "$good" = 5 ] && [ "$now" = "$worker" ]; then
+		ok "then 5 of 5 ordinary requests get 200 from the same worker"
+	else
+		notok "after the SSI page: $good of 5 ordinary requests, worker $worker now $now"
 	fi
 	stop_nginx
 fi

@@ -25,9 +25,17 @@
 #    refused; '1025B' is 2kB;
 #  - work a statement leaves to COMMIT runs under the limits: bob's
 #    deferred trigger building 1 GB and WITH HOLD cursor materialised at
-#    COMMIT are stopped with 53200 at 64 MB; small ones commit; under
+#    COMMIT are stopped with 53200 at 64 MB, as is bob's PL/pgSQL in a
+#    deferred exclusion constraint's index expression rechecked at
+#    COMMIT; small ones commit; under
 #    the cluster limit, with no statement limit, the same trigger is the
 #    one stopped when the total passes 1 GB;
+#  - a cursor's state counts against the fetches that grow it: bob's
+#    SCROLL cursor over a materialised CTE, 60 MOVE 20000 of 1 kB rows,
+#    is stopped with 53200 at 64 MB; memlimits.transaction_limit is
+#    superuser-only, per role and per database, and stops carol's
+#    transaction of 8 statements keeping 10 MB each at 64 MB (the same
+#    as postgres commits), statements after ROLLBACK TO failing too;
 #  - the regex engine's own "out of memory" (2201B) after a refusal is
 #    memlimits' 53200, and every runaway's DETAIL names the refused
 #    request;
@@ -48,6 +56,11 @@
 #  - a parallel worker's share of a statement is limited on its own: a
 #    worker's private hash table over a 16 MB statement_limit fails in the
 #    worker, and the client gets 53200.
+#  - a role that is not a superuser, under a 64 MB statement_limit with
+#    its own work_mem 1GB, is planned without parallel hash (whose table
+#    is in DSM, which no limit counts): its join gets 53200 from a worker
+#    while the leader maps under 64 MB of /dev/shm; a superuser's plan
+#    keeps parallel hash.
 # Probabilities: a held limit of 256 MiB needs 3355 samples at the default
 # interval (80000 bytes); the statements that should go on hold under
 # 1 MiB (13 samples on average): stopped with probability below 1e-300.
@@ -387,6 +400,34 @@ stopped "a WITH HOLD cursor materialised at COMMIT (200 MB)" \
 		-c "commit" -c "fetch 1 from c" -c "select 'next ' || 42")"
 stopped "the same trigger, not deferred" \
 	"$(bob -c "insert into ml_imm values (1)" -c "select 'next ' || 42")"
+# A deferrable exclusion constraint over an index expression that is
+# the role's own PL/pgSQL function: a conflict at INSERT queues a recheck
+# (unique_key_recheck, builtin), which at COMMIT evaluates the expression
+# again, outside every statement; the function builds 1 GB when ml.big is
+# on (set after the INSERTs, so only the recheck builds).  Before issue
+# 44 it built it twice, unstopped, and the COMMIT failed with 23P01.
+q -c "create table ml_exc (x int)" \
+	-c "create function ml_key(x int) returns int language plpgsql immutable as \$\$
+declare s text := repeat('x', 1000);
+begin
+	if current_setting('ml.big', true) = 'on' then
+		for i in 1..20 loop s := s || s; end loop;
+		raise notice 'key built %', length(s);
+	end if;
+	return abs(x);
+end \$\$" \
+	-c "alter table ml_exc add constraint ml_exc_c exclude using btree (ml_key(x) with =) deferrable initially deferred" \
+	-c "grant insert on ml_exc to bob" >/dev/null
+stopped "a deferred exclusion constraint's recheck calling bob's PL/pgSQL, building 1 GB at COMMIT" \
+	"$(bob -c "begin" -c "insert into ml_exc values (1)" -c "insert into ml_exc values (-1)" \
+		-c "set ml.big = on" -c "commit" -c "select 'next ' || 42")"
+out=$(bob -c "begin" -c "insert into ml_exc values (2)" -c "insert into ml_exc values (-2)" -c "commit")
+if printf '%s\n' "$out" | grep -q '^ERROR:  23P01: conflicting key value violates exclusion constraint "ml_exc_c"'; then
+	ok "the same recheck, small: the constraint's own 23P01 at COMMIT"
+else
+	notok "the small recheck at COMMIT"
+	printf '%s\n' "$out" | head -n 20 | sed 's/^/# /'
+fi
 out=$(bob -c "insert into ml_def_small values (1)" \
 	-c "begin" -c "declare c cursor with hold for select length(string_agg(repeat('x', 1000), '')) from generate_series(1, 2000)" \
 	-c "commit" -c "fetch 1 from c" -c "close c" -c "select memlimits_metrics()")
@@ -397,6 +438,89 @@ if printf '%s\n' "$out" | grep -q 'built 1024000$' && printf '%s\n' "$out" | gre
 else
 	notok "small deferred trigger, WITH HOLD cursor"
 	printf '%s\n' "$out" | grep -v '^# ' | head -n 20 | sed 's/^/# /'
+fi
+
+# ---- a cursor's state, a transaction's statements (issue 44, item 2) ----------
+# A SCROLL cursor over a materialised CTE (work_mem 4GB, bob's own: no
+# spill to disk) keeps every row it passes; 60 MOVE 20000 of 1 kB rows
+# would keep 1.2 GB, each MOVE adding ~25 MB, under its 64 MB.  The
+# cursor's portal task holds what its fetches kept, under the statement
+# limit: the MOVE that takes it past 64 MB is stopped.  (Before issue
+# 44 all 60 ran, each MOVE's task holding only what it added.)
+cur_args() { # the transaction: DECLARE, 60 MOVEs, COMMIT
+	set -- -c "set work_mem = '4GB'" -c "begin" \
+		-c "declare c scroll cursor for with m as materialized (select g, repeat('x', 1000) as s from (select generate_series(1, 2000000) g) t) select * from m"
+	for i in $(seq 1 60); do set -- "$@" -c "move 20000 in c"; done
+	set -- "$@" -c "fetch backward 1 from c" -c "commit" -c "select 'next ' || 42"
+	bob "$@"
+}
+out=$(cur_args)
+if [ "$(printf '%s\n' "$out" | grep -c '^ERROR:  53200: memlimits: statement memory limit reached')" = 1 ] &&
+	printf '%s\n' "$out" | grep -q "^DETAIL:  memlimits.statement_limit is 64.0 MB; the cursor's fetches (what the cursor kept) held about" &&
+	printf '%s\n' "$out" | grep -q '^next 42$'; then
+	ok "bob (statement_limit 64MB): a SCROLL cursor over a materialised CTE moved 60 x 20000 rows is stopped with 53200 ($(printf '%s\n' "$out" | grep '^DETAIL' | cut -c 10-90)...)"
+else
+	notok "bob's SCROLL cursor moved 60 x 20000 rows is not stopped"
+	printf '%s\n' "$out" | grep -v '25P02\|^LOCATION' | head -n 20 | sed 's/^/# /'
+fi
+# memlimits.transaction_limit: superuser only, per role and per
+# database; carol's transaction keeps 10 MB per statement (a local
+# setting's value, freed at its end), 8 of them: each statement is far
+# under the 256 MB statement limit, the transaction over its 64 MB.  The
+# same transaction as postgres (no transaction limit) commits; so does
+# carol's with 1 MB values.  In a savepoint, the statements after ROLLBACK
+# TO fail too (the transaction stays over its limit until it ends).
+carol() { "$bindir/psql" -X -h "$tmp/sock" -p "$port" -U carol -d postgres \
+	-v VERBOSITY=verbose -qAt "$@" 2>&1; }
+q -c "create role carol login" -c "alter role carol set memlimits.transaction_limit = '64MB'" \
+	-c "create database ml_txdb" -c "alter database ml_txdb set memlimits.transaction_limit = '32MB'" >/dev/null
+txn() { # txn SIZE: a transaction of 8 statements each keeping SIZE bytes
+	set -- "$1" -c "begin"
+	for i in 1 2 3 4 5 6 7 8; do
+		set -- "$@" -c "select length(set_config('ml.v$i', repeat('x', $1), true))"
+	done
+	shift
+	printf '%s\0' "$@" -c "commit" -c "select 'next ' || 42"
+}
+run_txn() { who=$1; shift; txn "$@" | xargs -0 "$bindir/psql" -X -h "$tmp/sock" -p "$port" -U "$who" -d postgres -v VERBOSITY=verbose -qAt 2>&1; }
+out=$(carol -c "show memlimits.transaction_limit" -c "set memlimits.transaction_limit = '1GB'")
+if printf '%s\n' "$out" | grep -q '^64MB$' &&
+	printf '%s\n' "$out" | grep -q 'permission denied to set parameter "memlimits.transaction_limit"' &&
+	[ "$(q -d ml_txdb -c "show memlimits.transaction_limit")" = 32MB ]; then
+	ok "memlimits.transaction_limit: carol cannot SET it; ALTER ROLE gives her 64MB, ALTER DATABASE ml_txdb 32MB"
+else
+	notok "memlimits.transaction_limit's settings"
+	printf '%s\n' "$out" | sed 's/^/# /'
+fi
+out=$(run_txn carol 10000000)
+if [ "$(printf '%s\n' "$out" | grep -c '^ERROR:  53200: memlimits: transaction memory limit reached')" = 1 ] &&
+	printf '%s\n' "$out" | grep -q "^DETAIL:  memlimits.transaction_limit is 64.0 MB; the transaction's statements held about" &&
+	[ "$(printf '%s\n' "$out" | grep -c '^10000000$')" -lt 8 ] &&
+	printf '%s\n' "$out" | grep -q '^next 42$'; then
+	ok "carol (transaction_limit 64MB): 8 statements keeping 10 MB each: 53200 after $(printf '%s\n' "$out" | grep -c '^10000000$'), the session goes on"
+else
+	notok "carol's transaction over 64 MB is not stopped"
+	printf '%s\n' "$out" | grep -v '25P02\|^LOCATION' | head -n 20 | sed 's/^/# /'
+fi
+out=$(run_txn postgres 10000000)
+small=$(run_txn carol 1000000)
+if [ "$(printf '%s\n' "$out" | grep -c '^10000000$')" = 8 ] && ! printf '%s\n' "$out" | grep -q ERROR &&
+	[ "$(printf '%s\n' "$small" | grep -c '^1000000$')" = 8 ] && ! printf '%s\n' "$small" | grep -q ERROR; then
+	ok "the same transaction without a transaction limit commits, and carol's with 1 MB values"
+else
+	notok "a transaction under its limits failed"
+	printf '%s\n' "$out" "$small" | grep -v '^LOCATION' | head -n 20 | sed 's/^/# /'
+fi
+out=$(carol -c "begin" -c "savepoint s" -c "select length(set_config('ml.v1', repeat('x', 30000000), true))" \
+	-c "select length(set_config('ml.v2', repeat('x', 30000000), true))" \
+	-c "select length(set_config('ml.v3', repeat('x', 30000000), true))" \
+	-c "rollback to savepoint s" -c "select 'after ' || 1" -c "rollback" -c "select 'next ' || 42")
+if [ "$(printf '%s\n' "$out" | grep -c '^ERROR:  53200: memlimits: transaction memory limit reached')" = 2 ] &&
+	! printf '%s\n' "$out" | grep -q '^after 1$' && printf '%s\n' "$out" | grep -q '^next 42$'; then
+	ok "carol's transaction over its limit in a savepoint: after ROLLBACK TO its statements still fail (53200), ROLLBACK ends it"
+else
+	notok "carol's transaction over its limit in a savepoint"
+	printf '%s\n' "$out" | grep -v '^LOCATION' | head -n 20 | sed 's/^/# /'
 fi
 
 # ---- code that reports its own malloc's failure -----------------------------------
@@ -926,6 +1050,85 @@ if printf '%s\n' "$plan" | grep -q 'Workers Planned: 2' &&
 else
 	notok "the parallel worker's share was not stopped on its own"
 	printf '%s\n' "$plan" "$out" | head -n 30 | sed 's/^/# /'
+fi
+
+# ---- a parallel hash join's dynamic shared memory (issue 44, item 3) ----------
+# A parallel hash join builds its table in DSM (/dev/shm segments that
+# the leader and its workers map), which no heap counts: ml_pj, under
+# ALTER ROLE ... SET memlimits.statement_limit = '64MB', with its own
+# work_mem = '1GB' and hash_mem_multiplier = 4, joins 2 million rows of
+# 100 bytes with themselves.  Before issue 44: a Parallel Hash plan, the
+# join completed, the leader mapping 396 MB of /dev/shm.  Now a role that
+# is not a superuser is planned without parallel hash under a statement
+# limit: each worker builds its own hash table in its heap, and is
+# stopped at 64 MB (53200 from the worker); the leader's /dev/shm
+# mappings (sampled every 20 ms from /proc/PID/maps, each segment
+# counted once) stay under the limit.  A superuser's plan keeps parallel
+# hash (docs/postgresql.md says why).
+q -c "create role ml_pj login" -c "alter role ml_pj set memlimits.statement_limit = '64MB'" \
+	-c "create table ml_pj (g int, s text)" \
+	-c "insert into ml_pj select g, repeat('y', 100) from generate_series(1, 2000000) g" \
+	-c "analyze ml_pj" -c "grant select on ml_pj to ml_pj" >/dev/null
+pj_set="set max_parallel_workers_per_gather = 2; set parallel_setup_cost = 0;
+set parallel_tuple_cost = 0; set min_parallel_table_scan_size = 0;
+set work_mem = '1GB'; set hash_mem_multiplier = 4; set enable_mergejoin = off;
+set enable_nestloop = off;"
+pj_join="select count(*), max(length(a.s || b.s)) from ml_pj a join ml_pj b using (g)"
+pj() { "$bindir/psql" -X -h "$tmp/sock" -p "$port" -U ml_pj -d postgres \
+	-v VERBOSITY=verbose -qAt "$@" 2>&1; }
+plan=$(pj -c "$pj_set" -c "explain $pj_join")
+super=$(q -c "$pj_set" -c "explain $pj_join")
+: >"$tmp/pj.out"
+pj -c "$pj_set" -c "select pg_backend_pid()" -c "select pg_sleep(1)" -c "$pj_join" \
+	-c "select 'next ' || 42" >"$tmp/pj.out" 2>&1 &
+pj_client=$!
+# The backend's pid is printed before its one-second sleep.
+i=0
+until grep -q '^[0-9][0-9]*$' "$tmp/pj.out" || [ $i -ge 100 ]; do
+	sleep 0.1 # not ordering: the poll of a wait for the pid line
+	i=$((i + 1))
+done
+pj_pid=$(grep -m 1 '^[0-9][0-9]*$' "$tmp/pj.out")
+shm_peak=$(python3 -c '
+import os, sys, time
+pid, client = sys.argv[1], int(sys.argv[2])
+peak = 0
+def alive(p):
+    # A zombie (the shell reaps its child only at wait) has ended.
+    try:
+        return open("/proc/%d/stat" % p).read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+while alive(client):
+    try:
+        seg = {}
+        for line in open("/proc/%s/maps" % pid):
+            f = line.split()
+            if len(f) >= 6 and f[5].startswith("/dev/shm/PostgreSQL"):
+                a, b = f[0].split("-")
+                seg[f[5]] = seg.get(f[5], 0) + int(b, 16) - int(a, 16)
+        peak = max(peak, sum(seg.values()))
+    except OSError:
+        pass
+    time.sleep(0.02)  # not ordering: the sampling interval of the maps
+print(peak >> 20)' "$pj_pid" "$pj_client")
+wait "$pj_client"
+out=$(cat "$tmp/pj.out")
+if ! printf '%s\n' "$plan" | grep -q 'Parallel Hash' &&
+	printf '%s\n' "$plan" | grep -q 'Gather' && printf '%s\n' "$plan" | grep -q 'Hash Join' &&
+	printf '%s\n' "$out" | grep -q '^ERROR:  53200: memlimits: statement memory limit reached' &&
+	printf '%s\n' "$out" | grep -q '^next 42$' &&
+	[ -n "$shm_peak" ] && [ "$shm_peak" -lt 64 ]; then
+	ok "ml_pj (statement_limit 64MB, work_mem 1GB): a hash join under Gather without parallel hash, 53200 from a worker, /dev/shm mapped by the leader at most $shm_peak MB"
+else
+	notok "ml_pj's parallel hash join: plan, 53200, or /dev/shm peak ${shm_peak:-?} MB not under 64"
+	printf '%s\n' "$plan" "$out" | grep -v '^LOCATION' | head -n 30 | sed 's/^/# /'
+fi
+if printf '%s\n' "$super" | grep -q 'Parallel Hash'; then
+	ok "a superuser's plan of the same join keeps parallel hash"
+else
+	notok "a superuser's plan lost parallel hash"
+	printf '%s\n' "$super" | sed 's/^/# /'
 fi
 
 # ---- the systemd drop-in ---------------------------------------------------------

@@ -3,8 +3,8 @@
 # (issue 42, item 7): each is found on PATH (python3.X) or under pyenv
 # ($PYENV_ROOT/versions/3.X.*), or named in ML_PYTHONS; those absent are
 # skipped.  For each: the module's C files compile with that version's
-# headers with -Wall -Wextra -Werror (no setuptools needed: 3.12 and
-# later come without it), and python/tests pass under it, with pytest
+# headers with -Wall -Wextra -Werror (python/memlimits_build.py needs no
+# setuptools: 3.12 and later come without it), and python/tests pass under it, with pytest
 # taken from $ML_PYTHON's (pure Python).  pytest 7 on 3.9 and 3.10 wants
 # the exceptiongroup backport; where none is installed a stub with its
 # two names stands in (pytest uses them only to print exception groups,
@@ -57,7 +57,6 @@ for minor in 9 10 11 12 13; do
 		continue
 	fi
 	inc=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-	suf=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 	if [ ! -f "$inc/Python.h" ]; then
 		skip "CPython $v ($py): no Python.h in $inc"
 		skip "CPython $v: python/tests"
@@ -66,13 +65,14 @@ for minor in 9 10 11 12 13; do
 	pkg=$tmp/py$v
 	mkdir -p "$pkg/memlimits"
 	cp "$top_srcdir"/python/memlimits/*.py "$pkg/memlimits/"
-	# shellcheck disable=SC2086
-	${CC:-cc} -shared -fPIC -std=gnu11 -O2 -Wall -Wextra -Werror \
-		-fvisibility=hidden -I"$inc" -I"$top_srcdir/include" \
-		-I"$top_srcdir/lib" -DML_PY_VERSION='"test"' \
-		"$top_srcdir"/python/src/*.c "$top_srcdir/lib/util/parse.c" \
-		-L"$lib" -lmemlimits \
-		-o "$pkg/memlimits/_memlimits$suf" >"$tmp/cc$v" 2>&1
+	# The package's own build (python/memlimits_build.py, the one build
+	# make and pip use), run by this version's interpreter with its
+	# compiler and flags, and -Wall -Wextra -Werror.
+	env MEMLIMITS_CFLAGS="-I$top_srcdir/include" \
+		MEMLIMITS_LIBS="-L$lib -lmemlimits" MEMLIMITS_VERSION=test \
+		MEMLIMITS_SRCDIR="$top_srcdir" \
+		"$py" "$top_srcdir/python/memlimits_build.py" --werror \
+		--inplace "$pkg" >"$tmp/cc$v" 2>&1
 	rc=$?
 	check $rc "CPython $v ($py): the module compiles with -Wall -Wextra -Werror"
 	if [ $rc -ne 0 ]; then

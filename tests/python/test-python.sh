@@ -6,7 +6,7 @@
 . "$top_srcdir/tests/tap/tap.sh"
 pkg=$top_builddir/python/build/pkg
 if [ -z "${ML_PYTHON:-}" ] || [ ! -f "$pkg/.built" ]; then
-	echo "1..0 # SKIP configured without the Python module (--without-python, or no python3-dev/setuptools)"
+	echo "1..0 # SKIP configured without the Python module (--without-python, or no python3-dev)"
 	exit 0
 fi
 if ! "$ML_PYTHON" -c 'import pytest' 2>/dev/null; then

@@ -32,6 +32,16 @@ skip() {
 check() {
 	if test "$1" = 0; then ok "$2"; else notok "$2"; fi
 }
+# is GOT WANT DESCRIPTION: ok when the two strings are equal; else not ok,
+# with both as TAP comments.
+is() {
+	if test "$1" = "$2"; then
+		ok "$3"
+	else
+		notok "$3"
+		[ -n "$tap_listing" ] || printf '# got:  %s\n# want: %s\n' "$1" "$2"
+	fi
+}
 # diag FILE...: the files' lines as TAP comments.
 diag() {
 	[ -z "$tap_listing" ] || return 0

@@ -96,3 +96,14 @@ tests_unit_test_ranges_SOURCES = tests/unit/test-ranges.c lib/alloc/ranges.c
 tests_unit_test_ranges_LDADD = tests/tap/libtap.la -lm
 tests_unit_test_ranges_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_ranges_CFLAGS = $(ML_TEST_CFLAGS)
+
+# The signal handlers' queue of mapping updates folds what changes
+# nothing (issue 41, item 2; CI stage d).  Linked with the core's
+# convenience library: the test calls the library's internal functions.
+check_PROGRAMS += tests/unit/test-mapped-queue
+TESTS += tests/unit/test-mapped-queue
+tests_unit_test_mapped_queue_SOURCES = tests/unit/test-mapped-queue.c
+tests_unit_test_mapped_queue_CFLAGS = $(ML_TEST_CFLAGS)
+tests_unit_test_mapped_queue_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
+tests_unit_test_mapped_queue_LDFLAGS = $(ML_TEST_LINK) \
+	-Wl,--version-script=$(srcdir)/lib/memlimits.map

@@ -1,0 +1,13 @@
+from typing import Any, Callable, TypeVar
+
+from . import Size, _StopFields
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+class TaskLimitExceeded(_StopFields, Exception): ...
+
+def limit(held: Size = ..., alloc: Size = ...,
+          global_limit: bool = ...) -> Callable[[F], F]: ...
+def install(app: Any, held: Size = ..., alloc: Size = ...,
+            global_limit: bool = ...) -> None: ...
+def uninstall(app: Any) -> None: ...
