@@ -87,6 +87,7 @@ static void *patch_dlopen(const char *file, int mode);
 struct find {
 	uintptr_t self;
 	bool libc_first, ours_first, other_first, seen_definer, own_found;
+	bool valgrind; /* valgrind's preload is loaded */
 	/* The library's own object: its program headers are the loader's,
 	 * valid while it stays loaded, which it does while we run. */
 	struct dl_phdr_info own;
@@ -127,15 +128,16 @@ static int visit_find(struct dl_phdr_info *info, size_t size, void *data)
 	 * among the program's first). */
 	/* valgrind's preload defines no malloc: valgrind redirects libc's
 	 * by name, and its blocks are not glibc's (the meter reads glibc's
-	 * chunk header), so it counts as another allocator. */
-	if (!f->seen_definer && info->dlpi_name &&
-	    strstr(info->dlpi_name, "/vgpreload_")) {
-		f->seen_definer = true;
-		f->other_first = true;
-	}
+	 * chunk header), so libc's malloc counts as another allocator
+	 * there.  Ours, linked or preloaded before libc, is still the one
+	 * called (valgrind redirects libc's, not ours). */
+	if (info->dlpi_name && strstr(info->dlpi_name, "/vgpreload_"))
+		f->valgrind = true;
 	if (!f->seen_definer && ml__elf_symbol(info, "malloc")) {
 		f->seen_definer = true;
-		if (is_libc(info))
+		if (is_libc(info) && f->valgrind)
+			f->other_first = true;
+		else if (is_libc(info))
 			f->libc_first = true;
 		else if (ml__elf_span(info, f->self, &lo, &hi))
 			f->ours_first = true;
