@@ -9,7 +9,7 @@ EXTRA_DIST += docs/statistics.md docs/plots/make-plots.sh \
 # The README's pictures of a run (issue 29) and the script that makes them
 # again with memlimits plot and memlimits flamegraph.
 EXTRA_DIST += docs/plots/timeline.png docs/plots/flamegraph.png \
-	docs/plots/held.png docs/plots/build.png docs/plots/stops.png \
+	docs/plots/held.png docs/plots/held-python.png docs/plots/build.png docs/plots/stops.png \
 	scripts/make-plots.sh
 # The man pages: the sources in docs/ say memlimits @PACKAGE_VERSION@ in
 # their footer; configure writes each to docs/gen/ with the version (one

@@ -12,6 +12,7 @@ man_MANS += \
 	docs/gen/ml_cleanup_pop.3 \
 	docs/gen/ml_cleanup_push.3 \
 	docs/gen/ml_default_delivery.3 \
+	docs/gen/ml_frame_name.3 \
 	docs/gen/ml_global_limit.3 \
 	docs/gen/ml_global_memory_limit.3 \
 	docs/gen/ml_global_memory_usage.3 \
@@ -29,6 +30,7 @@ man_MANS += \
 	docs/gen/ml_run.3 \
 	docs/gen/ml_sample_interval.3 \
 	docs/gen/ml_set_default_delivery.3 \
+	docs/gen/ml_set_frame_source.3 \
 	docs/gen/ml_set_global_limit.3 \
 	docs/gen/ml_set_global_memory_limit.3 \
 	docs/gen/ml_set_pressure_callback.3 \

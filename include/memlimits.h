@@ -337,6 +337,30 @@ typedef bool (*ml_refusal_guard_fn)(void *arg);
 /* fn NULL removes it.  Every value is valid: always ML_OK.  No getter. */
 ML_EXPORT int ml_set_refusal_guard(ml_refusal_guard_fn fn, void *arg);
 
+/* Frames the unwinder cannot see.  An interpreter runs its own functions
+ * inside one C function (CPython's _PyEval_EvalFrameDefault), and a stack
+ * captured at a sample names that C function only.  A frame source
+ * rewrites each stack as it is captured (only at samples, only while
+ * stack capture is on): it gets the stack's frames, innermost first, n of
+ * them in an array of max, and returns how many it left there, each a
+ * return address as given or a value of ml_frame_name.  It runs inside
+ * the allocation being sampled, on the allocating thread: it must not
+ * allocate through malloc, take locks malloc may hold, make system calls
+ * or call ml_ functions but ml_frame_name.  A result outside 0..max keeps
+ * the frames as captured.  One source at a time; fn NULL removes it.
+ * Every value is valid: always ML_OK.  Thread-safe.  No getter.  See
+ * ml_set_frame_source(3).  Since 0.5. */
+typedef int (*ml_frame_source_fn)(uintptr_t *frames, int n, int max,
+                                  void *arg);
+ML_EXPORT int ml_set_frame_source(ml_frame_source_fn fn, void *arg);
+/* A frame that prints as the len bytes at name (cut to 255; ';' and
+ * newlines are written as ':' and blanks in profiles), for a frame source
+ * to put in a stack.  The same text gives the same value.  0 when the
+ * library's table of names (16384 names, 1 MiB of text) is full: leave
+ * the frame out then.  Never allocates through malloc, takes no lock:
+ * callable inside an allocation.  Since 0.5. */
+ML_EXPORT uintptr_t ml_frame_name(const char *name, size_t len);
+
 /* ---- Custom allocators ---------------------------------------------------
  *
  * Convention: an allocator that does not go through malloc calls them at

@@ -21,7 +21,7 @@ lib_libmlcore_la_SOURCES = \
 	lib/alloc/ranges.c lib/alloc/mapped.c lib/alloc/upcalls.c \
 	lib/core/core.h lib/core/unwinder.h \
 	lib/core/settings.c lib/core/capture.c lib/core/frames.c \
-	lib/core/stacks.c \
+	lib/core/stacks.c lib/core/names.c \
 	lib/tasks/tasks.h lib/tasks/thread.h lib/tasks/held.h \
 	lib/tasks/thread.c lib/tasks/token.c lib/tasks/held.c lib/tasks/account.c \
 	lib/tasks/tracking.c lib/tasks/global.c \

@@ -11,7 +11,7 @@
 ML_PY_FILES = python/memlimits_build.py python/pyproject.toml python/src/_memlimits.c \
 	python/src/hooks.c python/src/pymalloc.c python/src/guard.c \
 	python/src/task.c python/src/stepper.c python/src/oldpools.c \
-	python/src/rehook.c python/src/module.h \
+	python/src/rehook.c python/src/frames.c python/src/module.h \
 	python/memlimits/__init__.py python/memlimits/wsgi.py \
 	python/memlimits/asgi.py python/memlimits/celery.py \
 	python/memlimits/__init__.pyi python/memlimits/celery.pyi \
@@ -31,7 +31,8 @@ ML_PY_TESTS = python/tests/conftest.py python/tests/test_limit.py \
 	python/tests/django_app/settings.py python/tests/django_app/urls.py \
 	python/tests/django_app/views.py python/tests/django_app/wsgi.py \
 	python/tests/django_app/asgi.py python/tests/test_ipython.py \
-	python/tests/test_extensions.py python/tests/test_counting.py
+	python/tests/test_extensions.py python/tests/test_counting.py \
+	python/tests/test_frames.py
 EXTRA_DIST += $(ML_PY_FILES) $(ML_PY_TESTS) docs/python.md
 TESTS += tests/python/test-python.sh tests/python/test-python-versions.sh \
 	tests/python/test-python-install.sh

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Regenerate the README's pictures (issues 29, 36) in docs/plots:
 # timeline.png, flamegraph.png and held.png from a python workload under a
-# heap limit, build.png from a parallel build of 40 processes,
+# heap limit, held-python.png from a python program that imports the
+# module (its Python functions named in the picture), build.png from a parallel build of 40 processes,
 # stops.png from memlimits accuracy (docs/statistics.md, "Testing a limit
 # on your program"):
 #
@@ -40,6 +41,29 @@ trap 'rm -rf "$tmp"' EXIT
 "$M" flamegraph -o "$tmp/flamegraph.svg" "$tmp/profile.txt"
 "$M" flamegraph --held -o "$tmp/held.svg" "$tmp/profile.txt"
 
+# The same limit on a program that imports the module, whose frame
+# source names Python's frames (CPython 3.11: docs/python.md, "Pictures").
+cat >"$tmp/app.py" <<'EOF'
+import memlimits  # names Python's frames in the library's stacks
+
+
+def load_rows(rows):
+    while True:
+        rows.append({"row": len(rows), "of": "the table"})
+
+
+def cache_everything():
+    rows = []
+    load_rows(rows)
+    return rows
+
+
+cache_everything()
+EOF
+PYTHONPATH=$build/python/build/pkg "$M" run --heap-limit 200MiB --seed 1 \
+	--profile "$tmp/app.prof" -- "$py" "$tmp/app.py" 2>/dev/null || true
+"$M" flamegraph --held -o "$tmp/held-python.svg" "$tmp/app.prof"
+
 # A build: 13 files of different sizes, make -j2 (make, then gcc, cc1 and
 # as for each: 40 processes).
 mkdir "$tmp/b"
@@ -63,7 +87,7 @@ if test -n "$(command -v python3)"; then
 	python3 "$top/tests/cli/svg-check.py" "$tmp"/*.svg
 fi
 out=$top/docs/plots
-for p in timeline flamegraph held build stops; do
+for p in timeline flamegraph held held-python build stops; do
 	rsvg-convert "$tmp/$p.svg" -o "$out/$p.png"
 	size=$(wc -c <"$out/$p.png")
 	echo "$out/$p.png: $size bytes"

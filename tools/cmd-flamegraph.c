@@ -20,11 +20,12 @@
  * "stop") and "# key value" lines (pid, program, held_bytes, heap_bytes,
  * the limit that stopped it): the picture is titled from them, naming the
  * program and what the picture is.  --held PROFILE draws PROFILE.stop
- * where it exists, else PROFILE.peak.  The profile of what was allocated
- * (FILE itself) has no comments, so that other tools read it as it is:
- * a profile beside a held one (FILE.peak or FILE.stop that starts with
- * our comment) is memlimits run's, and its picture is titled "PROGRAM:
- * allocated over the whole run", the program its widest root frame. */
+ * where it exists, else PROFILE.peak, else PROFILE when it is a held
+ * profile itself (memlimits.profile_at_stop's file).  The profile of what was
+ * allocated (FILE itself) has no comments, so that other tools read it as it
+ * is: a profile beside a held one (FILE.peak or FILE.stop that starts with our
+ * comment) is memlimits run's, and its picture is titled "PROGRAM: allocated
+ * over the whole run", the program its widest root frame. */
 #include "config.h"
 
 #define _GNU_SOURCE
@@ -548,7 +549,9 @@ static void help(void)
 	       "  --held             draw what was held: PROFILE.stop where "
 	       "a limit stopped\n"
 	       "                     the program, else PROFILE.peak "
-	       "(memlimits run --profile)\n\n"
+	       "(memlimits run --profile),\n"
+	       "                     else PROFILE when it is a held profile "
+	       "itself\n\n"
 	       "Exit status: 0; 2 on bad usage or bad input (one line on "
 	       "stderr, nothing\nwritten).\n");
 }
@@ -558,25 +561,31 @@ static void help(void)
  * run's two files when it starts). */
 static bool allocated;
 
+/* name is a held profile of ours: a regular file (a FIFO would block the
+ * open) whose first line starts a held block. */
+static bool held_file(const char *name)
+{
+	static const char head[] = "# memlimits held at the ";
+	struct stat st;
+	FILE *f =
+	    !stat(name, &st) && S_ISREG(st.st_mode) ? fopen(name, "re") : NULL;
+	char line[sizeof head];
+	bool found = f && fgets(line, sizeof line, f) &&
+	             !strncmp(line, head, sizeof head - 1);
+	if (f)
+		fclose(f);
+	return found;
+}
+
 static bool beside_held(const char *in)
 {
 	static const char *const suffix[] = {".stop", ".peak"};
-	static const char head[] = "# memlimits held at the ";
 	bool found = false;
 	for (size_t i = 0; i < 2 && !found && strcmp(in, "-"); i++) {
 		char *name = NULL;
 		if (asprintf(&name, "%s%s", in, suffix[i]) < 0)
 			ml__tool_usage_error(CMD, "out of memory");
-		/* A FIFO would block the open: regular files only. */
-		struct stat st;
-		FILE *f = !stat(name, &st) && S_ISREG(st.st_mode)
-		              ? fopen(name, "re")
-		              : NULL;
-		char line[sizeof head];
-		found = f && fgets(line, sizeof line, f) &&
-		        !strncmp(line, head, sizeof head - 1);
-		if (f)
-			fclose(f);
+		found = held_file(name);
 		free(name);
 	}
 	return found;
@@ -716,7 +725,10 @@ static int flamegraph_main(int argc, char **argv)
 			ml__tool_usage_error(CMD, "out of memory");
 		if (access(held_in, F_OK) != 0)
 			memcpy(held_in + strlen(in), ".peak", 5);
-		in = held_in;
+		/* Neither, and PROFILE is a held profile itself (the Python
+		 * module's profile_at_stop file): PROFILE. */
+		if (access(held_in, F_OK) == 0 || !held_file(in))
+			in = held_in;
 	}
 	const char *shown = strcmp(in, "-") ? in : "stdin";
 	allocated = !held && beside_held(in);

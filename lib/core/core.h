@@ -55,11 +55,10 @@ void ml__unwind_init(void);
 
 /* ---- Interned call stacks (stacks.c) ---------------------------------- */
 
-#define ML__STACK_DEPTH 32
+#define ML__STACK_DEPTH 64
 #define ML__STACK_TRUNCATED 0x80000000u /* in depth: deeper frames cut */
-#define ML__NSTACKS 4096                /* distinct stacks; ids 1..this */
+#define ML__NSTACKS 16384               /* distinct stacks; ids 1..this */
 struct ml__stack {
-	_Atomic uint64_t key;          /* 0: free; the stack's hash, odd */
 	_Atomic uint32_t ready;        /* ip and depth are written */
 	uint32_t depth;                /* | ML__STACK_TRUNCATED */
 	uintptr_t ip[ML__STACK_DEPTH]; /* innermost first */
@@ -69,9 +68,20 @@ struct ml__stack {
 #define ML__STACKS_API 1u
 #define ML__STACKS_RUN 2u
 extern _Atomic unsigned ml__stacks_wanted;
-/* The caller's stack without the library's frames, innermost first, at
- * most ML__STACK_DEPTH frames: depth | ML__STACK_TRUNCATED. */
+/* The caller's stack without the library's frames, innermost first, as
+ * the program's frame source (ml_set_frame_source) rewrote it, at most
+ * ML__STACK_DEPTH frames: depth | ML__STACK_TRUNCATED. */
 uint32_t ml__stack_capture(uintptr_t *ip);
+/* Named frames (names.c): a stack entry with ML__FRAME_NAMED set is
+ * ml_frame_name's, and prints as ml__frame_text's text ("[unnamed]" for
+ * a value that names nothing). */
+#define ML__FRAME_NAMED ((uintptr_t)1 << (sizeof(uintptr_t) * 8 - 1))
+#define ML__NAME_MAX 255
+static inline bool ml__frame_named(uintptr_t frame)
+{
+	return (frame & ML__FRAME_NAMED) != 0;
+}
+const char *ml__frame_text(uintptr_t frame);
 /* The stack's id, 1..ML__NSTACKS, or 0 when the table is full. */
 uint32_t ml__stack_intern(const uintptr_t *ip, uint32_t depth);
 uint32_t ml__stack_here(void); /* capture and intern */

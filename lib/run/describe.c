@@ -67,7 +67,7 @@ static void describe(struct ml__out *o, const struct ml_task *task,
 	for (uint32_t i = 0; i < depth && i < WHERE_FRAMES; i++) {
 		if (i)
 			ml__out_puts(o, " < ");
-		if (sy)
+		if (sy || ml__frame_named(where->ip[i]))
 			ml__put_frame(o, sy, where->ip[i]);
 		else /* no memory for symbols */
 			ml__out_x(o, where->ip[i]);

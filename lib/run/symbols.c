@@ -600,6 +600,10 @@ static void put_frame_name(struct ml__out *o, const char *s)
  * object: resolve offline with addr2line -e OBJECT OFFSET). */
 void ml__put_frame(struct ml__out *o, struct ml__symbols *sy, uintptr_t ip)
 {
+	if (ml__frame_named(ip)) {
+		put_frame_name(o, ml__frame_text(ip));
+		return;
+	}
 	const struct sym *s = lookup(sy, ip);
 	if (s->name) {
 		put_frame_name(o, s->name);
@@ -615,8 +619,13 @@ void ml__put_frame(struct ml__out *o, struct ml__symbols *sy, uintptr_t ip)
 /* Report frame: "name+0xoff (object)" or "object+0xoff" or the address. */
 static void put_long(struct ml__out *o, struct ml__symbols *sy, uintptr_t ip)
 {
-	const struct sym *s = lookup(sy, ip);
 	ml__out_puts(o, "    ");
+	if (ml__frame_named(ip)) {
+		ml__out_puts(o, ml__frame_text(ip));
+		ml__out_puts(o, "\n");
+		return;
+	}
+	const struct sym *s = lookup(sy, ip);
 	if (s->name) {
 		ml__out_puts(o, s->name);
 		ml__out_puts(o, "+");

@@ -118,6 +118,49 @@ struct ml__lock_line {
 	ML__LOCKS_REGISTER_(name, n, rank,    \
 	                    ML__CAT(ml__fork_register_, __COUNTER__))
 
+/* ---- A function and its argument, read inside malloc ------------------
+ *
+ * A callback the program registers (the refusal guard, the frame source)
+ * is read on the slow path of any thread, where no lock may be taken.  A
+ * sequence count keeps the pair consistent: the setter, under a lock of
+ * its own that the fork handlers hold (so that a child never inherits an
+ * odd count), makes the count odd, stores both, and makes it even; a
+ * reader retries until it has read both under one even count.  The
+ * function is stored as void (*)(void) and cast back by its one user. */
+typedef void (*ml__any_fn)(void);
+struct ml__fn_pair {
+	_Atomic uint64_t seq;
+	_Atomic ml__any_fn fn;
+	void *_Atomic arg;
+};
+/* The caller holds the lock that orders its setters. */
+static inline void ml__fn_pair_set(struct ml__fn_pair *p, ml__any_fn fn,
+                                   void *arg)
+{
+	uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed);
+	atomic_store_explicit(&p->seq, s + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&p->arg, fn ? arg : NULL, memory_order_relaxed);
+	atomic_store_explicit(&p->seq, s + 2, memory_order_release);
+}
+/* The function (NULL: none) and, in *arg, its argument. */
+static inline ml__any_fn ml__fn_pair_get(struct ml__fn_pair *p, void **arg)
+{
+	for (;;) {
+		uint64_t s =
+		    atomic_load_explicit(&p->seq, memory_order_acquire);
+		if (s & 1)
+			continue; /* a setter is between its two stores */
+		ml__any_fn fn =
+		    atomic_load_explicit(&p->fn, memory_order_relaxed);
+		*arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&p->seq, memory_order_relaxed) == s)
+			return fn;
+	}
+}
+
 /* ---- Own memory ------------------------------------------------------- */
 
 /* Fixed-size slots from mmap'd slabs; never touches the malloc family. */

@@ -73,7 +73,7 @@ from ._memlimits import capabilities, heap, is_interrupted
 __all__ = [
     "LimitExceeded", "Task", "limit", "call", "heap", "global_limit",
     "set_global_limit", "write_metrics", "capabilities", "parse_size",
-    "is_interrupted", "inherit_threads",
+    "is_interrupted", "inherit_threads", "profile_at_stop",
 ]
 
 # Written once, in configure.ac: memlimits_build.py compiles it into
@@ -194,7 +194,13 @@ class LimitExceeded(_StopFields, MemoryError):
     Attributes: ``reason`` ("held_limit", "alloc_limit", "global_limit"
     or "cancelled"), ``limit`` (the limit reached, in bytes; None for the
     global limit and a cancellation), ``held`` and ``allocated`` (the
-    task's estimates, in bytes, when the block ended)."""
+    task's estimates, in bytes, when the block ended), ``held_by``
+    (where the task's held memory was allocated, by its innermost Python
+    frames: a list of ``(frames, bytes)``, largest first, ``frames`` such
+    as "app.py:load_rows:12 < app.py:cache_everything"; empty unless
+    stacks are captured: a middleware, :func:`profile_at_stop`)."""
+
+    held_by = ()
 
 
 _UNIT_BYTES = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30,
@@ -285,13 +291,141 @@ class Task(_memlimits._Task):
             held = self.held
         if allocated is None:
             allocated = self.allocated
-        return LimitExceeded(reason, lim, held, allocated, detail)
+        exc = LimitExceeded(reason, lim, held, allocated, detail)
+        exc.held_by = _held_by(self._held_at_stop())
+        return exc
+
+    def _held_at_stop(self):
+        """What the task held when it first raised LimitExceeded, as
+        collapsed stacks (bytes; empty while stacks are not captured),
+        taken once, and written to profile_at_stop's file then."""
+        try:
+            return self.__stop_profile
+        except AttributeError:
+            pass
+        prof = b""
+        if _capturing:
+            try:
+                prof = _memlimits.held_profile(self)
+            except OSError:
+                prof = b""
+        self.__stop_profile = prof
+        if _profile_path is not None and prof:
+            _write_stop_profile(_profile_path, self, prof)
+        return prof
 
     def __repr__(self):
         return ("<memlimits.Task held_limit=%r alloc_limit=%r status=%r "
                 "held=%d allocated=%d>" % (self.held_limit, self.alloc_limit,
                                           self.status, self.held,
                                           self.allocated))
+
+
+# Held profiles at the stop (issue 43, item 6).  Stacks are captured at
+# samples once a middleware is made or profile_at_stop is called (the
+# library's ml_set_stack_capture; its cost: docs/python.md, "Pictures"),
+# and Python's frames are named in them where the module's frame source
+# runs (capabilities()["python_frames"]: CPython 3.11).
+_capturing = False
+_profile_path = None
+# A frame of Python's in a profile (src/frames.c): "file:function", with
+# ":line" after it for the innermost one; the file is a path ending .py or
+# a name in angle brackets ("<stdin>", "<frozen ...>").
+_PY_FRAME = r"\A(?:[^;]*\.pyw?|<[^;>]*>):[^:;]+(?::[0-9]+)?\Z"
+
+
+def _capture_stacks():
+    global _capturing
+    if not _capturing:
+        try:
+            _memlimits.set_stack_capture(True)
+        except OSError:
+            return False
+        _capturing = True
+    return True
+
+
+def profile_at_stop(path):
+    """Write what a stopped block, call or request held, by call stack,
+    to ``path`` (a str or os.PathLike) when it raises LimitExceeded: the
+    collapsed-stack format of ``memlimits run --profile``'s held files,
+    with Python's frames ("file:function", and ":line" after the innermost
+    one) between the C frames, for
+    ``memlimits flamegraph --held`` or any flame graph tool.  Each stop
+    writes the file anew (whole: written beside it, then renamed), so it
+    holds the last stop's picture.  Turns stack capture on for the
+    process.  ``None`` stops writing (capture stays on).  Returns the
+    path given before, or None."""
+    global _profile_path
+    import os
+    was = _profile_path
+    if path is None:
+        _profile_path = None
+        return was
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError("path: a str or os.PathLike, not %s"
+                        % type(path).__name__)
+    p = os.fsdecode(os.fspath(path))
+    if not p:
+        raise ValueError("path: an empty path")
+    if not _capture_stacks():
+        raise OSError("memlimits: this process cannot capture call stacks "
+                      "(capabilities()['mask'] lacks stacks)")
+    _profile_path = p
+    return was
+
+
+def _held_by(profile, top=5):
+    """The held memory of a collapsed-stack profile by its innermost two
+    Python frames ("inner < caller"), largest first: [(frames, bytes)]."""
+    if not profile:
+        return []
+    frame = _re.compile(_PY_FRAME)
+    by = {}
+    for line in profile.decode("utf-8", "replace").splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        py = [f for f in reversed(stack.split(";")) if frame.search(f)]
+        if py:
+            key = " < ".join(py[:2])
+            by[key] = by.get(key, 0) + int(n)
+    return sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+
+
+def _held_by_text(exc, top=3):
+    """'; held by a.py:f:3 < a.py:g (95 %), ...' for a stop's log line,
+    '' when the stop has no frames."""
+    if not exc.held_by:
+        return ""
+    total = sum(n for _, n in exc.held_by) or 1
+    return "; held by " + ", ".join(
+        "%s (%d %%)" % (f, round(100 * n / total))
+        for f, n in exc.held_by[:top])
+
+
+def _write_stop_profile(path, task, prof):
+    import os
+    lim = {"held_limit": task.held_limit,
+           "alloc_limit": task.alloc_limit}.get(task.status)
+    held = sum(int(line.rpartition(b" ")[2] or 0)
+               for line in prof.splitlines()
+               if line.rpartition(b" ")[2].isdigit())
+    head = ["# memlimits held at the stop", "# pid %d" % os.getpid(),
+            "# program %s" % os.path.basename(_sys.executable or "python"),
+            "# held_bytes %d" % held]
+    if lim is not None:
+        head.append("# %s %d" % (task.status, lim))
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "wb") as f:
+            f.write("\n".join(head).encode() + b"\n" + prof)
+        os.replace(tmp, path)
+    except OSError as e:
+        import logging
+        logging.getLogger("memlimits").warning(
+            "memlimits: cannot write the profile at the stop to %s: %s",
+            path, e)
 
 
 # Threads and pools started inside a block run inside its task (issue 42,

@@ -30,8 +30,8 @@ import logging
 import sys
 import threading
 
-from . import (LimitExceeded, Task, _forget_frames, _http_status,
-               _limit_size, _some_limit)
+from . import (LimitExceeded, Task, _capture_stacks, _forget_frames,
+               _held_by_text, _http_status, _limit_size, _some_limit)
 from . import _memlimits
 
 log = logging.getLogger("memlimits")
@@ -341,9 +341,9 @@ _PASS_THROUGH = (KeyboardInterrupt, SystemExit, GeneratorExit,
 
 def _log_stop(scope, exc):
     log.warning("memlimits: %s %s stopped: %s (limit %s, held ~%d, "
-                "allocated ~%d bytes)", scope.get("method", scope["type"]),
+                "allocated ~%d bytes)%s", scope.get("method", scope["type"]),
                 scope.get("path", "?"), exc.reason, exc.limit, exc.held,
-                exc.allocated)
+                exc.allocated, _held_by_text(exc))
 
 
 class LimitMiddleware:
@@ -358,6 +358,8 @@ class LimitMiddleware:
         self.alloc = _limit_size(alloc, "alloc")
         self.status = _http_status(status, False)
         self.global_limit = global_limit
+        # Stacks at samples, for the log's "held by" of a stopped request.
+        _capture_stacks()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):

@@ -10,13 +10,14 @@ request that goes over its limit fails its next allocation; the
 middleware answers ``status`` (503) when the response has not started
 (start_response may still be replaced: nothing was sent), else ends the
 response where it is.  One line per stopped request goes to the logger
-``memlimits`` with the limit and the estimates.  Other requests, the
+``memlimits`` with the limit, the estimates and the Python frames that
+held most of its memory.  Other requests, the
 worker and the process carry on."""
 
 import logging
 
-from . import (LimitExceeded, Task, _forget_frames, _http_status,
-               _limit_size, _some_limit)
+from . import (LimitExceeded, Task, _capture_stacks, _forget_frames,
+               _held_by_text, _http_status, _limit_size, _some_limit)
 
 log = logging.getLogger("memlimits")
 
@@ -34,8 +35,8 @@ def _status_line(status):
 
 def _log_stop(where, exc):
     log.warning("memlimits: %s stopped: %s (limit %s, held ~%d, allocated "
-                "~%d bytes)", where, exc.reason, exc.limit, exc.held,
-                exc.allocated)
+                "~%d bytes)%s", where, exc.reason, exc.limit, exc.held,
+                exc.allocated, _held_by_text(exc))
 
 
 class LimitMiddleware:
@@ -52,6 +53,8 @@ class LimitMiddleware:
         self.alloc = _limit_size(alloc, "alloc")
         self.status = _status_line(_http_status(status, True))
         self.global_limit = global_limit
+        # Stacks at samples, for the log's "held by" of a stopped request.
+        _capture_stacks()
 
     def _refuse(self, start_response, exc):
         body = b"memory limit exceeded\n"

@@ -34,10 +34,14 @@
  * initialisation.  The parts: hooks.c (the library's malloc family, the
  * RAW domain, putting the wrappers in), pymalloc.c (the arenas and the
  * MEM and OBJ domains' wrappers), guard.c (the refusal guard), task.c
- * (the _Task type); module.h is what they share. */
+ * (the _Task type), frames.c (Python's frames in the library's stacks);
+ * module.h is what they share. */
 #include "module.h"
 
+#include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "util/parse.h"
 
@@ -96,12 +100,64 @@ static PyObject *m_capabilities(PyObject *m, PyObject *unused)
 	                  ? ml_patch_objects(ML_PATCH_QUERY)
 	                  : 0;
 	return Py_BuildValue(
-	    "{s:I,s:s,s:s,s:O,s:O,s:K,s:{s:s,s:i}}", "mask", c, "counting",
+	    "{s:I,s:s,s:s,s:O,s:O,s:K,s:{s:s,s:i},s:O}", "mask", c, "counting",
 	    mlpy_counting, "library", ml_version(), "preloaded",
 	    mlpy_preloaded ? Py_True : Py_False, "wrapped",
 	    mlpy_wrapped ? Py_True : Py_False, "interval",
 	    (unsigned long long)ml_sample_interval(), "extensions", "mode",
-	    mlpy_extensions, "patched", patched);
+	    mlpy_extensions, "patched", patched, "python_frames",
+	    mlpy_frames_on ? Py_True : Py_False);
+}
+/* ml_set_stack_capture: stacks at samples, for held profiles. */
+static PyObject *m_set_stack_capture(PyObject *m, PyObject *arg)
+{
+	(void)m;
+	int on = PyObject_IsTrue(arg);
+	if (on < 0)
+		return NULL;
+	if (ml_set_stack_capture(on) < 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	Py_RETURN_NONE;
+}
+/* What a task (None: every task) holds by call stack, as bytes of
+ * collapsed-stack text (ml_write_held_profile, through a memfd: the
+ * library writes to a descriptor). */
+static PyObject *m_held_profile(PyObject *m, PyObject *arg)
+{
+	(void)m;
+	ml_task *t = NULL;
+	if (arg != Py_None && !(t = mlpy_task_handle(arg)))
+		return NULL;
+	int fd = memfd_create("memlimits-held-profile", MFD_CLOEXEC);
+	if (fd < 0)
+		return PyErr_SetFromErrno(PyExc_OSError);
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = ml_write_held_profile(t, fd);
+	Py_END_ALLOW_THREADS
+	off_t size = rc < 0 ? -1 : lseek(fd, 0, SEEK_CUR);
+	PyObject *r = NULL;
+	if (size >= 0 && (r = PyBytes_FromStringAndSize(NULL, size))) {
+		char *b = PyBytes_AS_STRING(r);
+		for (off_t at = 0; at < size;) {
+			ssize_t k = pread(fd, b + at, (size_t)(size - at), at);
+			if (k <= 0) {
+				if (k < 0 && errno == EINTR)
+					continue;
+				Py_CLEAR(r);
+				errno = k < 0 ? errno : EIO;
+				break;
+			}
+			at += k;
+		}
+	}
+	int saved = errno;
+	close(fd);
+	if (!r && !PyErr_Occurred()) {
+		errno = saved;
+		PyErr_SetFromErrno(PyExc_OSError);
+	}
+	return r;
 }
 /* A size as the memlimits command reads it: the library's one parser
  * (lib/util/parse.c, compiled into the module: memlimits_build.py), so that
@@ -157,6 +213,12 @@ static PyMethodDef module_methods[] = {
      "parse_size(str) -> int: the library's size parser (ValueError)."},
     {"is_interrupted", m_interrupted, METH_NOARGS,
      "is_interrupted() -> bool: ml_is_interrupted."},
+    {"set_stack_capture", m_set_stack_capture, METH_O,
+     "set_stack_capture(bool) -> None: ml_set_stack_capture (OSError "
+     "where no stack can be captured)."},
+    {"held_profile", m_held_profile, METH_O,
+     "held_profile(task | None) -> bytes: ml_write_held_profile's "
+     "collapsed stacks."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject *TaskType;
@@ -166,6 +228,10 @@ static int module_exec(PyObject *m)
 {
 	if (!mlpy_hooked && mlpy_install_hooks() != 0)
 		return -1;
+	/* Python's frames in the stacks of samples (frames.c): read only
+	 * while stack capture is on. */
+	if (!mlpy_frames_on)
+		mlpy_frames_install();
 	TaskType = (PyTypeObject *)PyType_FromSpec(&mlpy_task_spec);
 	if (!TaskType)
 		return -1;

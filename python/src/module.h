@@ -87,6 +87,12 @@ MLPY_HIDDEN extern MLPY_TLS unsigned mlpy_raw_calls;
 #define MLPY_GRACE_BYTES ((size_t)1 << 20)
 MLPY_HIDDEN bool mlpy_refusal_guard(void *arg);
 
+/* frames.c: the frame source that names Python's frames in the stacks
+ * captured at samples (CPython 3.11; 0 elsewhere: no source). */
+MLPY_HIDDEN extern int mlpy_frames_on;
+MLPY_HIDDEN int mlpy_frames_install(void);
+MLPY_HIDDEN void mlpy_frames_uninstall(void);
+
 /* task.c: the _Task type, and the conversions the module shares. */
 MLPY_HIDDEN extern PyType_Spec mlpy_task_spec;
 MLPY_HIDDEN extern PyType_Spec mlpy_stepper_spec;

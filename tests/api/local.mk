@@ -155,6 +155,13 @@ tests_api_test_describe_CFLAGS = $(ML_TEST_CFLAGS)
 tests_api_test_describe_LDADD = $(ML_TEST_LIBS)
 tests_api_test_describe_LDFLAGS = $(ML_TEST_LINK)
 # ml_write_held_profile and ml_set_stack_capture.
+check_PROGRAMS += tests/api/test-frame-source
+TESTS += tests/api/test-frame-source
+tests_api_test_frame_source_SOURCES = tests/api/test-frame-source.c
+tests_api_test_frame_source_CFLAGS = $(ML_TEST_CFLAGS)
+tests_api_test_frame_source_LDADD = $(ML_TEST_LIBS)
+tests_api_test_frame_source_LDFLAGS = $(ML_TEST_LINK)
+
 check_PROGRAMS += tests/api/test-held-profile
 TESTS += tests/api/test-held-profile
 tests_api_test_held_profile_SOURCES = tests/api/test-held-profile.c

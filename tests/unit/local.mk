@@ -59,7 +59,8 @@ check_PROGRAMS += tests/unit/test-symtab
 TESTS += tests/unit/test-symtab
 tests_unit_test_symtab_SOURCES = tests/unit/test-symtab.c \
 	lib/util/pool.c lib/util/forklock.c lib/util/diag.c lib/util/self.c \
-	lib/util/parse.c lib/util/elf.c lib/util/objects.c
+	lib/util/parse.c lib/util/elf.c lib/util/objects.c \
+	lib/core/names.c
 tests_unit_test_symtab_LDADD = tests/tap/libtap.la -ldl -lm
 tests_unit_test_symtab_LDFLAGS = $(ML_TEST_LINK)
 tests_unit_test_symtab_CFLAGS = $(ML_TEST_CFLAGS)
@@ -74,6 +75,16 @@ tests_unit_test_held_switch_SOURCES = tests/unit/test-held-switch.c
 tests_unit_test_held_switch_CFLAGS = $(ML_TEST_CFLAGS) -pthread
 tests_unit_test_held_switch_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
 tests_unit_test_held_switch_LDFLAGS = $(ML_TEST_LINK) -pthread \
+	-Wl,--version-script=$(srcdir)/lib/memlimits.map
+
+# The table of interned stacks: ids in arrival order up to the last, then
+# 0 (issue 43: the 4096-slot table turned stacks away at about 3100).
+check_PROGRAMS += tests/unit/test-stacks-table
+TESTS += tests/unit/test-stacks-table
+tests_unit_test_stacks_table_SOURCES = tests/unit/test-stacks-table.c
+tests_unit_test_stacks_table_CFLAGS = $(ML_TEST_CFLAGS) -pthread
+tests_unit_test_stacks_table_LDADD = tests/tap/libtap.la lib/libmlcore.la $(LIBM)
+tests_unit_test_stacks_table_LDFLAGS = $(ML_TEST_LINK) -pthread \
 	-Wl,--version-script=$(srcdir)/lib/memlimits.map
 
 # The pictures' SVG writer (issue 33): numbers of every size, write errors

@@ -21,7 +21,7 @@
 bool ml__held_tracking_test(bool *filtered);
 uint64_t ml__held_by_stack(const void *task, uint64_t *sums);
 
-#define NSTACKS 4096 /* core.h's ML__NSTACKS */
+#define NSTACKS 16384 /* core.h's ML__NSTACKS */
 static uint64_t sums[NSTACKS + 1];
 
 static _Thread_local void *volatile sink;
