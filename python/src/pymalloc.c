@@ -216,6 +216,16 @@ static inline void *pm_calloc_(void *ctx, size_t a, size_t b, unsigned mark)
 	mlpy_in_python -= mark;
 	return p;
 }
+/* The bytes of objects the meter never counted (made before it ran),
+ * set when a global limit switches it on (mlpy_meter_started), and
+ * grown by a block pymalloc moved that the library refused (pm_realloc_):
+ * the first frees, up to that many bytes, subtract nothing from it.  Which
+ * free is of an uncounted object is not known, so the meter stays low by
+ * max(0, debt - bytes freed since), never high, and is exact once that
+ * many bytes were freed; it went below zero and stayed wrong for good
+ * (set after 200 MB of strs were made and freed: heap() 0). */
+static size_t debt;
+
 /* realloc of a block in one of our arenas, inside a task: pymalloc's own
  * realloc (obmalloc.c, pymalloc_realloc) done here, so that the new
  * block is noted while the old one still exists, and a refusal leaves
@@ -267,6 +277,22 @@ static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 		return q; /* failed, or in place in its pool: same class */
 	if (old)
 		ml_note_free_block(p, old);
+	/* A block of a pool that is not ours (an arena made before the
+	 * import, which under the preload is counted as the mapping it is)
+	 * that pymalloc moved into one of our arenas: with its own malloc,
+	 * past our wrapper, so the new block is noted here.  Every string
+	 * finished by a shrinking realloc ("%d" % i, str.format, a + b in
+	 * place) took that way under the preload, from a buffer in an old
+	 * pool: not counted, then subtracted at its free (1.5 GB resident
+	 * under --heap-limit 200MiB).  The old block is gone, so a refusal
+	 * cannot fail this call: the block stays, uncounted, its bytes a
+	 * debt its free pays (below), and the task, interrupted by the
+	 * refusal, has its next allocation refused. */
+	if (on && !old && q != p && in_arena(q)) {
+		size_t c = block_class(q);
+		if (!ml_note_alloc_block(q, c))
+			debt += c;
+	}
 	/* Not noting: nothing is counted for the new block (no task would
 	 * be charged), as pm_malloc_ counts nothing then. */
 	return q;
@@ -286,14 +312,6 @@ static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 	}
 MARK_VARIANTS(, 0)
 MARK_VARIANTS(_marking, 1)
-/* The bytes of objects the meter never counted (made before it ran),
- * set when a global limit switches it on (mlpy_meter_started): the
- * first frees, up to that many bytes, subtract nothing from it.  Which
- * free is of an uncounted object is not known, so the meter stays low by
- * max(0, debt - bytes freed since), never high, and is exact once that
- * many bytes were freed; it went below zero and stayed wrong for good
- * (set after 200 MB of strs were made and freed: heap() 0). */
-static size_t debt;
 static void pm_free(void *ctx, void *p)
 {
 	PyMemAllocatorEx *prev = ctx;
