@@ -11,7 +11,7 @@
 ML_PY_FILES = python/memlimits_build.py python/pyproject.toml python/src/_memlimits.c \
 	python/src/hooks.c python/src/pymalloc.c python/src/guard.c \
 	python/src/task.c python/src/stepper.c python/src/oldpools.c \
-	python/src/rehook.c python/src/frames.c python/src/module.h \
+	python/src/rehook.c python/src/frames.c python/src/arenas.c python/src/module.h \
 	python/memlimits/__init__.py python/memlimits/wsgi.py \
 	python/memlimits/asgi.py python/memlimits/celery.py \
 	python/memlimits/__init__.pyi python/memlimits/celery.pyi \

@@ -36,7 +36,41 @@ MLPY_HIDDEN int mlpy_install_hooks(void);
 MLPY_HIDDEN void mlpy_wrap(void);
 MLPY_HIDDEN void mlpy_raw_ours(PyMemAllocatorEx *a);
 
-/* pymalloc.c: the arenas, and the MEM and OBJ domains' wrappers.
+/* arenas.c: pymalloc's arenas from the import on, raw mappings in
+ * granules of 2^MLPY_ARENA_BITS marked in a bitmap; the pools' layout. */
+#define MLPY_ARENA_BITS 18
+/* A pool's size: 16 KiB from 3.10 on (USE_LARGE_POOLS, with the radix
+ * tree), 4 KiB (a page) before; validate_classes checks it. */
+#if PY_VERSION_HEX >= 0x030A0000
+#define MLPY_POOL_BITS 14
+#else
+#define MLPY_POOL_BITS 12
+#endif
+#define MLPY_POOL_SZIDX_OFF 36 /* struct pool_header's szidx (obmalloc.c) */
+#define MLPY_ALIGN_SHIFT 4
+MLPY_HIDDEN extern uint8_t *mlpy_arena_map;
+MLPY_HIDDEN size_t mlpy_arenas_live(void);
+static inline int mlpy_in_arena(const void *p)
+{
+	uintptr_t m = (uintptr_t)p >> MLPY_ARENA_BITS;
+	if (m >> (47 - MLPY_ARENA_BITS))
+		return 0;
+	return (mlpy_arena_map[m >> 3] >> (m & 7)) & 1;
+}
+static inline uintptr_t mlpy_pool_of(const void *p)
+{
+	return (uintptr_t)p & ~(((uintptr_t)1 << MLPY_POOL_BITS) - 1);
+}
+/* The size class of a block of pymalloc's (in one of our arenas, or in a
+ * pool of oldpools.c). */
+static inline size_t mlpy_block_class(const void *p)
+{
+	unsigned szidx =
+	    *(const unsigned *)(mlpy_pool_of(p) + MLPY_POOL_SZIDX_OFF);
+	return ((size_t)szidx + 1) << MLPY_ALIGN_SHIFT;
+}
+
+/* pymalloc.c: the MEM and OBJ domains' wrappers.
  * mlpy_entered: this thread's slices open in tasks of this module;
  * mlpy_count_all: objects are noted on every thread (a global limit, or
  * the preload); mlpy_in_python: inside a wrapper that marks. */

@@ -1,128 +1,22 @@
-/* memlimits._memlimits, pymalloc's side: the arenas (raw mappings that
- * the library does not count, in a bitmap that tells an arena's object
- * from a RAW block in one load) and the MEM and OBJ domains' wrappers,
- * which note each object carved from an arena with ml_note_alloc_block
- * (its size: its size class, read from its pool's header) and refuse it
- * when the library says so. */
+/* memlimits._memlimits, pymalloc's side: the MEM and OBJ domains'
+ * wrappers, which note each object carved from an arena with
+ * ml_note_alloc_block (its size: its size class, read from its pool's
+ * header) and refuse it when the library says so.  The arenas themselves
+ * are arenas.c's. */
 #include "module.h"
 
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-/* ---- Arenas: raw mappings, in granules of 256 KiB, in a bitmap ---------
- *
- * A granule is ours whole or not at all, so that no other mapping (a
- * large RAW block) is ever taken for an arena.  256 KiB: Debian's 3.11
- * makes its arenas that size (ARENA_SIZE; 1 MiB with other build
- * options, also whole granules). */
-
-#define ARENA_BITS 18
-/* A pool's size: 16 KiB from 3.10 on (USE_LARGE_POOLS, with the radix
- * tree), 4 KiB (a page) before; validate_classes checks it. */
-#if PY_VERSION_HEX >= 0x030A0000
-#define POOL_BITS 14
-#else
-#define POOL_BITS 12
-#endif
-#define POOL_SZIDX_OFF 36 /* struct pool_header's szidx (obmalloc.c) */
-#define ALIGN_SHIFT 4
-static uint8_t *arena_map; /* a bit per granule of a 47-bit space */
-static int class_ok;       /* the pool header reads as validated */
-
-static void *sys_mmap(size_t n)
-{
-	long r = syscall(SYS_mmap, NULL, n, PROT_READ | PROT_WRITE,
-	                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	return r == -1 ? NULL : (void *)r;
-}
-static void sys_munmap(void *p, size_t n)
-{
-	syscall(SYS_munmap, p, n);
-}
-
-static inline int in_arena(const void *p)
-{
-	uintptr_t m = (uintptr_t)p >> ARENA_BITS;
-	if (m >> (47 - ARENA_BITS))
-		return 0;
-	return (arena_map[m >> 3] >> (m & 7)) & 1;
-}
-static uintptr_t map_lo = UINTPTR_MAX, map_hi; /* granules ever marked */
-static void arena_mark(void *p, size_t n, int on)
-{
-	if ((uintptr_t)p >> ARENA_BITS < map_lo)
-		map_lo = (uintptr_t)p >> ARENA_BITS;
-	if (((uintptr_t)p + n) >> ARENA_BITS > map_hi)
-		map_hi = ((uintptr_t)p + n) >> ARENA_BITS;
-	for (uintptr_t m = (uintptr_t)p >> ARENA_BITS;
-	     m < ((uintptr_t)p + n + (1u << ARENA_BITS) - 1) >> ARENA_BITS;
-	     m++) {
-		if (on)
-			arena_map[m >> 3] |= (uint8_t)(1u << (m & 7));
-		else
-			arena_map[m >> 3] &= (uint8_t) ~(1u << (m & 7));
-	}
-}
-
-static void *arena_alloc(void *ctx, size_t n)
-{
-	(void)ctx;
-	size_t a = (size_t)1 << ARENA_BITS;
-	size_t whole = (n + a - 1) & ~(a - 1);
-	char *m = sys_mmap(whole + a);
-	if (!m)
-		return NULL;
-	char *p = (char *)(((uintptr_t)m + a - 1) & ~(uintptr_t)(a - 1));
-	if (p > m)
-		sys_munmap(m, (size_t)(p - m));
-	if (p + whole < m + whole + a)
-		sys_munmap(p + whole, (size_t)(m + whole + a - (p + whole)));
-	if ((uintptr_t)p >> 47) {
-		sys_munmap(p, whole);
-		return NULL;
-	}
-	arena_mark(p, whole, 1);
-	return p;
-}
-static void arena_free(void *ctx, void *p, size_t n)
-{
-	(void)ctx;
-	size_t a = (size_t)1 << ARENA_BITS;
-	size_t whole = (n + a - 1) & ~(a - 1);
-	/* An arena made before the module was imported (pymalloc's own
-	 * mmap): exactly what it mapped. */
-	if (!in_arena(p)) {
-		mlpy_old_pools_drop(p, n);
-		sys_munmap(p, n);
-		return;
-	}
-	arena_mark(p, whole, 0);
-	sys_munmap(p, whole);
-}
-
-static inline uintptr_t pool_of(const void *p)
-{
-	return (uintptr_t)p & ~(((uintptr_t)1 << POOL_BITS) - 1);
-}
-/* The size class of a block of pymalloc's (in one of our arenas, or in a
- * pool of oldpools.c). */
-static inline size_t block_class(const void *p)
-{
-	unsigned szidx = *(const unsigned *)(pool_of(p) + POOL_SZIDX_OFF);
-	return ((size_t)szidx + 1) << ALIGN_SHIFT;
-}
 /* The class of p when it is pymalloc's, else 0 (a RAW block).  Outside
  * our arenas only a learnt pool's block is taken (never a read of a RAW
  * block's neighbourhood). */
 static inline size_t class_of(const void *p)
 {
-	if (in_arena(p))
-		return block_class(p);
-	if (p && !mlpy_preloaded && mlpy_old_pool_has(pool_of(p)))
-		return block_class(p);
+	if (mlpy_in_arena(p))
+		return mlpy_block_class(p);
+	if (p && !mlpy_preloaded && mlpy_old_pool_has(mlpy_pool_of(p)))
+		return mlpy_block_class(p);
 	return 0;
 }
 
@@ -175,12 +69,12 @@ static inline void *noted(PyMemAllocatorEx *prev, void *p, unsigned raw)
 	size_t c;
 	if (!p)
 		return p;
-	if (in_arena(p)) {
-		c = block_class(p);
+	if (mlpy_in_arena(p)) {
+		c = mlpy_block_class(p);
 	} else if (!mlpy_preloaded && mlpy_raw_calls == raw) {
-		if (!mlpy_old_pool_has(pool_of(p)))
-			mlpy_old_pool_add(pool_of(p));
-		c = block_class(p);
+		if (!mlpy_old_pool_has(mlpy_pool_of(p)))
+			mlpy_old_pool_add(mlpy_pool_of(p));
+		c = mlpy_block_class(p);
 	} else {
 		return p;
 	}
@@ -288,8 +182,8 @@ static inline void *pm_realloc_(void *ctx, void *p, size_t n, unsigned mark)
 	 * cannot fail this call: the block stays, uncounted, its bytes a
 	 * debt its free pays (below), and the task, interrupted by the
 	 * refusal, has its next allocation refused. */
-	if (on && !old && q != p && in_arena(q)) {
-		size_t c = block_class(q);
+	if (on && !old && q != p && mlpy_in_arena(q)) {
+		size_t c = mlpy_block_class(q);
 		if (!ml_note_alloc_block(q, c))
 			debt += c;
 	}
@@ -328,37 +222,11 @@ static void pm_free(void *ctx, void *p)
 }
 
 /* A global limit switched the meter on (on) or off: the live objects of
- * our arenas (each pool's count of blocks in use, at offset 0 of its
- * header, times its class) and of the learnt pools are the debt.  Under
- * the GIL, which pymalloc's changes hold. */
+ * our arenas and of the learnt pools are the debt (arenas.c).  Under the
+ * GIL, which pymalloc's changes hold. */
 void mlpy_meter_started(int on)
 {
-	debt = 0;
-	for (uintptr_t m = map_lo; on && arena_map && m < map_hi; m++)
-		for (uintptr_t q = m << ARENA_BITS;
-		     in_arena((void *)q) && q < (m + 1) << ARENA_BITS;
-		     q += (uintptr_t)1 << POOL_BITS)
-			debt += *(const unsigned *)q * block_class((void *)q);
-	for (size_t i = 0; on && i < MLPY_OLD_SLOTS; i++)
-		if (mlpy_old_slots[i])
-			debt += *(const unsigned *)mlpy_old_slots[i] *
-			        block_class((void *)mlpy_old_slots[i]);
-}
-
-/* The pool header is read as CPython 3.10 to 3.13 lay it out: checked on
- * blocks of every size class before any hook goes in. */
-static int validate_classes(void)
-{
-	for (size_t n = 1; n <= 512; n += 3) {
-		void *p = PyObject_Malloc(n);
-		if (!p)
-			return -1;
-		size_t c = block_class(p);
-		PyObject_Free(p);
-		if (c < n || c - n >= ((size_t)1 << ALIGN_SHIFT))
-			return -1;
-	}
-	return 0;
+	debt = on ? mlpy_arenas_live() : 0;
 }
 
 /* Our wrapper of domain d (MEM or OBJ), as PyMem_SetAllocator takes it,
@@ -393,25 +261,4 @@ void mlpy_wrap_domains(int marking)
 	mlpy_domain_ours(PYMEM_DOMAIN_OBJ, &obj);
 	PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &mem);
 	PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &obj);
-}
-
-/* The arenas are ours from the import on, so that objects in the arenas
- * pymalloc makes before the first limit count from then.  0, or -1 with
- * why in mlpy_counting (nothing changed). */
-int mlpy_arenas_install(void)
-{
-	if (validate_classes() != 0) {
-		mlpy_counting =
-		    "off: pymalloc's pools are not laid out as expected";
-		return -1;
-	}
-	class_ok = 1;
-	arena_map = sys_mmap((size_t)1 << (47 - ARENA_BITS - 3));
-	if (!arena_map) {
-		mlpy_counting = "off: no memory for the arena map";
-		return -1;
-	}
-	PyObjectArenaAllocator arenas = {NULL, arena_alloc, arena_free};
-	PyObject_SetArenaAllocator(&arenas);
-	return 0;
 }

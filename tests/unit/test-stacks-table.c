@@ -89,7 +89,8 @@ int main(void)
 	for (uint32_t i = RACED; i < NSTACKS; i++) {
 		frames_of(i, ip);
 		uint32_t id = ml__stack_intern(ip, DEPTH);
-		fresh += id != 0 && !seen[id] && same_frames(id, i);
+		fresh +=
+		    id != 0 && id <= NSTACKS && !seen[id] && same_frames(id, i);
 		dense &= id == i + 1;
 		if (id && id <= NSTACKS)
 			seen[id] = true;
