@@ -36,17 +36,7 @@ static struct names {
 
 static struct names *table(void)
 {
-	struct names *t = atomic_load_explicit(&names, memory_order_acquire);
-	if (ml__likely(t != NULL))
-		return t;
-	struct names *fresh = ml__raw_alloc(sizeof *fresh);
-	if (!fresh)
-		return NULL;
-	if (!atomic_compare_exchange_strong(&names, &t, fresh)) {
-		ml__raw_free(fresh, sizeof *fresh);
-		return t;
-	}
-	return fresh;
+	return ml__raw_once((void *_Atomic *)&names, sizeof(struct names));
 }
 
 static uint64_t hash_text(const char *s, size_t len)

@@ -123,17 +123,7 @@ static struct tables {
 
 static struct tables *table(void)
 {
-	struct tables *t = atomic_load_explicit(&tables, memory_order_acquire);
-	if (ml__likely(t != NULL))
-		return t;
-	struct tables *fresh = ml__raw_alloc(sizeof *fresh);
-	if (!fresh)
-		return NULL;
-	if (!atomic_compare_exchange_strong(&tables, &t, fresh)) {
-		ml__raw_free(fresh, sizeof *fresh);
-		return t;
-	}
-	return fresh;
+	return ml__raw_once((void *_Atomic *)&tables, sizeof(struct tables));
 }
 
 uint32_t ml__stack_intern(const uintptr_t *ip, uint32_t depth)

@@ -28,6 +28,22 @@ void ml__raw_free(void *p, size_t bytes)
 		ml__sys_munmap(p, bytes);
 }
 
+void *ml__raw_once(void *_Atomic *slot, size_t bytes)
+{
+	void *t = atomic_load_explicit(slot, memory_order_acquire);
+	if (ml__likely(t != NULL))
+		return t;
+	void *fresh = ml__raw_alloc(bytes);
+	if (!fresh)
+		return NULL;
+	/* Two threads making it at once: one mapping wins, the other goes. */
+	if (!atomic_compare_exchange_strong(slot, &t, fresh)) {
+		ml__raw_free(fresh, bytes);
+		return t;
+	}
+	return fresh;
+}
+
 /* The mmap family by syscall(2) where util.h has no inline instruction. */
 #if defined(__x86_64__) && !defined(ML_NO_ASM)
 ML__COLD long ml__sys_fail(long r)

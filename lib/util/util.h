@@ -179,6 +179,9 @@ void *ml__pool_get(struct ml__pool *p);
 void ml__pool_put(struct ml__pool *p, void *slot);
 void *ml__raw_alloc(size_t bytes); /* mmap; NULL on failure */
 void ml__raw_free(void *p, size_t bytes);
+/* *slot, mapped with ml__raw_alloc(bytes) at the first call (NULL without
+ * memory): lock-free, for tables made inside an allocation. */
+void *ml__raw_once(void *_Atomic *slot, size_t bytes);
 /* The kernel's mmap family, called directly: the library interposes the
  * exported names (api/mmap.c), and neither its own memory nor the
  * interposer's own calls may go through them.  glibc 2.36 exports
