@@ -302,7 +302,7 @@ print(json.dumps(res))
 # A runaway of them reached 1.5 GB resident under --heap-limit 200MiB
 # where the same program without the import stopped at 210 MB.
 _MOVED = r"""
-import json, os, memlimits
+import json, os, sys, memlimits
 assert memlimits.capabilities()["preloaded"]
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf(
@@ -316,6 +316,8 @@ for name, make in (("percent", lambda i: "row %d of the table" % i),
     for i in range(len(keep)):
         keep[i] = make(i)
     out[name] = [memlimits.heap() - h, rss() - r]
+    # What pymalloc holds for them: each in its 16-byte size class.
+    out[name + " want"] = sum((sys.getsizeof(s) + 15) & ~15 for s in keep)
     h = memlimits.heap()
     for i in range(len(keep)):
         keep[i] = None
@@ -346,10 +348,13 @@ def test_strings_moved_by_realloc_count_under_the_preload():
     for name in ("percent", "format", "concat"):
         counted, resident = got[name]
         freed = got[name + " freed"][0]
-        # 300 000 strs of 80 bytes: 23 MiB resident.  The heap is
-        # counted by size class, as resident memory grows by pools: the
-        # two agree within 15 %, and what was counted is given back.
-        assert resident > 16 * MiB, got
+        # 300 000 strs of 64 (3.12 and later) or 80 bytes (before): 18
+        # or 23 MiB in size classes.  Resident memory grows by pools and
+        # arenas, some of them there before the loop, so it is at least
+        # four fifths of that.  The heap is counted by size class, as
+        # resident memory grows by pools: the two agree within 15 %, and
+        # what was counted is given back.
+        assert resident > 0.8 * got[name + " want"], got
         assert abs(counted - resident) < 0.15 * resident, (name, got)
         assert abs(freed - counted) < 0.05 * counted, (name, got)
 
