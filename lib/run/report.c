@@ -123,10 +123,14 @@ void ml__profile_trip_refused(void)
 	atomic_store(&trip.refused, true);
 }
 
-static void atfork_child(void)
+/* A forked child's (runmode.c's fork hook, in the child, its one thread):
+ * its report and profile are its own.  The parent's snapshot is of the
+ * parent's heap: the child's own peak starts from nothing (its buffer,
+ * our memory, is reused), and a snapshot another thread of the parent
+ * was taking at the fork is not under way here (busy left set, the
+ * child's report at exit waited for it for ever). */
+void ml__profile_fork_child(void)
 {
-	/* The parent's snapshot is of the parent's heap: the child's own
-	 * peak starts from nothing (its buffer, our memory, is reused). */
 	atomic_store(&peak.next, 0);
 	atomic_store(&peak.busy, false);
 	peak.total = 0;
@@ -138,17 +142,6 @@ static void atfork_child(void)
 	trip.held = NULL;
 	atomic_store(&written, 0);
 	atomic_store(&early, EARLY_NONE);
-}
-
-__attribute__((constructor(102))) static void report_init(void)
-{
-	/* After config.c's constructor (101) has read the environment; here
-	 * and not at the first sample, where pthread_atfork could meet its
-	 * own lock held (a fork handler that allocates). */
-	if (ml__run.profiling)
-		ml__atfork(NULL, NULL, atfork_child,
-		           "a forked child's profile and report include its "
-		           "parent's samples");
 }
 
 /* ---- Output without stdio --------------------------------------------- */

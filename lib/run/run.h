@@ -119,6 +119,9 @@ void ml__profile_trip_refused(void);
 /* At a sample, with a profile: the process's held estimate now; what is
  * held is taken by stack when it passes the last peak taken by 1/32. */
 void ml__profile_peak(uint64_t held);
+/* A forked child's report and profile start empty (runmode.c's fork
+ * hook, in the child). */
+void ml__profile_fork_child(void);
 void ml__report_write(void); /* report and profile */
 /* At the first limit reached, inside the allocation (fire): the report's
  * first part (the limits, the stack that tripped) written at once, so
@@ -172,6 +175,9 @@ void ml__put_collapsed(struct ml__out *o, struct ml__symbols *sy,
 void ml__stats_alloc(struct ml__thread *t, uint64_t n, uint64_t s);
 void ml__stats_failed(struct ml__thread *t, uint64_t n, uint64_t s);
 void ml__stats_thread_exit(struct ml__thread *t);
+/* A forked child's statistics start empty, its one thread's record kept
+ * (runmode.c's fork hook, in the child). */
+void ml__stats_fork_child(void);
 void ml__stats_write(void);
 
 #pragma GCC visibility pop

@@ -338,7 +338,8 @@ static void on_unsample(struct ml__thread *t, uint64_t s)
 }
 
 /* A process is one budget; a forked child starts its own (as an exec'd
- * one does), with its thread's root task fresh. */
+ * one does), with its thread's root task fresh, and its own report,
+ * profile, statistics and timeline. */
 static void fork_child(struct ml__thread *t)
 {
 	struct root *root = root_of(t);
@@ -356,6 +357,16 @@ static void fork_child(struct ml__thread *t)
 		root->slice.seen = ML_OK;
 		ml__tasks_recheck(t);
 	}
+	/* Here and not in handlers of their own registered by report.c's
+	 * and stats.c's constructors: those ran before the settings were
+	 * read (run_start, below), saw none, and registered nothing, so a
+	 * child inherited a peak snapshot another thread of its parent was
+	 * taking (its report at exit waited for it for ever: test-fork) and
+	 * its parent's statistics. */
+	if (ml__run.profiling)
+		ml__profile_fork_child();
+	if (ml__run.stats)
+		ml__stats_fork_child();
 	if (ml__run.timeline_path)
 		ml__timeline_fork_child();
 }

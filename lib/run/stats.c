@@ -137,8 +137,8 @@ void ml__stats_thread_exit(struct ml__thread *t)
 
 /* fork: the child is a new process with one thread and its own file;
  * everything counted so far was the parent's.  `lock` was held across the
- * fork (forklock.c), so the list is whole. */
-static void atfork_child(void)
+ * fork (forklock.c) and no other thread runs here, so the list is whole. */
+void ml__stats_fork_child(void)
 {
 	struct tstats *mine = ml__self.hook_local[ML__RUN_STATS];
 	/* The other threads' records are not theirs any more: leaked, as
@@ -151,14 +151,6 @@ static void atfork_child(void)
 		memset(&mine->c, 0, sizeof mine->c);
 		mine->since_sample = 0;
 	}
-}
-
-__attribute__((constructor(102))) static void stats_init(void)
-{
-	/* After the environment is read (config.c, priority 101). */
-	if (ml__run.stats)
-		ml__atfork(NULL, NULL, atfork_child,
-		           "a forked child's statistics include its parent's");
 }
 
 /* ---- JSON without stdio ----------------------------------------------- */
